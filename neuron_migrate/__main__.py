@@ -1,0 +1,3 @@
+from neuron_migrate.cli.app import main
+
+main()
