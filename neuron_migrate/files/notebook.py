@@ -1,0 +1,113 @@
+"""Jupyter notebooks as one Python text: code cells joined with marker lines, IPython magics masked.
+
+Joining the cells lets name resolution see an import in cell 1 used in cell 5; the markers split the
+rewritten text back into cells. Only code-cell sources change; outputs, metadata and other cells stay.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from neuron_migrate.files.source import SourceError
+
+CELL_MARK = "# %%neuron-migrate-cell {index}"
+_CELL_RE = re.compile(r"^# %%neuron-migrate-cell (\d+)$")
+MAGIC_MARK = "# %%neuron-migrate-magic "
+_MAGIC = re.compile(r"^(\s*)([%!?]|.*\?$)")
+
+
+@dataclass
+class Notebook:
+    data: dict
+    code_cells: list[int]  # indexes into data["cells"]
+    text: str  # joined, masked Python text
+    indent: int | None  # json indentation to write back with
+    trailing_newline: bool
+
+
+def _mask(line: str) -> str:
+    m = _MAGIC.match(line)
+    if m and line.strip():
+        return f"{m.group(1)}{MAGIC_MARK}{line[len(m.group(1)):]}"
+    return line
+
+
+def _unmask(line: str) -> str:
+    i = line.find(MAGIC_MARK)
+    if i >= 0 and not line[:i].strip():
+        return line[:i] + line[i + len(MAGIC_MARK) :]
+    return line
+
+
+def load_notebook(raw: bytes) -> Notebook:
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SourceError(f"not a valid notebook (invalid JSON: {exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise SourceError("not a valid notebook (no 'cells' list)")
+    lang = (data.get("metadata", {}).get("language_info") or {}).get("name", "python")
+    if lang not in ("python", "ipython", "ipython3"):
+        raise SourceError(f"notebook language is {lang!r}, not Python")
+    parts = []
+    code_cells = []
+    for i, cell in enumerate(data["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else str(src)
+        code_cells.append(i)
+        lines = src.split("\n")
+        if lines and lines[0].startswith("%%"):  # a cell magic: the whole cell is not Python
+            lines = [MAGIC_MARK + ln for ln in lines]
+        else:
+            lines = [_mask(ln) for ln in lines]
+        parts.append(CELL_MARK.format(index=i) + "\n" + "\n".join(lines) + "\n")
+    text = "".join(parts)
+    indent = _detect_indent(raw)
+    return Notebook(data, code_cells, text, indent, raw.endswith(b"\n"))
+
+
+def _detect_indent(raw: bytes) -> int | None:
+    m = re.search(rb"\n( +)\"", raw)
+    return len(m.group(1)) if m else None
+
+
+def dump_notebook(nb: Notebook, new_text: str) -> bytes:
+    """Write the rewritten joined text back into the cells it came from."""
+    cells: dict[int, list[str]] = {}
+    current = None
+    for line in new_text.split("\n"):
+        m = _CELL_RE.match(line)
+        if m:
+            current = int(m.group(1))
+            cells[current] = []
+            continue
+        if current is None:
+            # text inserted above the first marker (imports, helpers) belongs to the first code cell
+            cells.setdefault(-1, []).append(line)
+            continue
+        cells[current].append(line)
+    if set(cells) - {-1} != set(nb.code_cells):
+        raise SourceError("notebook cell markers were lost while rewriting")
+    if -1 in cells and nb.code_cells:
+        pre = [ln for ln in cells.pop(-1)]
+        while pre and not pre[-1].strip():
+            pre.pop()
+        if pre:
+            cells[nb.code_cells[0]] = pre + cells[nb.code_cells[0]]
+    for i in nb.code_cells:
+        lines = cells[i]
+        # each cell was written with one trailing "\n" before the next marker
+        if lines and lines[-1] == "":
+            lines = lines[:-1]
+        src = "\n".join(_unmask(ln) for ln in lines)
+        cell = nb.data["cells"][i]
+        orig = cell.get("source", "")
+        orig_text = "".join(orig) if isinstance(orig, list) else str(orig)
+        if src == orig_text:
+            continue
+        cell["source"] = src.splitlines(keepends=True) if isinstance(orig, list) else src
+    out = json.dumps(nb.data, indent=nb.indent, ensure_ascii=False)
+    return (out + ("\n" if nb.trailing_newline else "")).encode("utf-8")

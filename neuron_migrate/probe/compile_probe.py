@@ -1,0 +1,178 @@
+"""`--compile`: what `torch.compile` would see (runs in the child, on CPU, with a capturing backend).
+
+- graph breaks and their reasons: `torch._dynamo.explain`;
+- the aten ops inside each captured forward and backward graph: an `aot_autograd` backend whose compilers
+  record every `call_function` node (with the user line from `node.meta["stack_trace"]`) and run the graph
+  unchanged;
+- recompilations with `dynamic=False` (TorchNeuron rejects `dynamic=True`): one compiled forward per new
+  input shape, counted over `--shapes`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import torch
+
+_FILE_RE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _user_line_from_stack(stack: str | None) -> tuple[str | None, int | None]:
+    from neuron_migrate.probe.recorder import _EXCLUDED
+
+    if not stack:
+        return None, None
+    found: tuple[str | None, int | None] = (None, None)
+    for fn, line in _FILE_RE.findall(stack):
+        a = os.path.abspath(fn)
+        if not a.startswith(_EXCLUDED) and "site-packages" not in a:
+            found = (a, int(line))
+    return found
+
+
+def _op_name(target) -> str:
+    from neuron_migrate.probe.recorder import op_name
+
+    if isinstance(target, torch._ops.OpOverload):
+        return op_name(target)
+    return getattr(target, "__name__", str(target))
+
+
+def _run(model, args, kwargs, train: bool):
+    from neuron_migrate.probe.child import loss_of
+
+    if train:
+        out = model(*args, **kwargs)
+        loss = loss_of(out)
+        if loss is not None:
+            loss.backward()
+    else:
+        with torch.no_grad():
+            model(*args, **kwargs)
+
+
+def _explain(model, args, kwargs) -> dict:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    ex = torch._dynamo.explain(model)(*args, **kwargs)
+    breaks = []
+    for br in ex.break_reasons:
+        reason = str(getattr(br, "reason", br))
+        first = reason.strip().splitlines()[0] if reason.strip() else reason
+        f, line = None, None
+        for fs in getattr(br, "user_stack", []) or []:
+            a = os.path.abspath(fs.filename)
+            from neuron_migrate.probe.recorder import _EXCLUDED
+
+            if not a.startswith(_EXCLUDED) and "site-packages" not in a:
+                f, line = a, fs.lineno
+        breaks.append({"reason": first[:500], "detail": reason[:2000], "file": f, "line": line})
+    return {"graph_count": ex.graph_count, "graph_break_count": ex.graph_break_count, "breaks": breaks}
+
+
+def _capture(model, args, kwargs, train: bool) -> list[dict]:
+    import torch._dynamo
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    graphs: list[dict] = []
+
+    def compiler(kind: str):
+        def _c(gm, example_inputs):  # noqa: ARG001
+            ops: dict[tuple, dict] = {}
+            for node in gm.graph.nodes:
+                if node.op != "call_function":
+                    continue
+                name = _op_name(node.target)
+                f, line = _user_line_from_stack(node.meta.get("stack_trace"))
+                key = (name, f, line)
+                ops.setdefault(key, {"op": name, "file": f, "line": line, "count": 0})["count"] += 1
+            graphs.append({"index": len(graphs), "kind": kind, "ops": list(ops.values())})
+            return make_boxed_func(gm.forward)
+
+        return _c
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"))
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    _run(compiled, args, kwargs, train)
+    return graphs
+
+
+def _reshape_inputs(args, kwargs, shape: list[int]):
+    """Replace the first tensor input by one of `shape` (same dtype; random values in the original range)."""
+    done = False
+
+    def swap(t):
+        nonlocal done
+        if done or not isinstance(t, torch.Tensor):
+            return t
+        done = True
+        if t.is_floating_point() or t.is_complex():
+            return torch.randn(shape, dtype=t.dtype)
+        hi = int(t.max().item()) + 1 if t.numel() else 2
+        return torch.randint(0, max(hi, 1), shape, dtype=t.dtype)
+
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(swap, (args, kwargs))
+
+
+def _recompiles(model, args, kwargs, shapes: list[list[int]], train: bool) -> dict:
+    import torch._dynamo
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    per_shape: list[dict] = []
+    count = {"n": 0}
+
+    def fw(gm, example_inputs):  # noqa: ARG001
+        count["n"] += 1
+        return make_boxed_func(gm.forward)
+
+    def bw(gm, example_inputs):  # noqa: ARG001
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    old_limit = getattr(torch._dynamo.config, "recompile_limit", None)
+    if old_limit is not None:
+        torch._dynamo.config.recompile_limit = max(old_limit, len(shapes) + 2)
+    try:
+        compiled = torch.compile(model, backend=aot_autograd(fw_compiler=fw, bw_compiler=bw), dynamic=False)
+        for shape in shapes:
+            before = count["n"]
+            a, k = _reshape_inputs(args, kwargs, shape)
+            err = None
+            try:
+                _run(compiled, a, k, train)
+            except Exception as exc:  # noqa: BLE001 - a shape the model cannot take
+                err = f"{type(exc).__name__}: {str(exc)[:300]}"
+            per_shape.append({"shape": shape, "new_compiles": count["n"] - before, "error": err})
+    finally:
+        if old_limit is not None:
+            torch._dynamo.config.recompile_limit = old_limit
+    first = per_shape[0]["new_compiles"] if per_shape else 0
+    return {
+        "shapes": per_shape,
+        "total_compiles": count["n"],
+        "recompilations": max(0, count["n"] - first),
+        "dynamic": False,
+    }
+
+
+def probe_compile(model, args, kwargs, train: bool = True, shapes: list | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, fn in (("explain", lambda: _explain(model, args, kwargs)),
+                    ("graphs", lambda: _capture(model, args, kwargs, train))):
+        try:
+            result[key] = fn()
+        except Exception as exc:  # noqa: BLE001 - a dynamo failure is a finding, not a probe crash
+            result[key + "_error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    if shapes:
+        try:
+            result["recompiles"] = _recompiles(model, args, kwargs, [list(s) for s in shapes], train)
+        except Exception as exc:  # noqa: BLE001
+            result["recompiles_error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    return result

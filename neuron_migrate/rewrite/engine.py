@@ -1,0 +1,70 @@
+"""Fix one source text to a fixed point: check, apply compatible fixes, re-parse, repeat."""
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
+from neuron_migrate.rules.api import Settings
+from neuron_migrate.rules.model import Finding, FixSafety
+from neuron_migrate.rules.registry import RuleSet
+from neuron_migrate.rules.runner import check_text
+
+MAX_ROUNDS = 12
+
+
+class FixError(Exception):
+    pass
+
+
+@dataclass
+class FixOutcome:
+    text: str
+    applied: Counter = field(default_factory=Counter)  # rule code -> fixes applied
+    applied_findings: list[Finding] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+    suppressed: int = 0
+
+
+def wants_fix(finding: Finding, unsafe: bool) -> bool:
+    return finding.fix is not None and (finding.fix.safety == FixSafety.SAFE or unsafe)
+
+
+def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> FixOutcome:
+    """Apply fixes until none applies. Raises FixError (text left as it was) when output would not parse."""
+    settings = settings or Settings()
+    outcome = FixOutcome(text)
+    current = text
+    for _ in range(MAX_ROUNDS):
+        result = check_text(current, path, ruleset, settings)
+        todo = [f for f in result.findings if wants_fix(f, settings.unsafe_fixes)]
+        if not todo:
+            outcome.remaining = result.findings
+            outcome.suppressed = result.suppressed
+            break
+        chosen, _deferred = select_compatible([f.fix for f in todo])
+        try:
+            new_text, applied = apply_fixes(current, chosen)
+        except ApplyError as exc:
+            raise FixError(str(exc)) from None
+        try:
+            ast.parse(new_text)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            codes = ", ".join(sorted({f.rule.code for f in todo if f.fix in chosen}))
+            raise FixError(f"rewrite by {codes} would produce invalid Python ({exc}); file left unchanged") from None
+        ids = {id(f) for f in applied}
+        for f in todo:
+            if id(f.fix) in ids:
+                outcome.applied[f.rule.code] += 1
+                outcome.applied_findings.append(f)
+        if new_text == current:
+            outcome.remaining = result.findings
+            outcome.suppressed = result.suppressed
+            break
+        current = new_text
+    else:
+        raise FixError(f"fixes did not converge after {MAX_ROUNDS} rounds; file left unchanged")
+    outcome.text = current
+    return outcome

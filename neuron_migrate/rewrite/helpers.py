@@ -1,0 +1,39 @@
+"""Small functions a fix may insert into a user's module when no single expression keeps behaviour.
+
+Each is inserted once, after the module's imports, under a `_neuron_` name, and only when used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Helper:
+    source: str  # {placeholders} are filled with the local spelling of the modules in `imports`
+    imports: dict = None  # placeholder -> module, e.g. {"dist": "torch.distributed"}
+    requires: tuple[str, ...] = ()
+
+
+HELPERS: dict[str, Helper] = {
+    "_neuron_rank": Helper(
+        '''def _neuron_rank():
+    """Global rank, 0 when torch.distributed is not initialised (as xm.get_ordinal() did)."""
+    return {dist}.get_rank() if {dist}.is_available() and {dist}.is_initialized() else 0
+''',
+        {"dist": "torch.distributed"},
+    ),
+    "_neuron_world_size": Helper(
+        '''def _neuron_world_size():
+    """World size, 1 when torch.distributed is not initialised (as xm.xrt_world_size() did)."""
+    return {dist}.get_world_size() if {dist}.is_available() and {dist}.is_initialized() else 1
+''',
+        {"dist": "torch.distributed"},
+    ),
+    "_neuron_local_rank": Helper(
+        '''def _neuron_local_rank():
+    """Rank within this host (torchrun sets LOCAL_RANK), as xm.get_local_ordinal() was."""
+    return int({os}.environ.get("LOCAL_RANK", 0))
+''',
+        {"os": "os"},
+    ),
+}

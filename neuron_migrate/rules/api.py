@@ -1,0 +1,212 @@
+"""What a rule module uses: the `rule` decorator, the check context and the fix builder.
+
+A Python rule is one function plus its metadata:
+
+    @rule(code="NM101", name="mark-step", summary="...", fix="safe", severity="warning",
+          triggers=[("call", "torch_xla.core.xla_model.mark_step")], docs="...",
+          examples=[("xm.mark_step()", "")])
+    def mark_step(site, ctx):
+        fx = ctx.fixer()
+        fx.delete(site.stmt)
+        return ctx.finding(site, "xm.mark_step() is not needed: TorchNeuron runs eagerly", fix=fx.build())
+"""
+from __future__ import annotations
+
+import ast
+from typing import Callable, Iterable, Optional, Union
+
+from neuron_migrate.rules.model import Edit, Example, Finding, Fix, FixSafety, ImportReq, Rule, Severity, Span
+
+_DEFINED: list[Rule] = []
+
+# Local names a fix prefers when it has to import a module.
+PREFERRED_ALIAS = {"torch.distributed": "dist", "torch.nn.functional": "F", "numpy": "np"}
+
+
+def rule(
+    *,
+    code: str,
+    name: str,
+    summary: str,
+    fix: str = "none",
+    severity: str = "warning",
+    triggers: Iterable[tuple[str, str]],
+    docs: str,
+    examples: Iterable[Union[tuple, Example]] = (),
+    trigger_words: Iterable[str] = (),
+) -> Callable:
+    """Declare a Python rule; the decorated function is its check(site, ctx)."""
+
+    def register(check: Callable) -> Callable:
+        _DEFINED.append(
+            Rule(
+                code=code,
+                name=name,
+                summary=summary,
+                fix_safety=FixSafety(fix),
+                severity=Severity(severity),
+                docs=_dedent(docs),
+                examples=[e if isinstance(e, Example) else Example(*e) for e in examples],
+                triggers=list(triggers),
+                check=check,
+                trigger_words=tuple(trigger_words) or _words_from_triggers(triggers),
+                origin=check.__module__,
+            )
+        )
+        return check
+
+    return register
+
+
+def defined_rules() -> list[Rule]:
+    return list(_DEFINED)
+
+
+def _dedent(text: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(text).strip()
+
+
+def _words_from_triggers(triggers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """A word that must occur in any file the trigger can match (the cheap text prefilter)."""
+    words = set()
+    for kind, key in triggers:
+        key = key.rstrip(".*")
+        if kind in ("call", "ref", "store", "import", "star_import"):
+            # the last component is written literally unless bound by an alias... which still requires
+            # the module's root name in an import line
+            words.add(key.split(".")[0])
+        else:
+            words.add(key)
+    return tuple(sorted(words))
+
+
+class Settings:
+    """Options that change what fixes produce."""
+
+    def __init__(self, device_style: str = "neuron", unsafe_fixes: bool = False):
+        self.device_style = device_style  # "neuron" | "accelerator"
+        self.unsafe_fixes = unsafe_fixes
+
+
+class Ctx:
+    """Per-file context handed to every check: the analysis, file facts and builders."""
+
+    def __init__(self, analysis, settings: Optional[Settings] = None):
+        self.analysis = analysis
+        self.settings = settings or Settings()
+        self.rule: Optional[Rule] = None  # set by the runner before each check
+
+    # -- facts -----------------------------------------------------------------------------------
+    def uses_any(self, *qualnames: str) -> bool:
+        q = self.analysis.qualnames
+        return any(name in q for name in qualnames)
+
+    def uses_prefix(self, prefix: str) -> bool:
+        return any(q.startswith(prefix) for q in self.analysis.qualnames)
+
+    def src(self, node: ast.AST) -> str:
+        return self.analysis.source(node)
+
+    # -- results ---------------------------------------------------------------------------------
+    def finding(self, at, message: str, fix: Optional[Fix] = None, note: str = "", rule: Optional[Rule] = None) -> Finding:
+        node = at.node if hasattr(at, "node") else at
+        span = at if isinstance(at, Span) else self.analysis.span(node)
+        return Finding(rule=rule or self.rule, path=self.analysis.path, span=span, message=message, fix=fix, note=note)
+
+    def fixer(self, safety: Optional[str] = None) -> "FixBuilder":
+        default = self.rule.fix_safety if self.rule else FixSafety.SAFE
+        return FixBuilder(self, FixSafety(safety) if safety else (default if default != FixSafety.NONE else FixSafety.UNSAFE))
+
+
+class FixBuilder:
+    def __init__(self, ctx: Ctx, safety: FixSafety):
+        self.ctx = ctx
+        self.safety = safety
+        self.edits: list[Edit] = []
+        self.imports: list[ImportReq] = []
+        self.helpers: list[tuple[str, str]] = []
+
+    def ref(self, module: str, scope=None) -> str:
+        """The local spelling of `module` (existing alias if any), importing it when needed."""
+        a = self.ctx.analysis
+        bound = a.binding_for(module, scope)
+        if bound:
+            return bound
+        alias = PREFERRED_ALIAS.get(module)
+        if alias and (alias not in a.defined_names or a.binding_for(module) == alias):
+            self.imports.append(ImportReq(module, alias))
+            return alias
+        root = module.split(".")[0]
+        if "." in module and a.binding_for(root) == root and module in ("torch.distributed", "torch.nn", "torch.optim", "torch.autograd", "torch.accelerator", "torch.amp", "torch.nn.functional"):
+            return module  # `import torch` makes these attributes available
+        if root in a.defined_names and a.binding_for(root) != root:
+            # the root name means something else here: import under a private alias
+            alias = "_nm_" + module.replace(".", "_")
+            self.imports.append(ImportReq(module, alias))
+            return alias
+        self.imports.append(ImportReq(module))
+        return module
+
+    def name(self, qualname: str, scope=None) -> str:
+        """Spelling of `module.attr` using `ref` for the module part."""
+        module, _, attr = qualname.rpartition(".")
+        return f"{self.ref(module, scope)}.{attr}"
+
+    def helper(self, name: str) -> str:
+        from neuron_migrate.rewrite.helpers import HELPERS
+
+        spec = HELPERS[name]
+        for dep in spec.requires:
+            self.helper(dep)
+        names = {ph: self.ref(module) for ph, module in (spec.imports or {}).items()}
+        if name not in [n for n, _ in self.helpers]:
+            self.helpers.append((name, spec.source.format(**names)))
+        return name
+
+    def replace(self, node: ast.AST, text: str) -> "FixBuilder":
+        kind = "replace_stmt" if isinstance(node, ast.stmt) else "replace_expr"
+        self.edits.append(Edit(kind, self.ctx.analysis.span(node), text))
+        return self
+
+    def delete(self, stmt: ast.stmt) -> "FixBuilder":
+        self.edits.append(Edit("delete_stmt", self.ctx.analysis.span(stmt)))
+        return self
+
+    def unwrap(self, with_stmt: ast.With) -> "FixBuilder":
+        self.edits.append(Edit("unwrap_with", self.ctx.analysis.span(with_stmt)))
+        return self
+
+    def insert_before(self, stmt: ast.stmt, text: str) -> "FixBuilder":
+        self.edits.append(Edit("insert_before_stmt", self.ctx.analysis.span(stmt), text))
+        return self
+
+    def build(self, safety: Optional[str] = None, description: str = "") -> Fix:
+        return Fix(
+            safety=FixSafety(safety) if safety else self.safety,
+            edits=list(self.edits),
+            imports=list(dict.fromkeys(self.imports)),
+            helpers=list(self.helpers),
+            description=description,
+        )
+
+
+# -- small AST helpers rules share ----------------------------------------------------------------
+def kwarg(call: ast.Call, name: str, position: Optional[int] = None) -> Optional[ast.expr]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if position is not None and len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
+        return call.args[position]
+    return None
+
+
+def has_star_args(call: ast.Call) -> bool:
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords)
+
+
+def const_value(node: Optional[ast.AST], default=None):
+    if isinstance(node, ast.Constant):
+        return node.value
+    return default

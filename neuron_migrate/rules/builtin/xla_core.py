@@ -1,0 +1,325 @@
+"""torch_xla core: imports, step markers, the device, synchronisation (NM100-NM107)."""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.rules.api import const_value, kwarg, rule
+
+XM = "torch_xla.core.xla_model"
+
+
+def device_expr(fx, index: str | None = None) -> str:
+    """The expression for 'the device', in the configured style."""
+    torch = fx.ref("torch")
+    if fx.ctx.settings.device_style == "accelerator" and index is None:
+        return f"{torch}.accelerator.current_accelerator()"
+    if index is not None:
+        return f'{torch}.device("neuron", {index})'
+    return f'{torch}.device("neuron")'
+
+
+def value_use_callable(site, ctx, body: str, message: str):
+    """Replace a function used as a value with a lambda that keeps its behaviour."""
+    fx = ctx.fixer()
+    fx.replace(site.node, f"(lambda *args, **kwargs: {body})" if body else "(lambda *args, **kwargs: None)")
+    return ctx.finding(site, message, fix=fx.build())
+
+
+@rule(
+    code="NM100",
+    name="torch-xla-import",
+    summary="torch_xla import that no code uses any more",
+    fix="safe",
+    severity="warning",
+    triggers=[("import", "torch_xla*")],
+    docs="""
+        Once every use of a torch_xla module is migrated, its import is dead and would fail on a TorchNeuron
+        install (torch-xla is not part of it). The import is removed; an import that only registered a
+        side effect (`import torch_xla.distributed.xla_backend`, `torch_xla.experimental.pjrt_backend`) is
+        removed too, since the `neuron` process-group backend needs no import. A try block left empty keeps
+        a `pass`. Imports still in use stay, and each remaining use has its own finding.
+    """,
+    examples=[("import torch_xla.core.xla_model as xm\nimport torch", "import torch")],
+)
+def torch_xla_import(site, ctx):
+    alias = site.alias
+    if isinstance(site.node, ast.Import):
+        bound = alias.asname or alias.name.split(".")[0]
+    else:
+        bound = alias.asname or alias.name
+    if ctx.analysis.uses_of(site.scope, bound):
+        return None
+    # another alias of the same statement may still be used: drop only this one
+    stmt = site.node
+    keep = [a for a in stmt.names if a is not alias]
+    fx = ctx.fixer()
+    if not keep or all(_unused_xla_alias(a, stmt, site, ctx) for a in keep):
+        if keep and keep[0] is not alias and stmt.names.index(alias) != 0:
+            return None  # the statement is removed by the finding for its first alias
+        fx.delete(stmt)
+    else:
+        rest = [a for a in keep if not _unused_xla_alias(a, stmt, site, ctx)]
+        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in rest)
+        text = f"import {names}" if isinstance(stmt, ast.Import) else f"from {stmt.module} import {names}"
+        fx.replace(stmt, text)
+    return ctx.finding(site, f"unused torch_xla import `{site.key}`: remove it", fix=fx.build())
+
+
+def _unused_xla_alias(a, stmt, site, ctx) -> bool:
+    module = a.name if isinstance(stmt, ast.Import) else f"{stmt.module}.{a.name}"
+    if not module.startswith("torch_xla"):
+        return False
+    bound = a.asname or (a.name.split(".")[0] if isinstance(stmt, ast.Import) else a.name)
+    return ctx.analysis.uses_of(site.scope, bound) == 0
+
+
+@rule(
+    code="NM101",
+    name="mark-step",
+    summary="xm.mark_step() / torch_xla.sync() cut a lazy graph; TorchNeuron runs eagerly and needs no step marker",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XM}.mark_step"), ("call", "torch_xla.sync"), ("ref", f"{XM}.mark_step"), ("ref", "torch_xla.sync")],
+    docs="""
+        Under PyTorch/XLA, `xm.mark_step()` (and its 2.8 name `torch_xla.sync()`) ends the lazy graph so that it
+        compiles and runs. TorchNeuron executes ops eagerly (queued asynchronously and synchronised on host
+        access), so the call is removed. `wait=True` waited for the device: that becomes
+        `torch.accelerator.synchronize()`. An `if XLA_AVAILABLE:` block left empty is removed with it.
+        Used as a value (`step_fn = xm.mark_step`), the name becomes a lambda that does nothing.
+    """,
+    examples=[
+        ("loss.backward()\noptimizer.step()\nxm.mark_step()", "loss.backward()\noptimizer.step()"),
+        ("xm.mark_step(wait=True)", "torch.accelerator.synchronize()"),
+    ],
+)
+def mark_step(site, ctx):
+    what = "torch_xla.sync()" if site.key == "torch_xla.sync" else "xm.mark_step()"
+    if site.kind == "ref":
+        return value_use_callable(site, ctx, "", f"{what} used as a value: replaced by a no-op callable (TorchNeuron is eager)")
+    wait = const_value(kwarg(site.call, "wait", 0), False)
+    fx = ctx.fixer()
+    if wait:
+        text = f"{fx.ref('torch')}.accelerator.synchronize()"
+        if site.is_statement:
+            fx.replace(site.stmt, text)
+        else:
+            fx.replace(site.node, text)
+        return ctx.finding(site, f"{what} with wait=True: becomes torch.accelerator.synchronize()", fix=fx.build())
+    if site.is_statement:
+        fx.delete(site.stmt)
+        return ctx.finding(site, f"{what} is not needed on TorchNeuron (eager execution): removed", fix=fx.build())
+    fx.replace(site.node, "None")
+    return ctx.finding(site, f"{what} result used: it returns None, replaced by None", fix=fx.build())
+
+
+@rule(
+    code="NM102",
+    name="xla-device",
+    summary="xm.xla_device() / torch_xla.device() become torch.device(\"neuron\")",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XM}.xla_device"), ("call", "torch_xla.device"), ("ref", f"{XM}.xla_device"), ("ref", "torch_xla.device"),
+              ("call", "torch_xla.runtime.xla_device")],
+    docs="""
+        The XLA device becomes the native `neuron` device: `torch.device("neuron")`. Under torchrun each process
+        sees only its own NeuronCore, so the index-less form is right for multi-process code too. With an index
+        (`xm.xla_device(n)`) the result is `torch.device("neuron", n)`, reported because XLA also made that the
+        default device. `devkind=` is dropped. With `device-style = "accelerator"` the device is
+        `torch.accelerator.current_accelerator()`, which runs unchanged on neuron, cuda or cpu.
+    """,
+    examples=[("device = xm.xla_device()", 'device = torch.device("neuron")')],
+)
+def xla_device(site, ctx):
+    fx = ctx.fixer()
+    if site.kind == "ref":
+        return value_use_callable(site, ctx, device_expr(fx), "xla_device used as a value: replaced by a callable returning the neuron device")
+    call = site.call
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return ctx.finding(site, "xla_device() called with *args/**kwargs: migrate to torch.device(\"neuron\") by hand")
+    index = kwarg(call, "n", 0) or kwarg(call, "index", 0)
+    if index is not None and const_value(index, 0) is None and isinstance(index, ast.Constant):
+        index = None
+    if index is None:
+        fx.replace(call, device_expr(fx))
+        return ctx.finding(site, "XLA device: becomes torch.device(\"neuron\")", fix=fx.build())
+    fx.replace(call, device_expr(fx, ctx.src(index)))
+    return ctx.finding(
+        site,
+        "XLA device with an index: becomes torch.device(\"neuron\", index)",
+        fix=fx.build(),
+        note="Under torchrun each process sees one NeuronCore (index 0); check that this index is what you mean.",
+    )
+
+
+_DEVICE_KWARGS = {"device", "device_type", "map_location", "accelerator_device"}
+_DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype", "torch.is_autocast_enabled"}
+
+
+def device_string_context(site, ctx) -> str | None:
+    """Why a string literal names a device here, or None when it may be a config value."""
+    node = site.node
+    parent = site.parent
+    a = ctx.analysis
+    if isinstance(parent, ast.keyword):
+        call = a.parent_of.get(parent)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":
+            return None  # CLI choice/default: user-facing configuration
+        if parent.arg in _DEVICE_KWARGS:
+            return f"{parent.arg}= argument"
+        return None
+    if isinstance(parent, ast.Call) and node in parent.args:
+        func = parent.func
+        if isinstance(func, ast.Attribute) and func.attr in ("to", "startswith") and parent.args[0] is node:
+            return f".{func.attr}() argument"
+        q = a.resolve(func, site.scope, count_use=False)
+        if q in _DEVICE_FUNCS and parent.args[0] is node:
+            return f"{q}() argument"
+        return None
+    if isinstance(parent, ast.Compare):
+        others = [parent.left, *parent.comparators]
+        for o in others:
+            if o is node:
+                continue
+            if isinstance(o, ast.Attribute) and o.attr in ("type", "device", "device_type"):
+                return "device type comparison"
+            if isinstance(o, ast.Call) and isinstance(o.func, ast.Name) and o.func.id == "str":
+                return "device string test"
+            if isinstance(o, ast.Name) and "device" in o.id.lower():
+                return "device comparison"
+        return None
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        for t in targets:
+            name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+            if "device" in name.lower():
+                return "device assignment"
+        return None
+    if isinstance(parent, ast.arguments):  # default value of a parameter
+        return None
+    return None
+
+
+@rule(
+    code="NM103",
+    name="xla-device-string",
+    summary="the string 'xla' naming a device becomes 'neuron'",
+    fix="safe",
+    severity="warning",
+    triggers=[("string", "xla")],
+    docs="""
+        Scripts name the XLA device with strings as often as with `xm.xla_device()`: `.to('xla')`,
+        `device='xla'`, `torch.device('xla', i)`, `x.device.type == 'xla'`, `torch.autocast('xla')`,
+        `str(d).startswith('xla')`, `device = 'xla'`. Where the string flows into a device position it becomes
+        `'neuron'` (an index such as `'xla:1'` is kept). A string that may be configuration (an argparse
+        `choices`/`default`, a config dict) is left alone and reported, since user configs may pass it.
+    """,
+    examples=[("x = x.to('xla')", "x = x.to('neuron')"), ("if t.device.type == 'xla':", "if t.device.type == 'neuron':")],
+)
+def xla_device_string(site, ctx):
+    raw = ctx.src(site.node)
+    why = device_string_context(site, ctx)
+    if why is None:
+        parent = site.parent
+        if isinstance(parent, ast.keyword) or isinstance(site.parent, (ast.List, ast.Tuple)):
+            return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+        return None
+    fx = ctx.fixer()
+    fx.replace(site.node, raw.replace("xla", "neuron", 1))
+    return ctx.finding(site, f"'xla' as a device ({why}): becomes 'neuron'", fix=fx.build())
+
+
+@rule(
+    code="NM104",
+    name="wait-device-ops",
+    summary="xm.wait_device_ops() / xm.unlazy() become torch.accelerator.synchronize()",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XM}.wait_device_ops"), ("call", f"{XM}.unlazy"), ("ref", f"{XM}.wait_device_ops")],
+    docs="""
+        `xm.wait_device_ops()` blocks until queued device work finishes (used for timing and before saving).
+        TorchNeuron also queues work asynchronously; the equivalent wait is `torch.accelerator.synchronize()`
+        (`torch.neuron.synchronize()` is the device-specific spelling).
+    """,
+    examples=[("xm.wait_device_ops()", "torch.accelerator.synchronize()")],
+)
+def wait_device_ops(site, ctx):
+    fx = ctx.fixer()
+    text = f"{fx.ref('torch')}.accelerator.synchronize()"
+    if site.kind == "ref":
+        return value_use_callable(site, ctx, text, "wait_device_ops used as a value: replaced by a callable that synchronises")
+    fx.replace(site.node, text)
+    return ctx.finding(site, "device wait: becomes torch.accelerator.synchronize()", fix=fx.build())
+
+
+@rule(
+    code="NM105",
+    name="step-context",
+    summary="`with torch_xla.step():` / `with torch_xla.compile():` regions are unwrapped",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step")],
+    docs="""
+        `torch_xla.step()` (and `torch_xla.compile()` used as a context manager) marks a region whose lazy graph is
+        cut at its edges. In eager TorchNeuron the body simply runs: the `with` is removed and its body kept.
+        `torch_xla.compile(fn)` applied to a function becomes `torch.compile(fn, backend="neuron")` (unsafe: Dynamo
+        tracing differs from lazy tracing; `full_graph=` maps to `fullgraph=`).
+    """,
+    examples=[("with torch_xla.step():\n    train_step(batch)", "train_step(batch)")],
+)
+def step_context(site, ctx):
+    parent = site.parent
+    if isinstance(parent, ast.withitem):
+        with_stmt = ctx.analysis.parent_of.get(parent)
+        if isinstance(with_stmt, ast.With) and len(with_stmt.items) == 1 and parent.optional_vars is None:
+            fx = ctx.fixer()
+            fx.unwrap(with_stmt)
+            return ctx.finding(site, "XLA step region: unwrapped, the body runs eagerly", fix=fx.build())
+        return ctx.finding(site, "XLA step region combined with other context managers: remove it by hand")
+    if site.key.endswith("compile") and site.call.args:
+        fx = ctx.fixer("unsafe")
+        fn = ctx.src(site.call.args[0])
+        full = kwarg(site.call, "full_graph")
+        extra = f", fullgraph={ctx.src(full)}" if full is not None else ""
+        fx.replace(site.node, f'{fx.ref("torch")}.compile({fn}, backend="neuron"{extra})')
+        return ctx.finding(site, "torch_xla.compile(fn): becomes torch.compile(fn, backend=\"neuron\")", fix=fx.build(),
+                           note="Dynamo traces differently from lazy tensors: graph breaks and recompiles show with TORCH_LOGS=graph_breaks,recompiles.")
+    if site.key.endswith("compile") and isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None  # decorator with arguments: handled by hand below
+    return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+
+
+@rule(
+    code="NM106",
+    name="add-step-closure",
+    summary="xm.add_step_closure(fn, args) becomes a direct call fn(*args)",
+    fix="unsafe",
+    severity="warning",
+    triggers=[("call", f"{XM}.add_step_closure")],
+    docs="""
+        Step closures ran after the step's graph executed, so that tensors were materialised. In eager
+        TorchNeuron values exist already, so the closure is called where it was queued. This is unsafe:
+        the call now runs earlier (before later code of the same step) and `.item()`/`.cpu()` inside it syncs
+        every step. It is right for the usual logging closure; check closures that read parameters updated
+        later in the step. `run_async=True` has no equivalent and is dropped.
+    """,
+    examples=[("xm.add_step_closure(log_fn, args=(loss, step))", "log_fn(loss, step)")],
+)
+def add_step_closure(site, ctx):
+    call = site.call
+    fn = kwarg(call, "closure", 0)
+    args = kwarg(call, "args", 1)
+    if fn is None or not site.is_statement or any(k.arg is None for k in call.keywords):
+        return ctx.finding(site, "xm.add_step_closure: call the closure directly (eager values exist already)")
+    fx = ctx.fixer()
+    fn_src = ctx.src(fn)
+    if isinstance(fn, ast.Lambda):
+        fn_src = f"({fn_src})"
+    if args is None:
+        text = f"{fn_src}()"
+    elif isinstance(args, (ast.Tuple, ast.List)):
+        text = f"{fn_src}({', '.join(ctx.src(e) for e in args.elts)})"
+    else:
+        text = f"{fn_src}(*{ctx.src(args)})"
+    fx.replace(call, text)
+    return ctx.finding(site, "step closure: called directly (it now runs at this point of the step)", fix=fx.build(),
+                       note="The closure runs before the rest of the step; .item()/.cpu() inside it synchronises every step.")

@@ -1,0 +1,117 @@
+"""Run the active rules over one source text: parse once, offer each site to the rules subscribed to it."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from neuron_migrate.files.names import Analysis, Site
+from neuron_migrate.rules.api import Ctx, Settings
+from neuron_migrate.rules.model import Finding
+from neuron_migrate.rules.registry import RuleSet
+
+_SUPPRESS = re.compile(
+    r"#\s*(?:neuron-migrate:\s*(?P<kind>ignore-file|ignore)(?:\[(?P<codes>[A-Za-z0-9_, -]*)\])?"
+    r"|noqa:\s*(?P<noqa>NM[0-9]+(?:[\s,]+NM[0-9]+)*))"
+)
+
+
+@dataclass
+class Suppressions:
+    by_line: dict[int, Optional[set]] = field(default_factory=dict)  # None: every code
+    file_codes: Optional[set] = None  # from ignore-file; empty set means nothing suppressed file-wide
+    file_all: bool = False
+    used: set = field(default_factory=set)  # (line, code) pairs that suppressed a finding
+
+    @classmethod
+    def parse(cls, text: str) -> "Suppressions":
+        s = cls()
+        if "neuron-migrate:" not in text and "noqa" not in text:
+            return s
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if "#" not in line:
+                continue
+            for m in _SUPPRESS.finditer(line):
+                if m.group("noqa"):
+                    codes = set(re.findall(r"NM[0-9]+", m.group("noqa")))
+                    s._add(lineno, codes)
+                    continue
+                codes = {c.strip().upper() for c in (m.group("codes") or "").split(",") if c.strip()} or None
+                if m.group("kind") == "ignore-file":
+                    if codes is None:
+                        s.file_all = True
+                    else:
+                        s.file_codes = (s.file_codes or set()) | codes
+                else:
+                    s._add(lineno, codes)
+        return s
+
+    def _add(self, line: int, codes: Optional[set]) -> None:
+        if line in self.by_line and (self.by_line[line] is None or codes is None):
+            self.by_line[line] = None
+        else:
+            self.by_line[line] = (self.by_line.get(line) or set()) | (codes or set()) if codes else None
+
+    @staticmethod
+    def _covers(codes: Optional[set], code: str) -> bool:
+        return codes is None or any(code.startswith(c) for c in codes)
+
+    def suppressed(self, code: str, lines: tuple[int, ...]) -> bool:
+        if self.file_all or (self.file_codes and self._covers(self.file_codes, code)):
+            return True
+        for line in lines:
+            if line in self.by_line and self._covers(self.by_line[line], code):
+                self.used.add((line, code))
+                return True
+        return False
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding]
+    analysis: Optional[Analysis]
+    suppressions: Optional[Suppressions] = None
+    suppressed: int = 0
+
+
+def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> CheckResult:
+    """Findings for one text. Raises files.names.AnalysisError when the text cannot be parsed."""
+    if not ruleset.could_match(text):
+        return CheckResult([], None)
+    analysis = Analysis(text, path, ruleset.wanted)
+    ctx = Ctx(analysis, settings)
+    sup = Suppressions.parse(text)
+    findings: list[Finding] = []
+    suppressed = 0
+
+    def run(rule, site) -> bool:
+        nonlocal suppressed
+        ctx.rule = rule
+        out = rule.check(site, ctx)
+        if out is None:
+            return False
+        produced = False
+        for f in out if isinstance(out, list) else [out]:
+            lines = (f.span.line,)
+            if site is not None and site.kind != "module":
+                lines = (f.span.line, site.stmt.lineno)
+            if sup.suppressed(f.rule.code, lines):
+                suppressed += 1
+            else:
+                findings.append(f)
+            produced = True
+        return produced
+
+    for site in analysis.sites:
+        hit = False
+        for rule in ruleset.exact.get((site.kind, site.key), ()):
+            hit = run(rule, site) or hit
+        if not hit:
+            # prefix rules are fallbacks: they speak only when no exact rule did
+            for prefix, rule in ruleset.prefix.get(site.kind, ()):
+                if site.key.startswith(prefix) and run(rule, site):
+                    break
+    for rule in ruleset.module_rules:
+        run(rule, Site("module", "*", analysis.tree, analysis, analysis.module_scope))
+    findings.sort(key=Finding.sort_key)
+    return CheckResult(findings, analysis, sup, suppressed)
