@@ -213,6 +213,14 @@ COMMUNITY_OPS = {
     "aten::_scaled_mm": "FP8 scaled matmul ran on the host in beta reports (~5,500x slower than a bf16 matmul at 512^3).",
 }
 
+# torch_neuronx/csrc/core/NeuronBindings.cpp VIEW_OPS_WHITELIST (pre-release), as listed in the operator facts notes.
+VIEW_OPS_WHITELIST = (
+    "view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "select", "slice", "narrow", "split",
+    "chunk", "expand", "expand_as", "as_strided", "unfold", "diagonal", "diagonal_backward", "view_as_real",
+    "view_as_complex", "real", "imag", "conj", "_conj", "_neg_view", "alias", "detach", "view_as", "reshape_as", "t",
+    "mT", "mH", "adjoint", "movedim", "moveaxis", "swapaxes", "swapdims",
+)
+
 
 def build_entries(ops: dict[str, Any]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
@@ -243,6 +251,12 @@ def build_entries(ops: dict[str, Any]) -> list[dict[str, Any]]:
     for name, note in COMMUNITY_OPS.items():
         if name not in out:
             put(_e(name, "aten_op", "cpu_fallback", "community_beta", note, confidence="medium"))
+    for base in VIEW_OPS_WHITELIST:
+        name = f"aten::{base}"
+        if name not in out:
+            put(_e(name, "aten_op", "native", "prerelease_ops",
+                   "View/metadata op: in the backend's VIEW_OPS_WHITELIST, so it is excluded from the CPU-fallback "
+                   "warning and tracker (base name; covers its overloads)."))
     put(_e("aten::_scaled_grouped_mm", "aten_op", "native", "aws_faq_232", "Native MoE op (torch._scaled_grouped_mm)."))
     aten = sorted(out.values(), key=lambda e: e["name"])
     return [*NAMESPACES, *APIS, *COMPILE, *DIST, *aten]
