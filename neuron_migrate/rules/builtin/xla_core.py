@@ -213,7 +213,7 @@ def device_string_context(site, ctx) -> str | None:
         `'neuron'` (an index such as `'xla:1'` is kept). A string that may be configuration (an argparse
         `choices`/`default`, a config dict) is left alone and reported, since user configs may pass it.
     """,
-    examples=[("x = x.to('xla')", "x = x.to('neuron')"), ("if t.device.type == 'xla':", "if t.device.type == 'neuron':")],
+    examples=[("x = x.to('xla')", "x = x.to('neuron')"), ("if t.device.type == 'xla':\n    pass", "if t.device.type == 'neuron':\n    pass")],
 )
 def xla_device_string(site, ctx):
     raw = ctx.src(site.node)

@@ -1,0 +1,206 @@
+"""Find the files to process: `.py` and `.ipynb` under the given paths, minus .gitignore'd and excluded ones."""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUFFIXES = (".py", ".pyi", ".ipynb")
+ALWAYS_SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
+               ".pytest_cache", ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
+
+
+@dataclass
+class IgnoreRule:
+    regex: re.Pattern
+    negate: bool
+    dir_only: bool
+
+
+def _compile_gitignore_pattern(pat: str) -> tuple[re.Pattern, bool]:
+    """A .gitignore pattern as a regex over the path relative to the .gitignore's folder."""
+    anchored = "/" in pat.rstrip("/")
+    pat = pat.strip("/")
+    out = []
+    i = 0
+    while i < len(pat):
+        c = pat[i]
+        if c == "*":
+            if pat[i : i + 2] == "**":
+                out.append(".*")
+                i += 2
+                if i < len(pat) and pat[i] == "/":
+                    i += 1
+                    out[-1] = "(?:.*/)?"
+                continue
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = pat.find("]", i)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                out.append(pat[i : j + 1].replace("[!", "[^"))
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    body = "".join(out)
+    prefix = "" if anchored else "(?:.*/)?"
+    return re.compile(f"^{prefix}{body}(?:/.*)?$"), anchored
+
+
+@dataclass
+class IgnoreFile:
+    base: Path
+    rules: list[IgnoreRule] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, folder: Path) -> "IgnoreFile | None":
+        f = folder / ".gitignore"
+        try:
+            lines = f.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return None
+        rules = []
+        for line in lines:
+            line = line.rstrip()
+            if not line or line.startswith("#"):
+                continue
+            negate = line.startswith("!")
+            if negate:
+                line = line[1:]
+            dir_only = line.endswith("/")
+            regex, _ = _compile_gitignore_pattern(line)
+            rules.append(IgnoreRule(regex, negate, dir_only))
+        return cls(folder, rules) if rules else None
+
+    def decision(self, rel: str, is_dir: bool) -> bool | None:
+        result = None
+        for r in self.rules:
+            if r.dir_only and not is_dir:
+                # a dir-only pattern still matches files below that dir
+                if not r.regex.pattern.endswith("(?:/.*)?$") or "/" not in rel:
+                    continue
+                parent = rel.rsplit("/", 1)[0]
+                if not r.regex.match(parent):
+                    continue
+                result = not r.negate
+                continue
+            if r.regex.match(rel):
+                result = not r.negate
+        return result
+
+
+def _excluded(rel: str, name: str, patterns: list[str]) -> bool:
+    for pat in patterns:
+        pat = pat.rstrip("/")
+        if fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(rel, pat + "/*") or rel.startswith(pat + "/"):
+            return True
+    return False
+
+
+def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool = True, force: bool = False) -> tuple[list[Path], list[str]]:
+    """Return (files, messages). Explicitly named files are always included (unless --force-exclude)."""
+    files: list[Path] = []
+    messages: list[str] = []
+    seen: set = set()
+
+    def add(p: Path) -> None:
+        try:
+            key = p.resolve()
+        except (OSError, RuntimeError):
+            messages.append(f"{p}: cannot resolve path (symlink loop?)")
+            return
+        if key not in seen:
+            seen.add(key)
+            files.append(p)
+
+    for raw in paths:
+        root = Path(raw)
+        if not os.path.lexists(root):
+            messages.append(f"{raw}: no such file or directory")
+            continue
+        if root.is_file() or (root.is_symlink() and not root.is_dir()):
+            if not root.exists():
+                messages.append(f"{raw}: broken symlink or symlink loop")
+                continue
+            if force and _excluded(root.as_posix(), root.name, list(exclude)):
+                continue
+            add(root)
+            continue
+        ignores: list[IgnoreFile] = []
+        # .gitignore files above the root (up to the repository top) apply as well
+        if respect_gitignore:
+            up = root.resolve()
+            chain = []
+            while True:
+                chain.append(up)
+                if (up / ".git").exists() or up.parent == up:
+                    break
+                up = up.parent
+            for folder in reversed(chain[1:]):
+                ig = IgnoreFile.load(folder)
+                if ig:
+                    ignores.append(ig)
+        visited_dirs: set = set()
+        _walk(root, root, ignores, list(exclude), respect_gitignore, add, messages, visited_dirs)
+    return files, messages
+
+
+def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:
+    result = None
+    for ig in ignores:
+        try:
+            rel = path.resolve().relative_to(ig.base.resolve()).as_posix() if ig.base.is_absolute() else path.relative_to(ig.base).as_posix()
+        except ValueError:
+            continue
+        d = ig.decision(rel, is_dir)
+        if d is not None:
+            result = d
+    return bool(result)
+
+
+def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, messages, visited) -> None:
+    try:
+        real = folder.resolve()
+    except (OSError, RuntimeError):
+        messages.append(f"{folder}: cannot resolve (symlink loop?)")
+        return
+    if real in visited:
+        return  # symlink cycle
+    visited.add(real)
+    if respect_gitignore:
+        ig = IgnoreFile.load(folder)
+        if ig:
+            ignores = [*ignores, ig]
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        messages.append(f"{folder}: cannot list: {exc.strerror}")
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        rel = path.relative_to(root).as_posix()
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            continue
+        if is_dir:
+            if entry.name in ALWAYS_SKIP or _excluded(rel, entry.name, exclude):
+                continue
+            if respect_gitignore and _ignored(path, True, ignores):
+                continue
+            _walk(path, root, ignores, exclude, respect_gitignore, add, messages, visited)
+        elif entry.name.endswith(SUFFIXES):
+            if _excluded(rel, entry.name, exclude):
+                continue
+            if respect_gitignore and _ignored(path, False, ignores):
+                continue
+            if entry.is_symlink() and not path.exists():
+                messages.append(f"{path}: broken symlink or symlink loop")
+                continue
+            add(path)

@@ -1,0 +1,383 @@
+"""Turn the child's raw records (one per rank) into the probe report (parent side; no torch import).
+
+Classification of each recorded aten op, against the compat table (`neuron_migrate.table`):
+
+- native, cpu_fallback (runs on the host: costs a device->host->device copy per call), unsupported (would
+  fail), partial (some overloads/dtypes only: verify), unknown (not in the table: "verify on device");
+- float64: any op with a float64/complex128 input or output (TorchNeuron computes it in float32);
+- ops recorded while a module's `__init__` ran (phase "init") are model construction: usually done on the
+  CPU before `.to("neuron")`, so they are listed apart and not counted as fallbacks.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+# Ops whose TorchNeuron kernel is a Python wrapper that computes on the host and copies back, so
+# `torch_neuronx.get_fallback_ops()` does not list them (pre-release source, python_ops/cpu_fallback_registrations.py;
+# see shared/research/torchneuron.md section 3.1).
+HOST_UNTRACKED_OPS = frozenset({
+    "aten::linalg_qr", "aten::_linalg_svd", "aten::_linalg_eigh", "aten::linalg_cholesky_ex",
+    "aten::linalg_inv_ex", "aten::linalg_lu_factor_ex", "aten::linalg_ldl_factor_ex", "aten::_linalg_slogdet",
+    "aten::_linalg_det", "aten::cholesky_inverse", "aten::triangular_solve",
+})
+
+STATUSES = ("native", "cpu_fallback", "unsupported", "partial", "unknown")
+FAIL_ON_CHOICES = ("fallback", "float64", "unsupported", "unknown", "partial", "graph-break", "compile")
+_COST_NOTE = "runs on the host: each call copies its inputs device->host and its outputs back"
+
+
+def base_name(op: str) -> str:
+    """'aten::atan2.default' -> 'aten::atan2' (works without the table module)."""
+    try:
+        from neuron_migrate.table import normalize_op_name
+
+        return normalize_op_name(op)[0]
+    except Exception:  # noqa: BLE001
+        ns, _, rest = op.partition("::")
+        return f"{ns}::{rest.split('.')[0]}" if rest else op
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def load_rank_docs(results_dir: str | os.PathLike) -> list[dict]:
+    docs = []
+    for p in sorted(Path(results_dir).glob("rank*.json"), key=lambda p: int(p.stem[4:] or 0)):
+        try:
+            docs.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            docs.append({"rank": int(p.stem[4:] or 0), "status": "error",
+                         "error": {"type": "ResultsUnreadable", "message": f"{p.name}: {exc}"}})
+    return docs
+
+
+def merge_ops(docs: list[dict]) -> list[dict]:
+    merged: dict[tuple, dict] = {}
+    for d in docs:
+        rank = d.get("rank", 0)
+        for o in d.get("ops") or []:
+            key = (o["op"], o["phase"], o.get("file"), o.get("line"))
+            m = merged.get(key)
+            if m is None:
+                m = merged[key] = dict(o, ranks=[], count=0, in_dtypes=list(o.get("in_dtypes") or []),
+                                       out_dtypes=list(o.get("out_dtypes") or []))
+            m["count"] += o.get("count", 0)
+            if rank not in m["ranks"]:
+                m["ranks"].append(rank)
+            for k in ("in_dtypes", "out_dtypes"):
+                for dt in o.get(k) or []:
+                    if dt not in m[k]:
+                        m[k].append(dt)
+            m["float64"] = m.get("float64") or o.get("float64", False)
+            m["float64_source"] = m.get("float64_source") or o.get("float64_source", False)
+    return list(merged.values())
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+
+class Classifier:
+    def __init__(self, table_path: str | None = None):
+        self.table = None
+        self.error = None
+        self._api_rev: dict[str, list[str]] | None = None
+        self._cache: dict[str, dict] = {}
+        try:
+            from neuron_migrate.table import load_table
+
+            self.table = load_table(table_path) if table_path else load_table()
+        except Exception as exc:  # noqa: BLE001 - no table: everything is "unknown", said in the report
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    @property
+    def version(self) -> str | None:
+        return getattr(self.table, "version", None)
+
+    def _namespace_entry(self, base: str):
+        """An op absent from the table, reached only from Python APIs under a namespace the table rates
+        (torch.fft -> partial): use that namespace's entry."""
+        if self.table is None:
+            return None
+        if self._api_rev is None:
+            self._api_rev = defaultdict(list)
+            try:
+                from neuron_migrate.table import load_api_map
+
+                for api, ops in load_api_map().items():
+                    for op in ops:
+                        self._api_rev[base_name(op)].append(api)
+            except Exception:  # noqa: BLE001
+                pass
+        entries = []
+        for api in self._api_rev.get(base, []):
+            try:
+                e = self.table.api(api)
+            except Exception:  # noqa: BLE001
+                e = None
+            if e is None or getattr(e, "kind", None) != "namespace":
+                return None  # some API reaching this op is not under a rated namespace: do not guess
+            entries.append((api, e))
+        if not entries:
+            return None
+        return entries[0]
+
+    def classify(self, op: str) -> dict:
+        c = self._cache.get(op)
+        if c is not None:
+            return c
+        entry = None
+        via = None
+        if self.table is not None:
+            try:
+                entry = self.table.op(op)
+            except Exception:  # noqa: BLE001
+                entry = None
+            if entry is None:
+                ns = self._namespace_entry(base_name(op))
+                if ns is not None:
+                    via, entry = ns[0], ns[1]
+        if entry is None:
+            c = {"status": "unknown", "note": "not in the compat table: verify on device", "source_url": None,
+                 "confidence": None}
+        else:
+            status = str(getattr(entry.status, "value", entry.status))
+            note = entry.note or ""
+            if via:
+                note = f"via {via} ({entry.name}): {note}"
+            if status == "cpu_fallback" and "host" not in note:
+                note = f"{note} ({_COST_NOTE})" if note else _COST_NOTE
+            c = {"status": status, "note": note, "source_url": entry.source_url, "confidence": entry.confidence}
+        self._cache[op] = c
+        return c
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def _site(o: dict) -> str:
+    if o.get("file"):
+        return f"{o['file']}:{o['line']}"
+    return {"optimizer": "(optimizer step, no user frame)", "backward": "(autograd engine / probe loss)"}.get(
+        o.get("phase"), "(no user frame)")
+
+
+def _rel(path: str | None, cwd: str) -> str | None:
+    if not path:
+        return path
+    try:
+        r = os.path.relpath(path, cwd)
+        return path if r.startswith("..") else r
+    except ValueError:
+        return path
+
+
+def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spec: dict,
+                 fail_on: list[str], top: int = 10) -> dict[str, Any]:
+    cwd = spec.get("cwd") or os.getcwd()
+    ops = merge_ops(docs)
+    for o in ops:
+        o.update(classifier.classify(o["op"]))
+        o["file"] = _rel(o.get("file"), cwd)
+        o["site"] = _site(o)
+
+    run_ops = [o for o in ops if o["phase"] != "init"]
+    init_ops = [o for o in ops if o["phase"] == "init"]
+
+    # ops by status: distinct overloads and calls
+    by_status: dict[str, dict] = {s: {"ops": 0, "calls": 0} for s in STATUSES}
+    seen: dict[str, set] = {s: set() for s in STATUSES}
+    for o in run_ops:
+        s = o["status"] if o["status"] in by_status else "unknown"
+        seen[s].add(o["op"])
+        by_status[s]["calls"] += o["count"]
+    for s in STATUSES:
+        by_status[s]["ops"] = len(seen[s])
+
+    def group(status: str) -> list[dict]:
+        """One row per op overload, with its call sites by count."""
+        rows: dict[str, dict] = {}
+        for o in run_ops:
+            if o["status"] != status:
+                continue
+            r = rows.setdefault(o["op"], {"op": o["op"], "count": 0, "sites": [], "note": o["note"],
+                                          "source_url": o.get("source_url"), "confidence": o.get("confidence"),
+                                          "phases": []})
+            r["count"] += o["count"]
+            r["sites"].append({"site": o["site"], "file": o.get("file"), "line": o.get("line"), "phase": o["phase"],
+                               "count": o["count"], "grad_fn": o.get("grad_fn"), "attributed": o.get("attributed")})
+            if o["phase"] not in r["phases"]:
+                r["phases"].append(o["phase"])
+        out = sorted(rows.values(), key=lambda r: (-r["count"], r["op"]))
+        for r in out:
+            r["sites"].sort(key=lambda s: (-s["count"], s["site"]))
+        return out
+
+    float64_ops = [o for o in run_ops if o.get("float64")]
+    f64_rows: dict[tuple, dict] = {}
+    for o in float64_ops:
+        r = f64_rows.setdefault((o["op"], o["site"]), {"op": o["op"], "site": o["site"], "file": o.get("file"),
+                                                       "line": o.get("line"), "count": 0, "phases": [],
+                                                       "dtypes": []})
+        r["count"] += o["count"]
+        if o["phase"] not in r["phases"]:
+            r["phases"].append(o["phase"])
+        for dt in o["in_dtypes"] + o["out_dtypes"]:
+            if dt not in r["dtypes"]:
+                r["dtypes"].append(dt)
+    float64_sources = [
+        {"op": o["op"], "site": o["site"], "file": o.get("file"), "line": o.get("line"), "phase": o["phase"]}
+        for o in ops if o.get("float64_source")
+    ]
+    f64_tensors: dict[tuple, dict] = {}
+    for d in docs:
+        for t in d.get("float64_tensors") or []:
+            t = dict(t, file=_rel(t.get("file"), cwd))
+            f64_tensors.setdefault((t["kind"], t["name"], t.get("file"), t.get("line")), t)
+
+    first_error = None
+    for d in docs:
+        if d.get("error"):
+            e = dict(d["error"], rank=d.get("rank", 0))
+            e["file"] = _rel(e.get("file"), cwd)
+            first_error = first_error or e
+    status = "ok"
+    if outcome.get("timed_out"):
+        status = "timeout"
+    elif first_error or outcome.get("error") or any(d.get("status") not in ("ok",) for d in docs) or not docs:
+        status = "error"
+
+    report: dict[str, Any] = {
+        "tool": "neuron-migrate probe",
+        "target": spec.get("target"),
+        "args": spec.get("args") or [],
+        "mode": spec.get("mode"),
+        "device": next((d.get("device") for d in docs if d.get("device")), None),
+        "device_reason": next((d.get("device_reason") for d in docs if d.get("device_reason")), None),
+        "torch_version": next((d.get("torch_version") for d in docs if d.get("torch_version")), None),
+        "table_version": classifier.version,
+        "table_error": classifier.error,
+        "world_size": max([d.get("world_size", 1) for d in docs] or [1]),
+        "ranks": [{"rank": d.get("rank", 0), "status": d.get("status"), "ops": len(d.get("ops") or []),
+                   "steps": d.get("optimizer_steps") or d.get("steps_run"), "error": d.get("error", {}).get("message")
+                   if d.get("error") else None} for d in docs],
+        "status": status,
+        "error": first_error or outcome.get("error"),
+        "outcome": outcome,
+        "stopped": next((d.get("stopped") for d in docs if d.get("stopped")), None),
+        "summary": {"by_status": by_status, "float64_ops": len({o["op"] for o in float64_ops}),
+                    "float64_tensors": len(f64_tensors), "distinct_ops": len({o["op"] for o in run_ops})},
+        "cpu_fallback": group("cpu_fallback"),
+        "unsupported": group("unsupported"),
+        "partial": group("partial"),
+        "unknown": group("unknown"),
+        "float64": {"ops": sorted(f64_rows.values(), key=lambda r: (-r["count"], r["site"])),
+                    "sources": float64_sources, "tensors": list(f64_tensors.values())},
+        "construction": sorted({o["op"] for o in init_ops if o["status"] in ("cpu_fallback", "unsupported")}),
+        "timing": _timing(docs),
+        "ops": sorted(ops, key=lambda o: (o["phase"], o.get("file") or "", o.get("line") or 0, o["op"])),
+    }
+    comp = next((d.get("compile") for d in docs if d.get("compile")), None)
+    if comp is not None:
+        report["compile"] = _compile_section(comp, classifier, cwd)
+    num = next((d.get("numerics") for d in docs if d.get("numerics")), None)
+    if num is not None:
+        report["numerics"] = num
+    measured = [d.get("measured") for d in docs if d.get("measured")]
+    if measured:
+        report["measured"] = _measured_section(measured, run_ops)
+    report["fail_on"] = fail_on
+    report["failed_checks"] = _failed_checks(report, fail_on)
+    return report
+
+
+def _timing(docs: list[dict]) -> dict:
+    t = next((d.get("timing") for d in docs if d.get("timing")), None) or {}
+    device = next((d.get("device") for d in docs if d.get("device")), "cpu")
+    out = dict(t)
+    out["device"] = device
+    # First-call (compile) time only means something on a Neuron device (eager kernels and NEFFs compile on
+    # first use); elsewhere only the steady-state time of the probed run is reported.
+    out["first_call_reported"] = device == "neuron"
+    out["note"] = "times include the recorder's overhead"
+    return out
+
+
+def _compile_section(comp: dict, classifier: Classifier, cwd: str) -> dict:
+    out = dict(comp)
+    blockers = []
+    for g in comp.get("graphs") or []:
+        for o in g.get("ops") or []:
+            if "::" not in o["op"]:
+                continue  # operator.getitem and friends
+            c = classifier.classify(o["op"])
+            o.update(status=c["status"], file=_rel(o.get("file"), cwd))
+            if c["status"] in ("cpu_fallback", "unsupported"):
+                blockers.append({"graph": g["index"], "kind": g["kind"], "op": o["op"], "status": c["status"],
+                                 "file": o.get("file"), "line": o.get("line"), "note": c["note"]})
+    out["cannot_lower"] = blockers
+    ex = comp.get("explain") or {}
+    for b in ex.get("breaks") or []:
+        b["file"] = _rel(b.get("file"), cwd)
+    return out
+
+
+def _measured_section(measured: list[dict], run_ops: list[dict]) -> dict:
+    fallback, executed, errors = set(), set(), []
+    for m in measured:
+        if m.get("error"):
+            errors.append(m["error"])
+        fallback |= {base_name(x) for x in m.get("fallback_ops") or []}
+        executed |= {base_name(x) for x in m.get("executed_ops") or []}
+    rows: dict[str, dict] = {}
+    for o in run_ops:
+        b = base_name(o["op"])
+        r = rows.setdefault(b, {"op": b, "predicted": o["status"], "count": 0})
+        r["count"] += o["count"]
+    for b, r in rows.items():
+        if b in fallback:
+            m = "cpu_fallback"
+        elif b in HOST_UNTRACKED_OPS:
+            m = "host_untracked"
+        elif b in executed:
+            m = "native"
+        else:
+            m = "not_tracked"
+        r["measured"] = m
+        p = r["predicted"]
+        if m == "not_tracked" or p in ("unknown", "partial"):
+            r["agree"] = None
+        else:
+            r["agree"] = (p == "native") == (m == "native")
+    recorded = set(rows)
+    return {
+        "fallback_ops": sorted(fallback),
+        "executed_ops": sorted(executed),
+        "host_untracked": sorted(recorded & HOST_UNTRACKED_OPS),
+        "fallback_not_recorded": sorted(fallback - recorded),
+        "comparison": sorted(rows.values(), key=lambda r: (r["agree"] is not False, r["op"])),
+        "disagreements": sum(1 for r in rows.values() if r["agree"] is False),
+        "errors": errors,
+        "module_file": next((m.get("module_file") for m in measured if m.get("module_file")), None),
+    }
+
+
+def _failed_checks(report: dict, fail_on: list[str]) -> list[str]:
+    failed = []
+    s = report["summary"]["by_status"]
+    checks = {
+        "fallback": s["cpu_fallback"]["ops"] > 0 or bool((report.get("measured") or {}).get("fallback_ops")),
+        "unsupported": s["unsupported"]["ops"] > 0,
+        "unknown": s["unknown"]["ops"] > 0,
+        "partial": s["partial"]["ops"] > 0,
+        "float64": bool(report["float64"]["ops"] or report["float64"]["tensors"]),
+        "graph-break": bool(((report.get("compile") or {}).get("explain") or {}).get("graph_break_count")),
+        "compile": bool((report.get("compile") or {}).get("cannot_lower")),
+    }
+    for f in fail_on:
+        if checks.get(f):
+            failed.append(f)
+    return failed

@@ -1,0 +1,64 @@
+"""Human output: findings grouped by file with a code frame, unified diffs, and the run summary."""
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from typing import Iterable, Optional
+
+from neuron_migrate.rules.model import Finding, FixSafety
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def console(stderr: bool = False, color: Optional[bool] = None):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, force_terminal=color, no_color=(color is False))
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+def print_diff(con, diff: str, plain: bool) -> None:
+    if plain:
+        con.file.write(diff if diff.endswith("\n") else diff + "\n")
+        return
+    from rich.text import Text
+
+    for line in diff.splitlines():
+        style = "bold" if line.startswith(("+++", "---")) else "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+        con.print(Text(line, style=style))
+
+
+def fix_label(f: Finding) -> str:
+    if f.fix is None:
+        return ""
+    return "[*] " if f.fix.safety == FixSafety.SAFE else "[unsafe fix] "
+
+
+def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False) -> None:
+    from rich.text import Text
+
+    for f in findings:
+        loc = f"{f.path}:{f.span.line}:{f.span.col + 1}:"
+        t = Text()
+        t.append(loc, style="bold")
+        t.append(" ")
+        t.append(f.rule.code, style=SEVERITY_STYLE.get(f.severity.value, ""))
+        t.append(f" {fix_label(f)}{f.message}")
+        con.print(t)
+        if concise:
+            continue
+        lines = (source_lines or {}).get(f.path)
+        if lines and 0 < f.span.line <= len(lines):
+            text = lines[f.span.line - 1].rstrip("\r\n")
+            con.print(Text(f"  {f.span.line:>5} | {text}", style="dim"))
+            width = max(1, (f.span.end_col if f.span.end_line == f.span.line else len(text)) - f.span.col)
+            con.print(Text("        | " + " " * f.span.col + "^" * width, style=SEVERITY_STYLE.get(f.severity.value, "")))
+        if f.note:
+            con.print(Text(f"        = note: {f.note}", style="dim"))
+
+
+def summary_counts(findings: Iterable[Finding]) -> Counter:
+    return Counter(f.rule.code for f in findings)
