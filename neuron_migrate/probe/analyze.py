@@ -118,11 +118,11 @@ class Classifier:
                 e = self.table.api(api)
             except Exception:  # noqa: BLE001
                 e = None
-            if e is None or getattr(e, "kind", None) != "namespace":
-                return None  # some API reaching this op is not under a rated namespace: do not guess
-            entries.append((api, e))
+            if e is not None and getattr(e, "kind", None) == "namespace":
+                entries.append((api, e))
         if not entries:
             return None
+        entries.sort(key=lambda ae: ae[0])
         return entries[0]
 
     def classify(self, op: str) -> dict:

@@ -137,6 +137,8 @@ class Recorder:
         if self.paused:
             return
         name = op_name(func)
+        if name.startswith("profiler::"):
+            return  # record_function markers, not compute
         node = torch._C._current_autograd_node()
         attributed = False
         node_name = None

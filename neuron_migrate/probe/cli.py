@@ -1,0 +1,169 @@
+"""`neuron-migrate probe`: run the user's model and report, per aten op, how TorchNeuron would run it.
+
+Kept light at import time: no torch here (the child process imports it).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+INSTALL_HINT = "neuron-migrate probe needs torch: pip install 'neuron-migrate[probe]'"
+
+# exit codes
+EXIT_OK, EXIT_FAIL_ON, EXIT_ERROR = 0, 1, 2
+
+
+class Mode(str, Enum):
+    train = "train"
+    forward = "forward"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    neuron = "neuron"
+
+
+class Fmt(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class Opt(str, Enum):
+    adamw = "adamw"
+    adam = "adam"
+    sgd = "sgd"
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def parse_target(target: str, cwd: str) -> dict:
+    """`path/train.py` -> script; `pkg.mod:fn` or `path/file.py:fn` -> factory."""
+    head, sep, tail = target.rpartition(":")
+    if sep and tail and head and not (len(head) == 1 and head.isalpha()):  # not a Windows drive letter
+        return {"kind": "factory", "ref": target}
+    path = os.path.join(cwd, target)
+    if target.endswith(".py") or os.path.isfile(path):
+        if not os.path.isfile(path):
+            raise typer.BadParameter(f"no such script: {target}", param_hint="TARGET")
+        return {"kind": "script", "path": target}
+    raise typer.BadParameter(
+        f"{target!r} is neither a script (path/to/train.py) nor a factory (package.module:function)",
+        param_hint="TARGET")
+
+
+def parse_shapes(values: list[str]) -> list[list[int]]:
+    shapes = []
+    for v in values:
+        for piece in v.replace(";", " ").replace(",", " ").split():
+            try:
+                shapes.append([int(d) for d in piece.lower().split("x")])
+            except ValueError:
+                raise typer.BadParameter(f"bad shape {piece!r}: use e.g. 8x128", param_hint="--shapes") from None
+    return shapes
+
+
+def parse_fail_on(value: str | None) -> list[str]:
+    from neuron_migrate.probe.analyze import FAIL_ON_CHOICES
+
+    if not value:
+        return []
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    bad = [x for x in items if x not in FAIL_ON_CHOICES]
+    if bad:
+        raise typer.BadParameter(f"unknown {', '.join(bad)}; choose from {', '.join(FAIL_ON_CHOICES)}",
+                                 param_hint="--fail-on")
+    return items
+
+
+def probe(
+    ctx: typer.Context,
+    target: str = typer.Argument(..., help="path/to/train.py (run as __main__; script args after --), or "
+                                 "package.module:factory / path/file.py:factory returning a model or (model, inputs)."),
+    mode: Mode = typer.Option(Mode.train, "--mode", help="train: forward, backward, optimizer step; forward: no_grad forward."),
+    steps: int = typer.Option(3, "--steps", min=1, help="Steps to run a factory target."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Stop a script after N optimizer steps."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Stop cleanly after S seconds (report as stopped, not an error)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Kill the run after S seconds (exit 2)."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="module:fn returning example inputs (tensor, tuple or dict)."),
+    optimizer: Opt = typer.Option(Opt.adamw, "--optimizer", help="Optimizer for factory targets."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, else cpu."),
+    compile_: bool = typer.Option(False, "--compile", help="Also run through torch.compile with a capturing backend."),
+    shapes: List[str] = typer.Option([], "--shapes", help="Input shapes for the recompile count, e.g. --shapes 8x128,16x128 (first tensor input)."),
+    numerics: bool = typer.Option(False, "--numerics", help="Compare float64-as-float32 (and neuron vs CPU) results."),
+    fmt: Fmt = typer.Option(Fmt.text, "--format", help="text (rich summary) or json on stdout."),
+    report: Optional[str] = typer.Option(None, "--report", help="Also write a Markdown report to FILE.md."),
+    json_out: Optional[str] = typer.Option(None, "--json-out", help="Also write the JSON report to FILE."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when found: fallback,float64,unsupported,unknown,partial,graph-break,compile."),
+    table: Optional[str] = typer.Option(None, "--table", help="Compat table file (default: newest shipped)."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
+    seed: int = typer.Option(0, "--seed"),
+    top: int = typer.Option(10, "--top", help="How many fallbacks to list."),
+) -> None:
+    """Run a model or training script and report, per aten op, whether TorchNeuron runs it natively, falls
+    back to CPU, downcasts float64 or cannot run it, with your file and line. Exit: 0 ok, 1 --fail-on hit,
+    2 the run failed, timed out or torch is missing."""
+    cwd = os.getcwd()
+    try:
+        fail_list = parse_fail_on(fail_on)
+        shape_list = parse_shapes(shapes)
+        tgt = parse_target(target, cwd)
+    except typer.BadParameter as exc:
+        typer.echo(f"neuron-migrate probe: {exc.format_message()}", err=True)
+        raise typer.Exit(EXIT_ERROR) from None
+    if not torch_available():
+        typer.echo(INSTALL_HINT, err=True)
+        raise typer.Exit(EXIT_ERROR)
+    script_args = list(ctx.args)
+    if script_args and tgt["kind"] != "script":
+        typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    if (compile_ or numerics or shape_list) and tgt["kind"] == "script":
+        typer.echo("neuron-migrate probe: note: --compile/--numerics/--shapes need a factory target (module:fn); "
+                   "ignored for a script", err=True)
+    spec = {
+        "target": tgt, "args": script_args, "cwd": cwd, "mode": mode.value, "steps": steps, "max_steps": max_steps,
+        "time_limit": time_limit, "inputs": inputs, "optimizer": optimizer.value, "device": device.value,
+        "compile": compile_ and tgt["kind"] == "factory", "shapes": shape_list if tgt["kind"] == "factory" else [],
+        "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
+    }
+    code = run_and_report(spec, timeout=timeout, nproc=nproc_per_node, fmt=fmt.value, report_md=report,
+                          json_out=json_out, fail_on=fail_list, table=table, top=top)
+    raise typer.Exit(code)
+
+
+def run_and_report(spec: dict, *, timeout: float, nproc: int | None, fmt: str, report_md: str | None,
+                   json_out: str | None, fail_on: list[str], table: str | None, top: int) -> int:
+    from neuron_migrate.probe.analyze import Classifier, build_report
+    from neuron_migrate.probe.render import print_rich, to_json, write_markdown
+    from neuron_migrate.probe.runner import run_child
+
+    docs, outcome = run_child(spec, timeout=timeout, nproc=nproc)
+    rep = build_report(docs, classifier=Classifier(table), outcome=outcome, spec=spec, fail_on=fail_on, top=top)
+    if fmt == "json":
+        sys.stdout.write(to_json(rep) + "\n")
+    else:
+        print_rich(rep, top=top)
+    if report_md:
+        write_markdown(rep, report_md, top=top)
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as fh:
+            fh.write(to_json(rep))
+    if rep["status"] != "ok":
+        return EXIT_ERROR
+    return EXIT_FAIL_ON if rep["failed_checks"] else EXIT_OK
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "probe",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(probe)
