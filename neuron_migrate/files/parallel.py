@@ -9,11 +9,11 @@ _STATE: dict = {}
 PARALLEL_MIN_FILES = 24  # below this, a process pool costs more than it saves
 
 
-def _init(select, ignore, settings_kw, fix, write):
+def _init(codes, settings_kw, fix, write):
     from neuron_migrate.rules.api import Settings
     from neuron_migrate.rules.registry import RuleSet
 
-    _STATE.update(ruleset=RuleSet.select(select, ignore), settings=Settings(**settings_kw), fix=fix, write=write)
+    _STATE.update(ruleset=RuleSet.from_codes(codes), settings=Settings(**settings_kw), fix=fix, write=write)
 
 
 def _one(item):
@@ -30,12 +30,12 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def run_files(items: list[tuple[str, str]], select, ignore, settings_kw: dict, fix: bool, write: bool,
+def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
               jobs: Optional[int] = None, progress: Optional[Callable] = None) -> Iterator:
-    """Yield FileResults in input order."""
+    """Yield FileResults in input order. `codes` are the active rule codes (RuleSet.codes)."""
     jobs = jobs or default_jobs()
     if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
-        _init(select, ignore, settings_kw, fix, write)
+        _init(codes, settings_kw, fix, write)
         for item in items:
             yield _one(item)
         return
@@ -44,5 +44,5 @@ def run_files(items: list[tuple[str, str]], select, ignore, settings_kw: dict, f
 
     chunk = max(1, min(64, len(items) // (jobs * 8)))
     ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(select, ignore, settings_kw, fix, write)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(tuple(codes), settings_kw, fix, write)) as pool:
         yield from pool.map(_one, items, chunksize=chunk)

@@ -36,13 +36,13 @@ def rewrite(
     for m in run.messages:
         err.print(f"[red]error[/red]: {m}")
     do_write = write and not check
-    changed = written = errors = len(run.messages)
+    errors = len(run.messages)
     changed = written = 0
     applied: Counter = Counter()
     remaining = []
     notes: list[str] = []
     source_lines = {}
-    for res in run_files(run.items, run.ruleset.rules and [r.code for r in run.ruleset.rules], [], run.settings_kw, fix=True, write=do_write, jobs=jobs):
+    for res in run_files(run.items, run.ruleset.codes, run.settings_kw, fix=True, write=do_write, jobs=jobs):
         if res.error:
             errors += 1
             err.print(f"[red]error[/red]: {res.path}: {res.error}")

@@ -92,6 +92,15 @@ class RuleSet:
                 raise RuleError(f"unknown rule selector {s!r} (see `neuron-migrate rules`)")
         return cls(r for r in all_rules() if _matches(r, select) and not _matches(r, ignore))
 
+    @classmethod
+    def from_codes(cls, codes: Iterable[str]) -> "RuleSet":
+        wanted = set(codes)
+        return cls(r for r in all_rules() if r.code in wanted)
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(r.code for r in self.rules)
+
     def could_match(self, text: str) -> bool:
         """Cheap text prefilter: a file with none of the trigger words cannot produce a finding."""
         return any(w in text for w in self.trigger_words)
