@@ -169,15 +169,13 @@ class Analysis:
 
     def binding_for(self, qualname: str, scope: Optional[Scope] = None) -> Optional[str]:
         """A name visible in `scope` (default: module) bound to exactly `qualname`, if any."""
-        scope = scope or self.module_scope
-        seen = set()
+        start = scope = scope or self.module_scope
+        seen: set = set()
         while scope is not None:
             for name, q in scope.bindings.items():
-                if q == qualname and name not in seen:
-                    found, _ = (scope.lookup(name))
-                    if found == qualname:
-                        return name
-                seen.update(scope.bindings)
+                if q == qualname and name not in seen and start.lookup(name)[0] == qualname:
+                    return name
+            seen.update(scope.bindings)
             scope = scope.parent
         return None
 
