@@ -261,7 +261,7 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
         "table_version": classifier.version,
         "table_error": classifier.error,
         "world_size": max([d.get("world_size", 1) for d in docs] or [1]),
-        "ranks": [{"rank": d.get("rank", 0), "status": d.get("status"), "ops": len(d.get("ops") or []),
+        "ranks": [{"rank": d.get("rank", 0), "pid": d.get("pid"), "status": d.get("status"), "ops": len(d.get("ops") or []),
                    "steps": d.get("optimizer_steps") or d.get("steps_run"), "error": d.get("error", {}).get("message")
                    if d.get("error") else None} for d in docs],
         "status": status,

@@ -74,6 +74,19 @@ def user_site(depth: int = 1) -> tuple[str, int] | None:
     return None
 
 
+def _in_module_init(f) -> bool:
+    """True when an `nn.Module.__init__` is on the stack (model construction, usually on the CPU)."""
+    while f is not None:
+        if f.f_code.co_name == "__init__":
+            try:
+                if isinstance(f.f_locals.get("self"), torch.nn.Module):
+                    return True
+            except Exception:  # noqa: BLE001
+                pass
+        f = f.f_back
+    return False
+
+
 def site_of_traceback(tb) -> tuple[str, int] | None:
     """The innermost user frame of a traceback."""
     found = None
@@ -157,6 +170,8 @@ class Recorder:
         else:
             phase = self.phase
             site = user_site(3)
+            if phase == "forward" and _in_module_init(sys._getframe(2)):
+                phase = "init"
         ins = _dtypes((args, kwargs))
         outs = _dtypes(out)
         f64 = _any_f64((args, kwargs)) or _any_f64(out)
