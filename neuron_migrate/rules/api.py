@@ -85,9 +85,10 @@ def _words_from_triggers(triggers: Iterable[tuple[str, str]]) -> tuple[str, ...]
 class Settings:
     """Options that change what fixes produce."""
 
-    def __init__(self, device_style: str = "neuron", unsafe_fixes: bool = False):
+    def __init__(self, device_style: str = "neuron", unsafe_fixes: bool = False, table_path: Optional[str] = None):
         self.device_style = device_style  # "neuron" | "accelerator"
         self.unsafe_fixes = unsafe_fixes
+        self.table_path = table_path  # compatibility table for NM3xx rules (None: the newest shipped one)
 
 
 class Ctx:
@@ -97,6 +98,8 @@ class Ctx:
         self.analysis = analysis
         self.settings = settings or Settings()
         self.rule: Optional[Rule] = None  # set by the runner before each check
+        self.suppressions = None  # runner.Suppressions of the file (set by the runner; read by NM9xx rules)
+        self.ruleset = None  # the active RuleSet (set by the runner)
 
     # -- facts -----------------------------------------------------------------------------------
     def uses_any(self, *qualnames: str) -> bool:

@@ -81,6 +81,7 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
     analysis = Analysis(text, path, ruleset.wanted)
     ctx = Ctx(analysis, settings)
     sup = Suppressions.parse(text)
+    ctx.suppressions, ctx.ruleset = sup, ruleset
     findings: list[Finding] = []
     suppressed = 0
 
@@ -95,7 +96,8 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
             lines = (f.span.line,)
             if site is not None and site.kind != "module":
                 lines = (f.span.line, site.stmt.lineno)
-            if sup.suppressed(f.rule.code, lines):
+            # meta findings (NM9xx, about the suppression comments themselves) are not suppressed by them
+            if not f.rule.code.startswith("NM9") and sup.suppressed(f.rule.code, lines):
                 suppressed += 1
             else:
                 findings.append(f)
