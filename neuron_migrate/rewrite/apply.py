@@ -257,7 +257,7 @@ def _has_import(module: cst.Module, req: ImportReq) -> bool:
 
 
 def _defined_at_top(module: cst.Module, name: str) -> bool:
-    return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in module.body)
+    return any(isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value == name for s in module.body)
 
 
 def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
