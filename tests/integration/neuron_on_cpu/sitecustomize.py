@@ -1,0 +1,225 @@
+"""TEST-ONLY CPU STAND-IN FOR THE `neuron` DEVICE. Never ship this; the product never imports it.
+
+Integration tests rewrite real training scripts to TorchNeuron (`torch.device("neuron")`,
+`init_process_group(backend="neuron")`, `torch.compile(backend="neuron")`, `torch.autocast("neuron")`,
+`torch.neuron.*`) and then *run* them on a CPU-only machine. Put this folder first on PYTHONPATH of the
+child process (torchrun passes PYTHONPATH on to its workers) and Python imports this module at start-up,
+before the script, which then runs with:
+
+| script says                                        | runs as                                    |
+|----------------------------------------------------|--------------------------------------------|
+| `torch.device("neuron"[, i])`, `"neuron:0"`         | `torch.device("cpu")`                      |
+| `.to("neuron")` on tensors and modules              | `.to("cpu")`                               |
+| `device="neuron"` in torch factory functions        | `device="cpu"`                             |
+| `torch.autocast("neuron", ...)`                     | `torch.autocast("cpu", ...)`               |
+| `init_process_group(backend="neuron")` (or unset)   | backend `gloo`                             |
+| `torch.compile(backend="neuron")` (or unset)        | backend `eager` (`aot_eager` if `NEURON_ON_CPU_COMPILE_BACKEND=aot_eager`) |
+| `torch.neuron.*` (device module)                    | CPU no-ops / `torch.manual_seed` / zeros   |
+| `torch.accelerator.synchronize()`, `memory_*`, ... | no-ops / 0 (is_available() stays False)    |
+| `tensor.neuron()`, `tensor.is_neuron`               | the tensor itself, `True` for CPU tensors  |
+
+Settings (environment):
+- `NEURON_ON_CPU=0` disables the shim (the folder may stay on PYTHONPATH).
+- `NEURON_ON_CPU_DEVICE_TYPES` comma-separated device types mapped to cpu (default `neuron`; add `xla` or
+  `cuda` to run un-migrated code the same way).
+- `NEURON_ON_CPU_COMPILE_BACKEND` backend used instead of `neuron`/`inductor`/unset (default `eager`).
+
+Limits (by design: this is a stand-in, not an emulator): device *comparisons* see `cpu`
+(`x.device.type == "neuron"` is False); only the factory functions listed in `_FACTORIES` map `device=`;
+`torch.compile` modes are dropped and `dynamic` is passed through. `torch._neuron_on_cpu` is set to True
+so that a test can assert the shim was active in the child.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+
+def _install() -> None:
+    import functools
+
+    import torch
+
+    mapped = {t.strip() for t in os.environ.get("NEURON_ON_CPU_DEVICE_TYPES", "neuron").split(",") if t.strip()}
+    compile_backend = os.environ.get("NEURON_ON_CPU_COMPILE_BACKEND", "eager")
+    RealDevice = torch.device
+
+    def map_str(s: str) -> str:
+        kind = s.split(":", 1)[0]
+        return "cpu" if kind in mapped else s
+
+    def map_device(d):
+        """A device argument (str, torch.device, int or None) with mapped types turned into cpu."""
+        if isinstance(d, str):
+            return map_str(d)
+        if isinstance(d, RealDevice) and d.type in mapped:
+            return RealDevice("cpu")
+        return d
+
+    # -- torch.device ---------------------------------------------------------------------------
+    class _DeviceMeta(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, RealDevice)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, RealDevice)
+
+    class device(metaclass=_DeviceMeta):  # noqa: N801 - stands in for torch.device
+        """torch.device that turns mapped device types into cpu (and drops their index)."""
+
+        def __new__(cls, type_or_str=None, index=None, **kwargs):
+            if "type" in kwargs:
+                type_or_str = kwargs.pop("type")
+            if isinstance(type_or_str, str) and type_or_str.split(":", 1)[0] in mapped:
+                return RealDevice("cpu")
+            if isinstance(type_or_str, RealDevice):
+                return map_device(type_or_str)
+            return RealDevice(type_or_str) if index is None else RealDevice(type_or_str, index)
+
+    torch.device = device
+
+    # -- .to() on tensors and modules -------------------------------------------------------------
+    def wrap_to(orig):
+        @functools.wraps(orig)
+        def to(self, *args, **kwargs):
+            args = tuple(map_device(a) for a in args)
+            if "device" in kwargs:
+                kwargs["device"] = map_device(kwargs["device"])
+            return orig(self, *args, **kwargs)
+
+        return to
+
+    torch.Tensor.to = wrap_to(torch.Tensor.to)
+    torch.nn.Module.to = wrap_to(torch.nn.Module.to)
+
+    # -- factories with device= --------------------------------------------------------------------
+    def wrap_factory(orig):
+        @functools.wraps(orig)
+        def factory(*args, **kwargs):
+            if "device" in kwargs:
+                kwargs["device"] = map_device(kwargs["device"])
+            return orig(*args, **kwargs)
+
+        return factory
+
+    for name in _FACTORIES:
+        if hasattr(torch, name):
+            setattr(torch, name, wrap_factory(getattr(torch, name)))
+
+    # -- autocast ----------------------------------------------------------------------------------
+    RealAutocast = torch.autocast
+
+    class autocast(RealAutocast):  # noqa: N801
+        def __init__(self, device_type, *args, **kwargs):
+            super().__init__(map_str(device_type) if isinstance(device_type, str) else device_type, *args, **kwargs)
+
+    torch.autocast = autocast
+    torch.amp.autocast = autocast
+    for fname in ("is_autocast_available",):
+        orig = getattr(torch.amp, fname, None)
+        if orig is not None:
+            setattr(torch.amp, fname, lambda device_type, _o=orig: _o(map_str(device_type)))
+
+    # -- torch.distributed ---------------------------------------------------------------------------
+    import torch.distributed as dist
+
+    real_init = dist.init_process_group
+
+    @functools.wraps(real_init)
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend", args[0] if args else None)
+        if backend is None or any(p.split(":")[-1] in mapped or p.split(":")[0] in mapped or p.endswith("nccl")
+                                  for p in str(backend).split(",")):
+            backend = "gloo"
+        if args:
+            args = (backend, *args[1:])
+        else:
+            kwargs["backend"] = backend
+        if "device_id" in kwargs:
+            kwargs.pop("device_id")
+        return real_init(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+
+    # -- torch.compile -------------------------------------------------------------------------------
+    real_compile = torch.compile
+
+    @functools.wraps(real_compile)
+    def compile(model=None, **kwargs):  # noqa: A001
+        if kwargs.get("backend") in (None, "inductor", *mapped):
+            kwargs["backend"] = compile_backend
+        kwargs.pop("mode", None)
+        kwargs.pop("options", None)
+        return real_compile(model, **kwargs) if model is not None else real_compile(**kwargs)
+
+    torch.compile = compile
+
+    # -- torch.accelerator: calls that need an accelerator become CPU no-ops -------------------------
+    # is_available()/current_accelerator()/device_count() keep their real CPU answers (False/None/0):
+    # Dynamo and device-agnostic code read them. Calls that would raise "Cannot access accelerator
+    # device when none is available" return what a single idle device would.
+    acc = torch.accelerator
+    cpu_defaults = {
+        "current_device_index": 0, "current_device_idx": 0, "set_device_index": None, "set_device_idx": None,
+        "synchronize": None, "empty_cache": None, "memory_allocated": 0, "max_memory_allocated": 0,
+        "memory_reserved": 0, "max_memory_reserved": 0, "reset_peak_memory_stats": None, "memory_stats": {},
+    }
+    real_available = acc.is_available
+
+    def cpu_fallback(orig, default):
+        @functools.wraps(orig)
+        def call(*args, **kwargs):
+            if real_available():
+                return orig(*args, **kwargs)
+            return dict(default) if isinstance(default, dict) else default
+
+        return call
+
+    for name, default in cpu_defaults.items():
+        if hasattr(acc, name):
+            setattr(acc, name, cpu_fallback(getattr(acc, name), default))
+
+    # -- torch.neuron device module -------------------------------------------------------------------
+    neuron = types.ModuleType("torch.neuron")
+    neuron.__doc__ = "Test-only CPU stand-in for TorchNeuron's torch.neuron device module."
+    neuron.is_available = lambda: True
+    neuron.device_count = lambda: 1
+    neuron.current_device = lambda: 0
+    neuron.set_device = lambda device: None
+    neuron.synchronize = lambda device=None: None
+    neuron.manual_seed = lambda seed: torch.manual_seed(seed) and None
+    neuron.manual_seed_all = lambda seed: torch.manual_seed(seed) and None
+    neuron.seed = lambda: None
+    neuron.seed_all = lambda: None
+    neuron.initial_seed = torch.initial_seed
+    neuron.empty_cache = lambda: None
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        setattr(neuron, name, lambda device=None: 0)
+    neuron.reset_peak_memory_stats = lambda device=None: None
+    neuron.memory_stats = lambda device=None: {}
+    neuron.is_bf16_supported = lambda: True
+    torch.neuron = neuron
+    sys.modules["torch.neuron"] = neuron
+
+    # -- generated privateuse1-style methods ---------------------------------------------------------
+    torch.Tensor.neuron = lambda self, device=None, non_blocking=False, **kw: self
+    torch.Tensor.is_neuron = property(lambda self: self.device.type == "cpu")
+    torch.nn.Module.neuron = lambda self, device=None: self
+
+    torch._neuron_on_cpu = True
+
+
+_FACTORIES = (
+    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
+    "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like",
+    "rand_like", "randn_like", "randint_like", "empty_strided",
+)
+
+if os.environ.get("NEURON_ON_CPU", "1") != "0":
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # a child without torch (e.g. a tool) runs untouched
+        pass
+    else:
+        _install()
