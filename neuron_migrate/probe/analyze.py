@@ -265,7 +265,7 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
                    "steps": d.get("optimizer_steps") or d.get("steps_run"), "error": d.get("error", {}).get("message")
                    if d.get("error") else None} for d in docs],
         "status": status,
-        "error": first_error or outcome.get("error"),
+        "error": outcome.get("error") if outcome.get("timed_out") else (first_error or outcome.get("error")),
         "outcome": outcome,
         "stopped": next((d.get("stopped") for d in docs if d.get("stopped")), None),
         "summary": {"by_status": by_status, "float64_ops": len({o["op"] for o in float64_ops}),

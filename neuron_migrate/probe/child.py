@@ -368,15 +368,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     writer.flush()
 
+    real_exit = os._exit
+
     # A kill from the parent (timeout) or an os._exit in user code: write what we have first.
     def _on_term(signum, frame):  # noqa: ARG001
         try:
             writer.flush(status="killed", killed_by=signal.Signals(signum).name)
         finally:
-            os._exit(128 + signum)
+            real_exit(128 + signum)
 
     signal.signal(signal.SIGTERM, _on_term)
-    real_exit = os._exit
 
     def _exit_hook(code=0):
         from neuron_migrate.probe.recorder import user_site

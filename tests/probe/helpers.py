@@ -34,7 +34,7 @@ def run_cli(args: list[str], *, env_extra: dict | None = None, timeout: float = 
 
 
 def run_json(args: list[str], **kw) -> tuple[int, dict, subprocess.CompletedProcess]:
-    p = run_cli([*args, "--format", "json"], **kw)
+    p = run_cli([args[0], "--format", "json", *args[1:]], **kw)  # before any `--`
     try:
         rep = json.loads(p.stdout)
     except ValueError as exc:

@@ -1,0 +1,87 @@
+"""Faults in the user's code: each is reported with what was gathered, the child is killed, exit code 2."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from .helpers import MODELS, marker_lines, rel, run_json  # noqa: E402
+
+
+def _dead(pid: int) -> bool:
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_model_that_raises():
+    rc, rep, _ = run_json([f"{rel('failing_model.py')}:make"])
+    assert rc == 2 and rep["status"] == "error"
+    err = rep["error"]
+    assert err["type"] == "ValueError" and "shape mismatch" in err["message"]
+    assert err["file"] == rel("failing_model.py") and err["line"] == marker_lines(MODELS / "failing_model.py")["raise"]
+    assert any(o["op"] == "aten::addmm.default" for o in rep["ops"])  # gathered before the raise
+
+
+def test_model_that_hangs_is_killed():
+    t0 = time.monotonic()
+    rc, rep, _ = run_json([f"{rel('hanging_model.py')}:make", "--timeout", "6"])
+    assert rc == 2 and rep["status"] == "timeout"
+    assert time.monotonic() - t0 < 60
+    assert "did not finish within 6 s" in rep["error"]["message"]
+    assert rep["outcome"]["timed_out"] and rep["outcome"]["killed"]
+    assert any(o["op"] == "aten::addmm.default" for o in rep["ops"])  # partial results kept
+    assert rep["ranks"][0]["status"] == "killed"
+    assert _dead(rep["ranks"][0]["pid"])
+
+
+def test_model_that_calls_os_exit():
+    rc, rep, _ = run_json([f"{rel('exit_model.py')}:make"])
+    assert rc == 2 and rep["status"] == "error"
+    err = rep["error"]
+    assert err["type"] == "os._exit" and "os._exit(3)" in err["message"]
+    assert err["line"] == marker_lines(MODELS / "exit_model.py")["exit"]
+    assert any(o["op"] == "aten::atan2.default" for o in rep["ops"])
+    assert rep["outcome"]["returncode"] == 3
+
+
+def test_model_that_prints_megabytes():
+    rc, rep, p = run_json([f"{rel('noisy_model.py')}:make", "--steps", "1"])
+    # a noisy model that finishes is not an error: the output went to a file, not a pipe that could fill up
+    assert rc == 0 and rep["status"] == "ok"
+    out = rep["outcome"]
+    assert out["stdout"]["bytes"] >= 4 * 1024 * 1024 and out["stderr"]["bytes"] >= 1024 * 1024
+    assert len(out["stdout"]["tail"]) <= 4000
+    assert len(p.stdout) < 200_000  # the report itself stays small
+
+
+def test_noisy_failure_output_is_bounded(tmp_path):
+    bad = tmp_path / "noisy_fail.py"
+    bad.write_text(
+        "import torch\n"
+        "def make():\n"
+        "    print('y' * 3_000_000)\n"
+        "    raise RuntimeError('boom after noise')\n"
+    )
+    rc, rep, p = run_json([f"{bad}:make"])
+    assert rc == 2 and rep["error"]["message"] == "boom after noise" and rep["error"]["line"] == 4
+    assert rep["outcome"]["stdout"]["bytes"] > 3_000_000
+    assert len(p.stdout) < 200_000
+
+
+def test_bad_target_and_missing_script():
+    from .helpers import run_cli
+
+    p = run_cli(["does/not/exist.py"])
+    assert p.returncode == 2 and "no such script" in p.stderr
+    p = run_cli(["notatarget"])
+    assert p.returncode == 2
+    rc, rep, _ = run_json(["no_such_module_xyz:make"])
+    assert rc == 2 and rep["error"]["type"] == "ModuleNotFoundError"
