@@ -32,14 +32,17 @@ class Config:
 
 
 def find_pyproject(start: Path) -> Optional[Path]:
-    start = start.resolve()
-    folder = start if start.is_dir() else start.parent
-    for d in [folder, *folder.parents]:
-        p = d / "pyproject.toml"
-        if p.is_file():
-            return p
-        if (d / ".git").exists():
-            break
+    try:
+        start = start.resolve()
+        folder = start if start.is_dir() else start.parent
+        for d in [folder, *folder.parents]:
+            p = d / "pyproject.toml"
+            if p.is_file():
+                return p
+            if (d / ".git").exists():
+                break
+    except OSError:  # an unreadable folder on the way up: no configuration rather than a crash
+        return None
     return None
 
 

@@ -121,17 +121,26 @@ def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool 
 
     for raw in paths:
         root = Path(raw)
+        try:
+            _discover_one(root, raw, exclude, respect_gitignore, force, add, messages)
+        except OSError as exc:
+            messages.append(f"{raw}: cannot access: {exc.strerror or exc}")
+    return files, messages
+
+
+def _discover_one(root: Path, raw: str, exclude, respect_gitignore: bool, force: bool, add, messages) -> None:
+    if True:
         if not os.path.lexists(root):
             messages.append(f"{raw}: no such file or directory")
-            continue
+            return
         if root.is_file() or (root.is_symlink() and not root.is_dir()):
             if not root.exists():
                 messages.append(f"{raw}: broken symlink or symlink loop")
-                continue
+                return
             if force and _excluded(root.as_posix(), root.name, list(exclude)):
-                continue
+                return
             add(root)
-            continue
+            return
         ignores: list[IgnoreFile] = []
         # .gitignore files above the root (up to the repository top) apply as well
         if respect_gitignore:
@@ -148,7 +157,6 @@ def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool 
                     ignores.append(ig)
         visited_dirs: set = set()
         _walk(root, root, ignores, list(exclude), respect_gitignore, add, messages, visited_dirs)
-    return files, messages
 
 
 def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:
@@ -187,7 +195,9 @@ def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, me
         rel = path.relative_to(root).as_posix()
         try:
             is_dir = entry.is_dir()
-        except OSError:
+        except OSError as exc:  # e.g. ELOOP on a symlink cycle
+            if entry.name.endswith(SUFFIXES):
+                messages.append(f"{path}: cannot access ({exc.strerror or exc}; symlink loop?)")
             continue
         if is_dir:
             if entry.name in ALWAYS_SKIP or _excluded(rel, entry.name, exclude):
