@@ -85,3 +85,20 @@ def test_bad_target_and_missing_script():
     assert p.returncode == 2
     rc, rep, _ = run_json(["no_such_module_xyz:make"])
     assert rc == 2 and rep["error"]["type"] == "ModuleNotFoundError"
+
+
+def test_hard_crash_is_reported(tmp_path):
+    crash = tmp_path / "crash_model.py"
+    crash.write_text(
+        "import ctypes, torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        y = torch.atan2(x, x + 1)\n"
+        "        ctypes.string_at(0)\n"
+        "        return y\n"
+        "def make():\n"
+        "    return M(), (torch.randn(2, 2, requires_grad=True),)\n"
+    )
+    rc, rep, _ = run_json([f"{crash}:make", "--steps", "1"])
+    assert rc == 2 and rep["status"] == "error"
+    assert rep["error"]["type"] == "ChildExit" and "SIGSEGV" in rep["error"]["message"]
