@@ -1,0 +1,881 @@
+"""torch_xla distributed: ranks, collectives, gradient averaging, saving, process groups and launching (NM110-NM129).
+
+torch_xla's multi-process API (`xm.*` collectives, `xr.*` topology, `xmp.spawn`) maps onto `torch.distributed`
+with the `neuron` backend under torchrun. Where one expression keeps the behaviour it is written inline; where
+it does not (out-of-place all_reduce, local-master save, gradient averaging) a `_neuron_*` helper is inserted
+(see xla_distributed_helpers.py). Helpers behave like torch_xla did in a single process, so a rewritten script
+still runs without torchrun.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin import xla_distributed_helpers  # noqa: F401  (registers the helpers)
+
+XM = "torch_xla.core.xla_model"
+XR = "torch_xla.runtime"
+PJRT = "torch_xla.experimental.pjrt"
+XMP = "torch_xla.distributed.xla_multiprocessing"
+DIST = "torch.distributed"
+
+RELEASE_NOTES = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html"
+DIST_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html"
+
+
+# -- context facts -------------------------------------------------------------------------------
+_WRAPPERS = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.distributed.fsdp",
+    "torch.distributed._composable.fsdp",
+    "torch.distributed._composable.replicate",
+    "torch_xla.distributed.fsdp",
+)
+
+_MULTI_PREFIXES = (
+    "torch_xla.distributed.xla_multiprocessing",
+    "torch_xla.distributed.xla_backend",
+    "torch_xla.launch",
+    "torch_xla.torch_xla.launch",
+    "torch.distributed",
+    "torch.multiprocessing",
+    "torch_xla.runtime.world_size",
+    "torch_xla.runtime.global_ordinal",
+    "torch_xla.runtime.local_ordinal",
+    "torch_xla.runtime.process_index",
+    "torch_xla.runtime.process_count",
+    "torch_xla.runtime.local_process_count",
+    "torch_xla.experimental.pjrt",
+)
+_MULTI_XM = {
+    "get_ordinal", "xrt_world_size", "get_local_ordinal", "is_master_ordinal", "master_print", "rendezvous",
+    "xla_rendezvous", "all_reduce", "all_gather", "reduce_scatter", "mesh_reduce", "collective_broadcast",
+    "broadcast_master_param", "reduce_gradients", "all_to_all", "send", "recv", "collective_permute",
+    "do_on_ordinals",
+}
+_MULTI_TEXT = re.compile(r"\b(LOCAL_RANK|WORLD_SIZE|torchrun|xla_backend|init_process_group)\b")
+
+
+def wrapped_in_ddp(ctx) -> bool:
+    return any(q.startswith(w) for q in ctx.analysis.qualnames for w in _WRAPPERS)
+
+
+def multi_process_evidence(ctx) -> bool:
+    a = ctx.analysis
+    for q in a.qualnames:
+        if q.startswith(_MULTI_PREFIXES):
+            return True
+        if q.startswith(XM + ".") and q[len(XM) + 1:] in _MULTI_XM:
+            return True
+    if any(n.startswith("_neuron_") for n in a.defined_names):
+        return True
+    return bool(_MULTI_TEXT.search(a.text))
+
+
+def single_process_script(ctx) -> bool:
+    """A script entry point with no sign of more than one process anywhere in the file."""
+    return "__main__" in ctx.analysis.text and not multi_process_evidence(ctx)
+
+
+def starts_line(ctx, stmt: ast.stmt) -> bool:
+    """The statement begins its line (not after `if x:` or `;`), so statements can be inserted before it."""
+    line = ctx.analysis.lines[stmt.lineno - 1]
+    return line[: stmt.col_offset].strip() == ""
+
+
+def alone_on_lines(ctx, stmt: ast.stmt) -> bool:
+    """The statement begins its line and nothing but a comment follows it."""
+    if not starts_line(ctx, stmt):
+        return False
+    sp = ctx.analysis.span(stmt)
+    rest = ctx.analysis.lines[sp.end_line - 1][sp.end_col:].strip()
+    return rest == "" or rest.startswith("#")
+
+
+def inside_deferred(site) -> bool:
+    """Between the node and its statement there is a lambda, comprehension or short-circuit (evaluated later or maybe not)."""
+    for anc in site.ancestors():
+        if isinstance(anc, ast.stmt):
+            return False
+        if isinstance(anc, (ast.Lambda, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return True
+    return False
+
+
+def simple_ref(node: ast.AST) -> bool:
+    """A name or attribute chain: evaluating it twice is harmless."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def atom(ctx, node: ast.AST) -> str:
+    src = ctx.src(node)
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List, ast.Tuple, ast.Dict)):
+        return src
+    return f"({src})"
+
+
+def wrap_for_parent(site, text: str) -> str:
+    """Parenthesise a comparison that replaces a call where it would otherwise bind differently."""
+    parent = site.parent
+    if isinstance(parent, (ast.Compare, ast.BinOp, ast.Attribute, ast.Subscript, ast.Await)) or (
+        isinstance(parent, ast.UnaryOp) and not isinstance(parent.op, ast.Not)
+    ):
+        return f"({text})"
+    return text
+
+
+def is_none(node) -> bool:
+    return node is None or (isinstance(node, ast.Constant) and node.value is None)
+
+
+def replace_callee(site, ctx, helper: str, message: str, note: str = "", safety=None):
+    """Keep the arguments, call a helper with the same signature instead."""
+    fx = ctx.fixer(safety)
+    name = fx.helper(helper)
+    fx.replace(site.node if site.kind == "ref" else site.call.func, name)
+    return ctx.finding(site, message, fix=fx.build(), note=note)
+
+
+def xm_keys(*names: str) -> list[str]:
+    return [f"{XM}.{n}" for n in names]
+
+
+def call_and_ref(*qualnames: str) -> list[tuple[str, str]]:
+    return [(kind, q) for q in qualnames for kind in ("call", "ref")]
+
+
+# -- NM110 xm.optimizer_step -----------------------------------------------------------------------
+_PATCH = re.compile(r"\.optimizer_step\s*=[^=]|setattr\([^)]*['\"]optimizer_step['\"]")
+
+
+def optimizer_step_patched(ctx) -> bool:
+    if any(s.kind == "store" and s.key == f"{XM}.optimizer_step" for s in ctx.analysis.sites):
+        return True
+    return bool(_PATCH.search(ctx.analysis.text))
+
+
+@rule(
+    code="NM110",
+    name="optimizer-step",
+    summary="xm.optimizer_step(opt) averages gradients over all processes before opt.step(); keep that on TorchNeuron",
+    fix="safe",
+    severity="warning",
+    triggers=[*call_and_ref(f"{XM}.optimizer_step"), ("store", f"{XM}.optimizer_step")],
+    docs=f"""
+        `xm.optimizer_step(optimizer, barrier=False, optimizer_args={{}}, groups=None)` all-reduces and averages
+        every gradient over the world (`xm.reduce_gradients`), then returns `optimizer.step(**optimizer_args)`.
+        A plain `optimizer.step()` is only equivalent when something else averages the gradients.
+
+        - The model is wrapped in `DistributedDataParallel` or FSDP in this file, or the file is a script with no
+          sign of more than one process: the call becomes `optimizer.step(**optimizer_args)`.
+        - Otherwise `_neuron_reduce_gradients(optimizer)` (an inserted helper: all_reduce SUM of each gradient divided
+          by the world size; nothing in one process or before `init_process_group`) is called before the step.
+          Where no statement can be inserted (inside a lambda, a condition), the call becomes the helper
+          `_neuron_optimizer_step(...)` with the same signature. Wrapping the model in DDP is faster (bucketed,
+          overlapped all-reduce); see {DIST_GUIDE}.
+        - `barrier=True` only cut the lazy graph: dropped (TorchNeuron runs eagerly). `pin_layout` is dropped.
+        - A used return value is kept (`x = optimizer.step(...)`).
+        - `groups=` (replica subgroups) is reported: make the subgroup once with `dist.new_group` and reduce over it.
+        - When the file monkey-patches `xm.optimizer_step` (as transformers did under XLA FSDP), every call is
+          reported instead: the patched behaviour has to be migrated by hand.
+        Used as a value, the name becomes `_neuron_optimizer_step`.
+    """,
+    examples=[
+        ("xm.optimizer_step(optimizer)", "_neuron_reduce_gradients(optimizer)\noptimizer.step()"),
+        ("model = nn.parallel.DistributedDataParallel(model)\nxm.optimizer_step(opt, barrier=True)",
+         "model = nn.parallel.DistributedDataParallel(model)\nopt.step()"),
+    ],
+)
+def optimizer_step(site, ctx):
+    if site.kind == "store":
+        return ctx.finding(site, "xm.optimizer_step is monkey-patched: the patched step does not exist on TorchNeuron; "
+                                 "replace the patch and every xm.optimizer_step call by the optimizer step you need")
+    if optimizer_step_patched(ctx):
+        return ctx.finding(site, "xm.optimizer_step is monkey-patched in this file: migrate this call by hand "
+                                 "(opt.step() when DDP/FSDP averages gradients, else average them first)")
+    if site.kind == "ref":
+        return replace_callee(site, ctx, "_neuron_optimizer_step",
+                              "xm.optimizer_step used as a value: becomes _neuron_optimizer_step (averages gradients, then steps)")
+    call = site.call
+    if has_star_args(call):
+        return replace_callee(site, ctx, "_neuron_optimizer_step",
+                              "xm.optimizer_step with *args/**kwargs: becomes _neuron_optimizer_step with the same arguments")
+    opt = kwarg(call, "optimizer", 0)
+    groups = kwarg(call, "groups", 3)
+    if opt is None:
+        return ctx.finding(site, "xm.optimizer_step without an optimizer argument: migrate by hand")
+    if not is_none(groups):
+        return ctx.finding(site, "xm.optimizer_step with groups=: create the subgroup once with dist.new_group, "
+                                 "all-reduce the gradients over it, then call optimizer.step()")
+    args = kwarg(call, "optimizer_args", 2)
+    if args is None or (isinstance(args, ast.Dict) and not args.keys):
+        step_args = ""
+    elif isinstance(args, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value.isidentifier() for k in args.keys):
+        step_args = ", ".join(f"{k.value}={ctx.src(v)}" for k, v in zip(args.keys, args.values))
+    else:
+        step_args = f"**{atom(ctx, args)}"
+    step = f"{atom(ctx, opt)}.step({step_args})"
+    fx = ctx.fixer()
+    if wrapped_in_ddp(ctx):
+        fx.replace(call, step)
+        return ctx.finding(site, "xm.optimizer_step with the model in DDP/FSDP: becomes optimizer.step() (DDP averages the gradients)",
+                           fix=fx.build())
+    if single_process_script(ctx):
+        fx.replace(call, step)
+        return ctx.finding(site, "xm.optimizer_step in a single-process script: becomes optimizer.step()", fix=fx.build(),
+                           note="If this script is started with torchrun, average the gradients first (wrap the model in DDP).")
+    note = ("Gradients are averaged by an all-reduce per parameter; wrapping the model in "
+            "torch.nn.parallel.DistributedDataParallel does this bucketed and overlapped with backward.")
+    stmt = site.stmt
+    if (simple_ref(opt) and isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
+            and starts_line(ctx, stmt) and not inside_deferred(site)):
+        helper = fx.helper("_neuron_reduce_gradients")
+        fx.insert_before(stmt, f"{helper}({ctx.src(opt)})")
+        fx.replace(call, step)
+        return ctx.finding(site, "xm.optimizer_step averaged gradients over all processes: _neuron_reduce_gradients(optimizer) "
+                                 "now does that before optimizer.step()", fix=fx.build(), note=note)
+    return replace_callee(site, ctx, "_neuron_optimizer_step",
+                          "xm.optimizer_step: becomes _neuron_optimizer_step (averages gradients, then steps)", note=note)
+
+
+# -- NM111 xm.reduce_gradients ---------------------------------------------------------------------
+@rule(
+    code="NM111",
+    name="reduce-gradients",
+    summary="xm.reduce_gradients(opt) becomes the inserted helper _neuron_reduce_gradients(opt)",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.reduce_gradients"),
+    docs=f"""
+        `xm.reduce_gradients(optimizer)` averages the gradients of the optimizer's parameters over all processes.
+        It becomes `_neuron_reduce_gradients(optimizer)`, an inserted helper that all-reduces (SUM, then divides by
+        the world size) each gradient with `torch.distributed` and does nothing in one process. `groups=` is
+        reported (make the subgroup once with `dist.new_group`). Wrapping the model in DDP averages gradients
+        bucketed and overlapped with backward ({DIST_GUIDE}).
+    """,
+    examples=[("xm.reduce_gradients(optimizer)", "_neuron_reduce_gradients(optimizer)")],
+)
+def reduce_gradients(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call) and not is_none(kwarg(site.call, "groups", 1)):
+        return ctx.finding(site, "xm.reduce_gradients with groups=: create the subgroup once with dist.new_group and all-reduce over it")
+    return replace_callee(site, ctx, "_neuron_reduce_gradients",
+                          "xm.reduce_gradients: becomes _neuron_reduce_gradients (all-reduce average of each gradient)")
+
+
+# -- NM112 global rank and world size --------------------------------------------------------------
+_RANK = {f"{XM}.get_ordinal", f"{XR}.global_ordinal", f"{XR}.process_index", f"{PJRT}.global_ordinal"}
+_WORLD = {f"{XM}.xrt_world_size", f"{XR}.world_size", f"{XR}.process_count", f"{PJRT}.world_size"}
+
+
+@rule(
+    code="NM112",
+    name="ordinal-world-size",
+    summary="xm.get_ordinal()/xr.global_ordinal() and xm.xrt_world_size()/xr.world_size() become guarded torch.distributed calls",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(*sorted(_RANK | _WORLD)),
+    docs="""
+        The global ordinal and the world size come from the process group: `dist.get_rank()` and
+        `dist.get_world_size()`. Those raise when no process group is initialised, where torch_xla returned 0 and
+        1, so the calls become the inserted helpers `_neuron_rank()` and `_neuron_world_size()`, which return 0
+        and 1 then. `xr.process_index()`/`xr.process_count()` are the same under torchrun (one NeuronCore per
+        process). A non-default `defval=` becomes `_neuron_ordinal(defval)` / `_neuron_xrt_world_size(defval)`.
+        Used as a value (`world_size_function=xr.world_size`), the name becomes the helper function itself.
+        The helpers only know the rank after `dist.init_process_group("neuron")`: call it first.
+    """,
+    examples=[("rank = xm.get_ordinal()\nworld = xr.world_size()", "rank = _neuron_rank()\nworld = _neuron_world_size()")],
+)
+def ordinal_world_size(site, ctx):
+    is_rank = site.key in _RANK
+    base, with_default, dflt = ("_neuron_rank", "_neuron_ordinal", 0) if is_rank else ("_neuron_world_size", "_neuron_xrt_world_size", 1)
+    what = "global ordinal" if is_rank else "world size"
+    takes_defval = site.key.startswith(XM)
+    fx = ctx.fixer()
+    if site.kind == "ref":
+        name = fx.helper(with_default if takes_defval else base)
+        fx.replace(site.node, name)
+        return ctx.finding(site, f"{what} function used as a value: becomes the helper {name}", fix=fx.build())
+    call = site.call
+    if has_star_args(call):
+        return replace_callee(site, ctx, with_default if takes_defval else base, f"{what} with *args: becomes a guarded helper")
+    defval = kwarg(call, "defval", 0) if takes_defval else None
+    if defval is None or const_value(defval, object()) == dflt:
+        text = f"{fx.helper(base)}()"
+    else:
+        text = f"{fx.helper(with_default)}({ctx.src(defval)})"
+    fx.replace(call, text)
+    return ctx.finding(site, f"{what}: becomes {text} (torch.distributed, {dflt} without a process group)", fix=fx.build())
+
+
+# -- NM113 local ordinal and local process count ---------------------------------------------------
+_LOCAL_RANK = {f"{XM}.get_local_ordinal", f"{XR}.local_ordinal", f"{PJRT}.local_ordinal"}
+_LOCAL_WORLD = {f"{XR}.local_process_count"}
+
+
+@rule(
+    code="NM113",
+    name="local-ordinal",
+    summary="xm.get_local_ordinal()/xr.local_ordinal() and xr.local_process_count() read LOCAL_RANK / LOCAL_WORLD_SIZE",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(*sorted(_LOCAL_RANK | _LOCAL_WORLD)),
+    docs="""
+        The rank within a host is what torchrun exports as `LOCAL_RANK`, and the number of processes on the host
+        `LOCAL_WORLD_SIZE`. The calls become the inserted helpers `_neuron_local_rank()` (0 when unset) and
+        `_neuron_local_world_size()` (1 when unset). `defval=` (torch_xla 2.1) becomes `_neuron_local_ordinal(defval)`.
+        Used as a value, the name becomes the helper function.
+    """,
+    examples=[("local = xm.get_local_ordinal()", "local = _neuron_local_rank()")],
+)
+def local_ordinal(site, ctx):
+    is_rank = site.key in _LOCAL_RANK
+    base = "_neuron_local_rank" if is_rank else "_neuron_local_world_size"
+    fx = ctx.fixer()
+    takes_defval = site.key == f"{XM}.get_local_ordinal"
+    if site.kind == "ref":
+        name = fx.helper("_neuron_local_ordinal" if takes_defval else base)
+        fx.replace(site.node, name)
+        return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]} used as a value: becomes the helper {name}", fix=fx.build())
+    call = site.call
+    if has_star_args(call):
+        return replace_callee(site, ctx, "_neuron_local_ordinal" if takes_defval else base, "local ordinal with *args: becomes a helper")
+    defval = kwarg(call, "defval", 0) if takes_defval else None
+    if defval is None or const_value(defval, object()) == 0:
+        text = f"{fx.helper(base)}()"
+    else:
+        text = f"{fx.helper('_neuron_local_ordinal')}({ctx.src(defval)})"
+    fx.replace(call, text)
+    env = "LOCAL_RANK" if is_rank else "LOCAL_WORLD_SIZE"
+    return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]}(): becomes {text} (reads {env}, set by torchrun)", fix=fx.build())
+
+
+# -- NM114 xm.is_master_ordinal --------------------------------------------------------------------
+@rule(
+    code="NM114",
+    name="is-master-ordinal",
+    summary="xm.is_master_ordinal() is True on rank 0 of each host (local=True by default), not only on global rank 0",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.is_master_ordinal"),
+    docs="""
+        `xm.is_master_ordinal(local=True)` defaults to the **local** master: rank 0 of each host. It becomes
+        `_neuron_local_rank() == 0` (LOCAL_RANK); `local=False` becomes `_neuron_rank() == 0` (global rank 0).
+        Rewriting the default form to `rank == 0` would make a multi-node job skip per-host work (dataset
+        downloads, local caches). A non-literal `local=` or a use as a value becomes the helper
+        `_neuron_is_master_ordinal(local)`.
+    """,
+    examples=[("if xm.is_master_ordinal():\n    download()", "if _neuron_local_rank() == 0:\n    download()"),
+              ("if xm.is_master_ordinal(local=False):\n    log()", "if _neuron_rank() == 0:\n    log()")],
+)
+def is_master_ordinal(site, ctx):
+    if site.kind == "ref" or has_star_args(site.call):
+        return replace_callee(site, ctx, "_neuron_is_master_ordinal", "xm.is_master_ordinal: becomes the helper _neuron_is_master_ordinal")
+    local = kwarg(site.call, "local", 0)
+    value = True if local is None else const_value(local, None)
+    if not isinstance(value, bool):
+        return replace_callee(site, ctx, "_neuron_is_master_ordinal", "xm.is_master_ordinal with a computed local=: becomes the helper _neuron_is_master_ordinal")
+    fx = ctx.fixer()
+    text = f"{fx.helper('_neuron_local_rank' if value else '_neuron_rank')}() == 0"
+    fx.replace(site.call, wrap_for_parent(site, text))
+    which = "rank 0 of this host (LOCAL_RANK)" if value else "global rank 0"
+    return ctx.finding(site, f"xm.is_master_ordinal({'' if local is None else 'local=' + repr(value)}) means {which}: becomes {text}", fix=fx.build())
+
+
+# -- NM115 xm.master_print -------------------------------------------------------------------------
+@rule(
+    code="NM115",
+    name="master-print",
+    summary="xm.master_print(...) prints on global rank 0 only: becomes the helper _neuron_master_print(...)",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.master_print"),
+    docs="""
+        `xm.master_print(*args, fd=sys.stdout, local=False, flush=False)` prints only on the **global** master
+        (unlike `xm.is_master_ordinal`, whose default is local). It becomes `_neuron_master_print(...)`, an
+        inserted helper with the same signature that prints when `_neuron_rank() == 0` (`local=True`: when
+        `_neuron_local_rank() == 0`). Used as a value (`self.logger = xm.master_print`) it becomes the helper name.
+    """,
+    examples=[("xm.master_print('loss', loss.item())", "_neuron_master_print('loss', loss.item())")],
+)
+def master_print(site, ctx):
+    return replace_callee(site, ctx, "_neuron_master_print", "xm.master_print: becomes _neuron_master_print (prints on global rank 0)")
+
+
+# -- NM116 xm.rendezvous ---------------------------------------------------------------------------
+@rule(
+    code="NM116",
+    name="rendezvous",
+    summary="xm.rendezvous(tag) becomes a barrier; with a payload, an all_gather_object of the payloads",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.rendezvous", f"{XM}.xla_rendezvous"),
+    docs="""
+        `xm.rendezvous(tag, payload=b'', replicas=[])` makes every process wait for the others and returns the list
+        of all payloads (`xm.xla_rendezvous(payload, ordinals, tag)` likewise). As a statement without a payload it
+        becomes `_neuron_barrier(tag)`, an inserted helper that calls `dist.barrier()` when a process group with
+        more than one process exists (`dist.barrier()` itself raises without one). With a payload, or when the
+        result is used, it becomes `_neuron_rendezvous(tag, payload)`, which returns the payloads gathered with
+        `dist.all_gather_object`. `replicas=`/`ordinals=` (a subset of processes) is reported: make the group once
+        with `dist.new_group`. TorchNeuron implements barrier on the default group only.
+    """,
+    examples=[("xm.rendezvous('download done')", "_neuron_barrier('download done')")],
+)
+def rendezvous(site, ctx):
+    xla_form = site.key.endswith("xla_rendezvous")
+    if site.kind == "ref":
+        if xla_form:
+            return ctx.finding(site, "xm.xla_rendezvous used as a value: call dist.all_gather_object (payloads) or dist.barrier() instead")
+        return replace_callee(site, ctx, "_neuron_rendezvous", "xm.rendezvous used as a value: becomes the helper _neuron_rendezvous")
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, "rendezvous with *args/**kwargs: replace with dist.barrier() or dist.all_gather_object by hand")
+    if xla_form:
+        payload, subset, tag = kwarg(call, "payload", 0), kwarg(call, "ordinals", 1), kwarg(call, "tag", 2)
+    else:
+        tag, payload, subset = kwarg(call, "tag", 0), kwarg(call, "payload", 1), kwarg(call, "replicas", 2)
+    if subset is not None and not (isinstance(subset, (ast.List, ast.Tuple)) and not subset.elts) and not is_none(subset):
+        return ctx.finding(site, "rendezvous among a subset of processes: make the group once with dist.new_group and "
+                                 "call dist.barrier(group) / dist.all_gather_object(..., group=group) on its members")
+    no_payload = payload is None or (isinstance(payload, ast.Constant) and payload.value in (b"", ""))
+    fx = ctx.fixer()
+    tag_src = ctx.src(tag) if tag is not None else ""
+    if site.is_statement and no_payload:
+        fx.replace(call, f"{fx.helper('_neuron_barrier')}({tag_src})")
+        return ctx.finding(site, "rendezvous without a payload: becomes _neuron_barrier() (dist.barrier() when distributed)", fix=fx.build())
+    args = [tag_src or "None"]
+    if not no_payload:
+        args.append(ctx.src(payload))
+    fx.replace(call, f"{fx.helper('_neuron_rendezvous')}({', '.join(args)})")
+    return ctx.finding(site, "rendezvous whose payloads are used: becomes _neuron_rendezvous (dist.all_gather_object of the payloads)",
+                       fix=fx.build())
+
+
+# -- NM117 xm.all_reduce ---------------------------------------------------------------------------
+@rule(
+    code="NM117",
+    name="all-reduce",
+    summary="xm.all_reduce returns a new tensor (tensor input) or reduces a list in place: becomes _neuron_all_reduce",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.all_reduce"),
+    docs="""
+        `xm.all_reduce(reduce_type, inputs, scale=1.0, groups=None)` is out of place for a tensor (returns a new
+        tensor, the input is unchanged) and in place for a list of tensors; `scale` multiplies the result; in one
+        process it returns a copy and skips `scale`. `dist.all_reduce` is always in place and returns None, so the
+        call becomes `_neuron_all_reduce(...)`, an inserted helper with the same signature and semantics
+        (reduce types sum/mul/and/or/min/max map to `ReduceOp.SUM/PRODUCT/BAND/BOR/MIN/MAX`).
+
+        Reported instead: a single tensor reduced as a statement with the result discarded (under XLA that was a
+        no-op; write `dist.all_reduce(t)` if an in-place reduction was meant), an argument that may be either a
+        tensor or a list in statement form, and `groups=` (replica subgroups must be created once on every rank
+        with `dist.new_group` and passed as `group=`).
+    """,
+    examples=[("total = xm.all_reduce(xm.REDUCE_SUM, loss)", "total = _neuron_all_reduce(xm.REDUCE_SUM, loss)"),
+              ("xm.all_reduce('sum', [a, b], scale=0.5)", "_neuron_all_reduce('sum', [a, b], scale=0.5)")],
+)
+def all_reduce(site, ctx):
+    if site.kind == "ref":
+        return replace_callee(site, ctx, "_neuron_all_reduce", "xm.all_reduce used as a value: becomes the helper _neuron_all_reduce")
+    call = site.call
+    if has_star_args(call):
+        return replace_callee(site, ctx, "_neuron_all_reduce", "xm.all_reduce with *args/**kwargs: becomes _neuron_all_reduce (same signature)")
+    inputs = kwarg(call, "inputs", 1)
+    if not is_none(kwarg(call, "groups", 3)):
+        return ctx.finding(site, "xm.all_reduce with groups=: create each subgroup once with dist.new_group (on every rank) and "
+                                 "call dist.all_reduce(t, op, group=subgroup)")
+    if inputs is None:
+        return ctx.finding(site, "xm.all_reduce without inputs: migrate by hand")
+    if site.is_statement and not isinstance(inputs, (ast.List, ast.Tuple)):
+        if isinstance(inputs, (ast.Name, ast.Attribute, ast.Subscript)):
+            return ctx.finding(site, f"xm.all_reduce result discarded: for a tensor `{ctx.src(inputs)}` this did nothing under XLA "
+                                     "(the tensor form is out of place); assign the result, or use dist.all_reduce for an in-place "
+                                     "reduction; for a list use _neuron_all_reduce / a dist.all_reduce loop")
+        return ctx.finding(site, "xm.all_reduce of a tensor with the result discarded did nothing under XLA: assign the result")
+    return replace_callee(site, ctx, "_neuron_all_reduce", "xm.all_reduce: becomes _neuron_all_reduce "
+                          "(out of place for a tensor, in place for a list, as before)")
+
+
+# -- NM118 xm.REDUCE_* constants -------------------------------------------------------------------
+_REDUCE_CONSTANTS = {"REDUCE_SUM": "sum", "REDUCE_MUL": "mul", "REDUCE_AND": "and", "REDUCE_OR": "or", "REDUCE_MIN": "min", "REDUCE_MAX": "max"}
+
+
+@rule(
+    code="NM118",
+    name="reduce-type-constant",
+    summary="xm.REDUCE_SUM and the other reduce-type constants become their string values",
+    fix="safe",
+    severity="warning",
+    triggers=[("ref", f"{XM}.{n}") for n in _REDUCE_CONSTANTS],
+    docs="""
+        `xm.REDUCE_SUM`, `REDUCE_MUL`, `REDUCE_AND`, `REDUCE_OR`, `REDUCE_MIN` and `REDUCE_MAX` are the strings
+        `'sum'`, `'mul'`, `'and'`, `'or'`, `'min'`, `'max'`; the helpers that replace the XLA collectives accept
+        the strings, so the constants become string literals and the torch_xla import can go. For a direct
+        `dist.all_reduce`, use `dist.ReduceOp.SUM` etc.
+    """,
+    examples=[("op = xm.REDUCE_MAX", "op = 'max'")],
+)
+def reduce_type_constant(site, ctx):
+    value = _REDUCE_CONSTANTS[site.key.rsplit(".", 1)[1]]
+    fx = ctx.fixer()
+    fx.replace(site.node, repr(value))
+    return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]} is the string '{value}': written as the literal", fix=fx.build())
+
+
+# -- NM119 xm.all_gather ---------------------------------------------------------------------------
+@rule(
+    code="NM119",
+    name="all-gather",
+    summary="xm.all_gather returns one tensor concatenated along dim: becomes _neuron_all_gather",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.all_gather"),
+    docs="""
+        `xm.all_gather(value, dim=0, groups=None, output=None)` returns a single tensor with every rank's `value`
+        concatenated along `dim` (`dist.all_gather` fills a list instead). The call becomes
+        `_neuron_all_gather(...)`, an inserted helper with the same signature: `dist.all_gather` into a list,
+        then `torch.cat(..., dim)`; `output=` is filled in place; a list input gathers each item. `groups=`,
+        `channel_id=` and `use_global_device_ids=` are reported (make subgroups once with `dist.new_group`).
+    """,
+    examples=[("gathered = xm.all_gather(preds, dim=0)", "gathered = _neuron_all_gather(preds, dim=0)")],
+)
+def all_gather(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call):
+        call = site.call
+        if not is_none(kwarg(call, "groups", 2)) or not is_none(kwarg(call, "channel_id", 5)) or not is_none(kwarg(call, "use_global_device_ids", 6)):
+            return ctx.finding(site, "xm.all_gather over replica groups: create each subgroup once with dist.new_group and "
+                                     "call dist.all_gather(parts, t, group=subgroup), then torch.cat(parts, dim)")
+    return replace_callee(site, ctx, "_neuron_all_gather", "xm.all_gather: becomes _neuron_all_gather (dist.all_gather + torch.cat along dim)")
+
+
+# -- NM120 xm.reduce_scatter -----------------------------------------------------------------------
+@rule(
+    code="NM120",
+    name="reduce-scatter",
+    summary="xm.reduce_scatter(reduce_type, t, scale, dim, shard_count) becomes _neuron_reduce_scatter",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.reduce_scatter"),
+    docs="""
+        `xm.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None)` reduces
+        `input` over all ranks and returns this rank's shard along `scatter_dim`, multiplied by `scale`. It becomes
+        `_neuron_reduce_scatter(...)`, an inserted helper with the same signature built on `dist.reduce_scatter`
+        (implemented by the TorchNeuron backend). A list input (coalesced form) and `groups=` are reported.
+    """,
+    examples=[("shard = xm.reduce_scatter(xm.REDUCE_SUM, grad, 1.0, 0, world)",
+               "shard = _neuron_reduce_scatter(xm.REDUCE_SUM, grad, 1.0, 0, world)")],
+)
+def reduce_scatter(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call):
+        call = site.call
+        if not is_none(kwarg(call, "groups", 5)):
+            return ctx.finding(site, "xm.reduce_scatter over replica groups: create the subgroup once with dist.new_group and "
+                                     "call dist.reduce_scatter_tensor(out, t, op, group=subgroup)")
+        if isinstance(kwarg(call, "input", 1), (ast.List, ast.Tuple)):
+            return ctx.finding(site, "coalesced xm.reduce_scatter of a list: call dist.reduce_scatter_tensor per tensor")
+    return replace_callee(site, ctx, "_neuron_reduce_scatter", "xm.reduce_scatter: becomes _neuron_reduce_scatter (dist.reduce_scatter)")
+
+
+# -- NM121 xm.mesh_reduce --------------------------------------------------------------------------
+@rule(
+    code="NM121",
+    name="mesh-reduce",
+    summary="xm.mesh_reduce(tag, data, reduce_fn) becomes _neuron_mesh_reduce (all_gather_object + reduce_fn)",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.mesh_reduce"),
+    docs="""
+        `xm.mesh_reduce(tag, data, reduce_fn)` moves `data` to the CPU, gathers every rank's copy and returns
+        `reduce_fn(list_of_copies)` (it is also used as a broadcast: `lambda xs: xs[0]`). It becomes
+        `_neuron_mesh_reduce(...)`, an inserted helper doing the same with `dist.all_gather_object`.
+    """,
+    examples=[("acc = xm.mesh_reduce('acc', acc, np.mean)", "acc = _neuron_mesh_reduce('acc', acc, np.mean)")],
+)
+def mesh_reduce(site, ctx):
+    return replace_callee(site, ctx, "_neuron_mesh_reduce", "xm.mesh_reduce: becomes _neuron_mesh_reduce (dist.all_gather_object, then reduce_fn)")
+
+
+# -- NM122 xm.collective_broadcast -----------------------------------------------------------------
+@rule(
+    code="NM122",
+    name="collective-broadcast",
+    summary="xm.collective_broadcast(tensors, root_ordinal) becomes _neuron_collective_broadcast (dist.broadcast per tensor)",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.collective_broadcast"),
+    docs="""
+        `xm.collective_broadcast(tensors, root_ordinal=0, groups=None)` overwrites each tensor in place with the
+        root's values. It becomes `_neuron_collective_broadcast(...)`, an inserted helper calling
+        `dist.broadcast(t, src=root_ordinal)` for each tensor (`src` is a global rank). `groups=` is reported.
+    """,
+    examples=[("xm.collective_broadcast([w])", "_neuron_collective_broadcast([w])")],
+)
+def collective_broadcast(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call) and not is_none(kwarg(site.call, "groups", 2)):
+        return ctx.finding(site, "xm.collective_broadcast over replica groups: create the subgroup once with dist.new_group and "
+                                 "call dist.broadcast(t, src, group=subgroup)")
+    return replace_callee(site, ctx, "_neuron_collective_broadcast", "xm.collective_broadcast: becomes _neuron_collective_broadcast")
+
+
+# -- NM123 xm.broadcast_master_param ---------------------------------------------------------------
+@rule(
+    code="NM123",
+    name="broadcast-master-param",
+    summary="xm.broadcast_master_param(model) becomes _neuron_broadcast_master_param(model); DDP already does it",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.broadcast_master_param"),
+    docs="""
+        `xm.broadcast_master_param(model)` copies rank 0's parameters and buffers to every rank. It becomes
+        `_neuron_broadcast_master_param(model)`, an inserted helper looping `dist.broadcast(t.data, src=0)`.
+        When the file wraps the model in `DistributedDataParallel`, which broadcasts rank 0's state when it is
+        constructed, the finding says so: delete the call if it runs before the DDP wrapper is built.
+    """,
+    examples=[("xm.broadcast_master_param(model)", "_neuron_broadcast_master_param(model)")],
+)
+def broadcast_master_param(site, ctx):
+    note = "DistributedDataParallel broadcasts rank 0's parameters when constructed: this call can go if DDP wraps the model afterwards." if wrapped_in_ddp(ctx) else ""
+    return replace_callee(site, ctx, "_neuron_broadcast_master_param",
+                          "xm.broadcast_master_param: becomes _neuron_broadcast_master_param (dist.broadcast from rank 0)", note=note)
+
+
+# -- NM124 collectives without an equivalent -------------------------------------------------------
+_NO_EQUIVALENT = {
+    "send": "TorchNeuron implements no send/recv; exchange the data with dist.all_gather (or dist.all_to_all) instead",
+    "recv": "TorchNeuron implements no send/recv; exchange the data with dist.all_gather (or dist.all_to_all) instead",
+    "collective_permute": "TorchNeuron implements no send/recv for a permute; express it with dist.all_gather and pick your source's slice",
+    "all_to_all": "rewrite with dist.all_to_all_single (dim 0, equal splits only on TorchNeuron), transposing split/concat dims to 0",
+    "all_gather_bucketized": "call _neuron_all_gather / dist.all_gather per tensor (or use DDP/FSDP, which bucket)",
+    "reduce_scatter_bucketized": "call dist.reduce_scatter per tensor (or use FSDP, which buckets)",
+    "all_reduce_bucketized_gradients": "wrap the model in DistributedDataParallel, which buckets gradient all-reduces",
+    "do_on_ordinals": "write `if _neuron_rank() in ordinals: target(*data)` followed by dist.barrier()",
+}
+
+
+@rule(
+    code="NM124",
+    name="collective-without-equivalent",
+    summary="xm.send/recv/collective_permute/all_to_all and bucketized collectives have no direct TorchNeuron equivalent",
+    fix="none",
+    severity="error",
+    triggers=call_and_ref(*xm_keys(*_NO_EQUIVALENT)),
+    docs=f"""
+        These collectives address devices by XLA channel ids or replica groups, or bucket tensors for the XLA
+        compiler. The TorchNeuron `neuron` process group implements no send/recv (so no collective permute) and
+        all_to_all with equal splits only (torch_neuronx `distributed/backend.py`; {DIST_GUIDE}). Each use is
+        reported with the construct to rewrite it with.
+    """,
+    examples=[("xm.send(t, channel_id=1)", None)],
+)
+def collective_without_equivalent(site, ctx):
+    name = site.key.rsplit(".", 1)[1]
+    return ctx.finding(site, f"xm.{name} has no TorchNeuron equivalent: {_NO_EQUIVALENT[name]}")
+
+
+# -- NM125 xm.save ---------------------------------------------------------------------------------
+@rule(
+    code="NM125",
+    name="xla-save",
+    summary="xm.save writes CPU copies from each host's rank 0: becomes _neuron_save with the same defaults",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.save"),
+    docs="""
+        `xm.save(data, file_or_path, master_only=True, global_master=False)` is called by every rank: it moves the
+        tensors in `data` to the CPU, writes on rank 0 of **each host** (`global_master=True`: global rank 0 only;
+        `master_only=False`: every rank), and then waits for all ranks. A plain `torch.save` on every rank races on
+        the file; on `rank == 0` only it changes multi-node behaviour and saves device tensors. The call becomes
+        `_neuron_save(...)`, an inserted helper with the same signature and defaults (tensors are moved with
+        `torch.utils._pytree.tree_map`, shared tensors stay shared). Used as a value (`save_function=xm.save`) it
+        becomes the helper name.
+    """,
+    examples=[("xm.save(model.state_dict(), 'model.pt')", "_neuron_save(model.state_dict(), 'model.pt')")],
+)
+def xla_save(site, ctx):
+    return replace_callee(site, ctx, "_neuron_save", "xm.save: becomes _neuron_save (CPU copy, written by each host's rank 0, then a barrier)")
+
+
+# -- NM126 init_process_group('xla') ---------------------------------------------------------------
+_XLA_INIT_METHODS = ("xla://", "pjrt://")
+
+
+@rule(
+    code="NM126",
+    name="xla-process-group",
+    summary="dist.init_process_group('xla', init_method='xla://') becomes dist.init_process_group(\"neuron\")",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{DIST}.init_process_group"), ("call", f"{DIST}.distributed_c10d.init_process_group")],
+    docs=f"""
+        The XLA process group backend `'xla'` and its rendezvous `init_method='xla://'` (`'pjrt://'` before
+        torch_xla 2.2) become the TorchNeuron backend `"neuron"` with the default `env://` rendezvous, whose
+        `MASTER_ADDR`/`MASTER_PORT`/`RANK`/`WORLD_SIZE` torchrun provides ({DIST_GUIDE}). `rank=` and
+        `world_size=` keep their meaning. The `neuron` backend must be initialised before the first tensor is put
+        on the device; the finding notes it. `import torch_xla.distributed.xla_backend` is removed by NM100 once
+        nothing uses it.
+    """,
+    examples=[("dist.init_process_group('xla', init_method='xla://')", 'dist.init_process_group("neuron")')],
+)
+def xla_process_group(site, ctx):
+    call = site.call
+    if has_star_args(call):
+        return None
+    backend = kwarg(call, "backend", 0)
+    init = kwarg(call, "init_method", 1)
+    xla_backend = isinstance(backend, ast.Constant) and backend.value == "xla"
+    xla_init = isinstance(init, ast.Constant) and isinstance(init.value, str) and init.value.startswith(_XLA_INIT_METHODS)
+    if not xla_backend and not xla_init:
+        return None
+    if not xla_backend and backend is not None:
+        return ctx.finding(site, f"init_method {init.value!r} needs the XLA backend: use init_method='env://' (torchrun) with backend \"neuron\"")
+    parts = []
+    for i, a in enumerate(call.args):
+        if a is backend:
+            parts.append('"neuron"')
+        elif a is init:
+            if i == len(call.args) - 1:
+                continue
+            parts.append("None")
+        else:
+            parts.append(ctx.src(a))
+    for kw in call.keywords:
+        if kw.value is init:
+            continue
+        parts.append(f'{kw.arg}="neuron"' if kw.value is backend else f"{kw.arg}={ctx.src(kw.value)}")
+    if backend is None:
+        parts.insert(0, '"neuron"')
+    fx = ctx.fixer()
+    fx.replace(call, f"{ctx.src(call.func)}({', '.join(parts)})")
+    return ctx.finding(site, "XLA process group: becomes init_process_group(\"neuron\") with the env:// rendezvous (torchrun)",
+                       fix=fx.build(), note="Call it before any tensor is moved to the neuron device: the backend cannot "
+                       "start once the Neuron runtime is initialised.")
+
+
+# -- NM127 xmp.spawn / torch_xla.launch ------------------------------------------------------------
+_SPAWN = {f"{XMP}.spawn"}
+_LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
+
+
+@rule(
+    code="NM127",
+    name="xmp-spawn",
+    summary="xmp.spawn(fn, args) / torch_xla.launch(fn, args) become a direct fn(rank, *args) call started by torchrun",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(*sorted(_SPAWN | _LAUNCH)),
+    docs=f"""
+        `xmp.spawn(fn, args=(...))` started one process per device and called `fn(global_ordinal, *args)` in each;
+        `torch_xla.launch(fn, args)` did the same, or under torchrun called `fn(LOCAL_RANK, *args)`. TorchNeuron
+        runs one process per NeuronCore started by torchrun ({DIST_GUIDE}), so the call becomes a direct call:
+        `fn(int(os.environ.get("RANK", 0)), *args)` for `xmp.spawn` (the global ordinal) and `LOCAL_RANK` for
+        `torch_xla.launch`. When the file never calls `init_process_group`, the process group is initialised
+        first (`dist.init_process_group("neuron")` when torchrun set `WORLD_SIZE`), since the rewritten
+        collectives need it; run without torchrun, the script still works as one process. The finding's note
+        gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
+        trn2.48xlarge> script.py`. `start_method='fork'` is reported: the Neuron runtime cannot be initialised in
+        a forked process (torch_neuronx raises "Cannot re-initialize Neuron runtime in forked subprocess"), and
+        fork-based memory sharing (`xmp.MpModelWrapper`) has to be replaced by each process building its model.
+    """,
+    examples=[
+        ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
+         "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ and not dist.is_initialized():\n        dist.init_process_group(\"neuron\")\n"
+         "    _mp_fn(int(os.environ.get(\"RANK\", 0)), flags)"),
+    ],
+)
+def xmp_spawn(site, ctx):
+    what = "xmp.spawn" if site.key in _SPAWN else "torch_xla.launch"
+    script = os.path.basename(ctx.analysis.path) if ctx.analysis.path and not ctx.analysis.path.startswith("<") else "script.py"
+    note = f"Launch with: torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on trn2.48xlarge> {script}"
+    if site.kind == "ref":
+        return ctx.finding(site, f"{what} used as a value: start the script with torchrun and call the function with its rank directly", note=note)
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, f"{what} with *args/**kwargs: start the script with torchrun and call fn(rank, *args) directly", note=note)
+    fn = kwarg(call, "fn", 0)
+    args = kwarg(call, "args", 1)
+    method = kwarg(call, "start_method", 5 if what == "xmp.spawn" else 2)
+    if fn is None:
+        return ctx.finding(site, f"{what} without a function: start the script with torchrun and call fn(rank, *args) directly", note=note)
+    if const_value(method) == "fork":
+        return ctx.finding(site, f"{what} with start_method='fork': the Neuron runtime cannot start in a forked process; "
+                                 "launch with torchrun, build the model in each process (no MpModelWrapper sharing) and call "
+                                 "fn(rank, *args) directly", note=note)
+    if not site.is_statement or not alone_on_lines(ctx, site.stmt):
+        return ctx.finding(site, f"{what} inside an expression or on a shared line: replace it with a direct fn(rank, *args) call "
+                                 "and launch with torchrun", note=note)
+    fx = ctx.fixer()
+    os_ = fx.ref("os")
+    env = "RANK" if what == "xmp.spawn" else "LOCAL_RANK"
+    fn_src = atom(ctx, fn) if not isinstance(fn, ast.Lambda) else f"({ctx.src(fn)})"
+    call_args = [f'int({os_}.environ.get("{env}", 0))']
+    if isinstance(args, (ast.Tuple, ast.List)):
+        call_args += [ctx.src(e) for e in args.elts]
+    elif args is not None and not is_none(args):
+        call_args.append(f"*{atom(ctx, args)}")
+    lines = []
+    if f"{DIST}.init_process_group" not in ctx.analysis.qualnames:
+        dist = fx.ref(DIST)
+        lines += [f'if "WORLD_SIZE" in {os_}.environ and not {dist}.is_initialized():',
+                  f'    {dist}.init_process_group("neuron")']
+    lines.append(f"{fn_src}({', '.join(call_args)})")
+    fx.replace(site.stmt, "\n".join(lines) + "\n")
+    nprocs = kwarg(call, "nprocs", 2) if what == "xmp.spawn" else None
+    if nprocs is not None and const_value(nprocs, 0) not in (None, 1):
+        note += f" (nprocs={ctx.src(nprocs)} becomes --nproc_per_node={ctx.src(nprocs)})"
+    return ctx.finding(site, f"{what}: becomes a direct call of the worker with its {'global' if env == 'RANK' else 'local'} rank; "
+                             "torchrun starts one process per NeuronCore", fix=fx.build(), note=note)
+
+
+# -- NM128 xmp.MpModelWrapper ----------------------------------------------------------------------
+@rule(
+    code="NM128",
+    name="mp-model-wrapper",
+    summary="xmp.MpModelWrapper(model) becomes model",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XMP}.MpModelWrapper"),
+    docs="""
+        `xmp.MpModelWrapper(model)` shared one CPU copy of the model between forked device processes;
+        `.to(device)` on it returned the model on the device. Under torchrun each process has its own model, and
+        `model.to(device)` does the same, so the wrapper is dropped: `xmp.MpModelWrapper(model)` becomes `model`.
+        Used as a value, it becomes `(lambda model: model)`.
+    """,
+    examples=[("WRAPPED_MODEL = xmp.MpModelWrapper(net)", "WRAPPED_MODEL = net")],
+)
+def mp_model_wrapper(site, ctx):
+    fx = ctx.fixer()
+    if site.kind == "ref":
+        fx.replace(site.node, "(lambda model: model)")
+        return ctx.finding(site, "xmp.MpModelWrapper used as a value: becomes an identity function", fix=fx.build())
+    call = site.call
+    model = kwarg(call, "model", 0)
+    if model is None or has_star_args(call):
+        return ctx.finding(site, "xmp.MpModelWrapper: use the model itself")
+    fx.replace(call, atom(ctx, model))
+    return ctx.finding(site, "xmp.MpModelWrapper is not needed: each torchrun process owns its model", fix=fx.build())
+
+
+# -- NM129 xmp.MpSerialExecutor --------------------------------------------------------------------
+@rule(
+    code="NM129",
+    name="mp-serial-executor",
+    summary="xmp.MpSerialExecutor() becomes _neuron_serial_executor(): .run(fn) runs fn on one local process at a time",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XMP}.MpSerialExecutor"),
+    docs="""
+        `xmp.MpSerialExecutor().run(fn)` ran `fn` in the processes of a host one after the other (typically a
+        dataset download that must not run concurrently) and returned its result in each. It becomes
+        `_neuron_serial_executor()`, an inserted helper whose `.run(fn)` lets each local rank (LOCAL_RANK) run `fn`
+        in turn, separated by barriers. Every process must call `.run` the same number of times, as before.
+    """,
+    examples=[("SERIAL_EXEC = xmp.MpSerialExecutor()", "SERIAL_EXEC = _neuron_serial_executor()")],
+)
+def mp_serial_executor(site, ctx):
+    if site.kind == "call" and (site.call.args or site.call.keywords):
+        return ctx.finding(site, "xmp.MpSerialExecutor with arguments: run fn on each local rank in turn with dist.barrier() between")
+    return replace_callee(site, ctx, "_neuron_serial_executor", "xmp.MpSerialExecutor: becomes _neuron_serial_executor (turns by local rank)")
