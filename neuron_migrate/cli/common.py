@@ -65,6 +65,15 @@ def prepare(paths: list[str], select, ignore, config_path, unsafe_fixes, device_
     return Run(cfg, ruleset, settings_kw, items, messages)
 
 
+def open_cache(run: Run, fix: bool, no_cache: bool):
+    """The result cache for this run, or None when disabled (--no-cache or `cache = false`)."""
+    if no_cache or not run.config.cache:
+        return None
+    from neuron_migrate.files.cache import ResultCache, cache_folder, cache_key
+
+    return ResultCache(cache_folder(run.config.source), cache_key(run.ruleset.codes, run.settings_kw, fix))
+
+
 def fail(message: str) -> None:
     sys.stderr.write(f"neuron-migrate: error: {message}\n")
     raise typer.Exit(EXIT_ERROR)

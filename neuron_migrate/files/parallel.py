@@ -31,8 +31,47 @@ def default_jobs() -> int:
 
 
 def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
-              jobs: Optional[int] = None, progress: Optional[Callable] = None) -> Iterator:
-    """Yield FileResults in input order. `codes` are the active rule codes (RuleSet.codes)."""
+              jobs: Optional[int] = None, progress: Optional[Callable] = None, cache=None) -> Iterator:
+    """Yield FileResults in input order. `codes` are the active rule codes (RuleSet.codes).
+
+    With a ResultCache, files whose content and key are unchanged are answered from it and never parsed.
+    A cached rewrite that changes the file is recomputed when writing (the write needs a fresh read).
+    """
+    if cache is None:
+        yield from _run(items, codes, settings_kw, fix, write, jobs)
+        return
+    from neuron_migrate.files.cache import digest
+
+    hits: dict[int, object] = {}
+    misses = []
+    for i, (path, display) in enumerate(items):
+        try:
+            with open(path, "rb") as fh:
+                dig = digest(fh.read())
+        except OSError:
+            misses.append((i, (path, display)))
+            continue
+        res = cache.lookup(path, display, dig)
+        if res is not None and not (write and res.changed):
+            hits[i] = res
+        else:
+            misses.append((i, (path, display)))
+    computed = _run([item for _, item in misses], codes, settings_kw, fix, write, jobs)
+    miss_iter = iter(misses)
+    for i in range(len(items)):
+        if i in hits:
+            yield hits[i]
+            continue
+        j, (path, _display) = next(miss_iter)
+        res = next(computed)
+        if res.digest and not res.written:
+            cache.store(path, res.digest, res)
+        elif res.written:
+            cache.entries.pop(path, None)
+        yield res
+
+
+def _run(items, codes, settings_kw, fix, write, jobs) -> Iterator:
     jobs = jobs or default_jobs()
     if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
         _init(codes, settings_kw, fix, write)

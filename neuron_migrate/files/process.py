@@ -26,6 +26,7 @@ class FileResult:
     written: bool = False
     suppressed: int = 0
     skipped: bool = False  # prefilter said nothing can match
+    digest: Optional[str] = None  # content digest of the bytes this result is for (cache key)
 
     @property
     def changed(self) -> bool:
@@ -65,6 +66,9 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
     except OSError as exc:
         res.error = f"cannot read: {exc.strerror or exc}"
         return res
+    from neuron_migrate.files.cache import digest
+
+    res.digest = digest(src.raw)
     if not ruleset.could_match(text):
         res.skipped = True
         return res

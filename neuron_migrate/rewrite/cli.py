@@ -24,9 +24,10 @@ def rewrite(
     config: Optional[str] = typer.Option(None, "--config", help="pyproject.toml to read [tool.neuron-migrate] from."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: all cores)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the summary and errors."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the result cache."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Force or disable colour."),
 ) -> None:
-    from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, prepare
+    from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, open_cache, prepare
     from neuron_migrate.files.parallel import run_files
     from neuron_migrate.report.text import console, print_diff, print_findings, unified_diff
 
@@ -42,7 +43,10 @@ def rewrite(
     remaining = []
     notes: list[str] = []
     source_lines = {}
-    for res in run_files(run.items, run.ruleset.codes, run.settings_kw, fix=True, write=do_write, jobs=jobs):
+    cache = open_cache(run, fix=True, no_cache=no_cache)
+    if cache is not None and cache.warning:
+        err.print(f"[yellow]warning[/yellow]: {cache.warning}")
+    for res in run_files(run.items, run.ruleset.codes, run.settings_kw, fix=True, write=do_write, jobs=jobs, cache=cache):
         if res.error:
             errors += 1
             err.print(f"[red]error[/red]: {res.path}: {res.error}")
@@ -61,6 +65,10 @@ def rewrite(
         remaining.extend(res.findings)
         if res.findings and res.new_text is not None:
             source_lines[res.path] = res.new_text.splitlines()
+    if cache is not None:
+        problem = cache.save()
+        if problem:
+            err.print(f"[yellow]warning[/yellow]: {problem}")
     if not diff:
         _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines)
     if errors:

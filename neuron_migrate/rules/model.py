@@ -122,3 +122,67 @@ class Finding:
 
     def sort_key(self) -> tuple:
         return (self.path, self.span.line, self.span.col, self.rule.code)
+
+
+# -- plain-data forms (cache, process boundaries, JSON output) -------------------------------------
+def _rule_by_code(code: str) -> Rule:
+    from neuron_migrate.rules.registry import get_rule
+
+    r = get_rule(code)
+    if r is None:
+        raise KeyError(f"unknown rule {code}")
+    return r
+
+
+def _reduce_rule(self: Rule):
+    # rules are pickled by code: results cross process boundaries without docs or check functions
+    return (_rule_by_code, (self.code,))
+
+
+Rule.__reduce__ = _reduce_rule  # type: ignore[assignment]
+
+
+def span_to_list(s: Span) -> list:
+    return [s.line, s.col, s.end_line, s.end_col]
+
+
+def fix_to_dict(fix: Fix) -> dict:
+    return {
+        "safety": fix.safety.value,
+        "edits": [{"kind": e.kind, "span": span_to_list(e.span), "text": e.text} for e in fix.edits],
+        "imports": [[i.module, i.alias] for i in fix.imports],
+        "helpers": [list(h) for h in fix.helpers],
+        "description": fix.description,
+    }
+
+
+def fix_from_dict(d: dict) -> Fix:
+    return Fix(
+        safety=FixSafety(d["safety"]),
+        edits=[Edit(e["kind"], Span(*e["span"]), e["text"]) for e in d["edits"]],
+        imports=[ImportReq(m, a) for m, a in d["imports"]],
+        helpers=[tuple(h) for h in d["helpers"]],
+        description=d.get("description", ""),
+    )
+
+
+def finding_to_dict(f: Finding) -> dict:
+    return {
+        "code": f.rule.code,
+        "path": f.path,
+        "span": span_to_list(f.span),
+        "message": f.message,
+        "note": f.note,
+        "fix": fix_to_dict(f.fix) if f.fix else None,
+    }
+
+
+def finding_from_dict(d: dict) -> Finding:
+    return Finding(
+        rule=_rule_by_code(d["code"]),
+        path=d["path"],
+        span=Span(*d["span"]),
+        message=d["message"],
+        fix=fix_from_dict(d["fix"]) if d.get("fix") else None,
+        note=d.get("note", ""),
+    )

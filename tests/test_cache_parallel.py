@@ -1,0 +1,63 @@
+"""Output is identical with and without the cache and with one or two worker processes."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "xla_project"
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    root = tmp_path / "proj"
+    for i in range(8):  # enough files to use the process pool
+        shutil.copytree(EXAMPLES, root / f"copy{i}")
+    (root / "pyproject.toml").write_text("[tool.neuron-migrate]\nunsafe-fixes = true\n")
+    return root
+
+
+def nm(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "neuron_migrate", *args], capture_output=True, text=True, cwd=root)
+
+
+@pytest.mark.parametrize("command", [["rewrite", "--diff"], ["rewrite", "--no-color"]])
+def test_same_output_with_and_without_cache_and_workers(tree, command):
+    base = nm(tree, *command, "--no-cache", "-j", "1", ".")
+    assert base.returncode == 1 and base.stdout
+    cold = nm(tree, *command, "-j", "2", ".")
+    assert (tree / ".neuron-migrate-cache").is_dir()
+    warm = nm(tree, *command, "-j", "2", ".")
+    assert cold.stdout == base.stdout
+    assert warm.stdout == base.stdout
+    assert cold.returncode == warm.returncode == base.returncode
+
+
+def test_corrupt_cache_is_a_warning(tree):
+    first = nm(tree, "rewrite", "--diff", ".")
+    for f in (tree / ".neuron-migrate-cache").glob("results-*.json"):
+        f.write_text("{not json")
+    again = nm(tree, "rewrite", "--diff", ".")
+    assert again.returncode == first.returncode
+    assert again.stdout == first.stdout
+    assert "ignoring unreadable cache" in again.stderr
+
+
+def test_cache_follows_content_changes(tree):
+    nm(tree, "rewrite", "--diff", ".")
+    target = tree / "copy0" / "new_style.py"
+    target.write_text("import torch\nprint(torch.ones(1))\n")
+    out = nm(tree, "rewrite", "--diff", ".")
+    assert "copy0/new_style.py" not in out.stdout
+    assert "copy1/new_style.py" in out.stdout
+
+
+def test_write_with_warm_cache_writes(tree):
+    nm(tree, "rewrite", "--diff", ".")  # warm the cache with would-change results
+    res = nm(tree, "rewrite", "--write", ".")
+    assert res.returncode in (0, 1), res.stderr
+    assert "torch_xla" not in (tree / "copy3" / "single_device.py").read_text()
+    assert nm(tree, "rewrite", "--check", ".").stdout.count("0 of") == 1
