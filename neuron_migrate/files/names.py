@@ -290,7 +290,7 @@ class Analysis:
                 if isinstance(node.func, ast.Attribute) and wanted.wants("method", node.func.attr):
                     sites.append(Site("method", node.func.attr, node, self, scope))
             elif isinstance(node, (ast.Attribute, ast.Name)):
-                q = self.resolve(node, scope, count_use=isinstance(node.ctx, ast.Load))
+                q = self.resolve(node, scope, count_use=isinstance(node.ctx, ast.Load) or isinstance(node, ast.Attribute))
                 if q is not None:
                     self.qualnames.add(q)
                     kind = "store" if isinstance(node.ctx, (ast.Store, ast.Del)) else "ref"
