@@ -1,0 +1,493 @@
+"""torch_xla data loading, precision, RNG, metrics/profiler, version gates and the catch-alls (NM130-NM199).
+
+The environment-variable rules are in `xla_env.py`; the YAML renames and the report catalogue in
+`rules/torch_xla.yaml`.
+"""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+
+PL = "torch_xla.distributed.parallel_loader"
+XM = "torch_xla.core.xla_model"
+MET = "torch_xla.debug.metrics"
+XP = "torch_xla.debug.profiler"
+RELEASE_NOTES = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html"
+NATIVE_FAQ = "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst"
+
+HELPERS["_NeuronDeviceLoader"] = Helper(
+    '''class _NeuronDeviceLoader:
+    """Iterates `loader` and moves every tensor of each batch to `device` (what pl.MpDeviceLoader did)."""
+
+    def __init__(self, loader, device, **kwargs):
+        # prefetch/thread kwargs of MpDeviceLoader have no meaning here and are ignored
+        self._loader = loader
+        self._device = device
+
+    def __iter__(self):
+        for batch in self._loader:
+            yield {pytree}.tree_map(
+                lambda t: t.to(self._device, non_blocking=True) if isinstance(t, {torch}.Tensor) else t, batch
+            )
+
+    def __len__(self):
+        return len(self._loader)
+''',
+    {"pytree": "torch.utils._pytree", "torch": "torch"},
+)
+
+
+def _isinstance_or_base(site, ctx) -> str | None:
+    """'isinstance'/'subclass' when a class reference is tested or subclassed, else None."""
+    node = site.node
+    parent = site.parent
+    if isinstance(parent, (ast.Tuple, ast.List)):
+        node, parent = parent, ctx.analysis.parent_of.get(parent)
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass") and node in parent.args[1:]:
+        return "isinstance"
+    if isinstance(parent, ast.ClassDef) and node in parent.bases:
+        return "subclass"
+    return None
+
+
+# -- NM130 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM130",
+    name="mp-device-loader",
+    summary="pl.MpDeviceLoader / ParallelLoader(...).per_device_loader() become the plain loader with batches moved to the device",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{PL}.MpDeviceLoader"), ("ref", f"{PL}.MpDeviceLoader"),
+              ("call", f"{PL}.ParallelLoader"), ("ref", f"{PL}.ParallelLoader"), ("ref", f"{PL}.PerDeviceLoader")],
+    docs=f"""
+        `pl.MpDeviceLoader(loader, device)` wraps a DataLoader: background threads copy each batch to the XLA
+        device and every `next()` cuts the lazy graph. TorchNeuron is eager, so only the copy is needed. The
+        constructor becomes `_NeuronDeviceLoader(loader, device)`, a small class inserted into the module that
+        iterates the loader and moves every tensor of each (nested) batch with
+        `torch.utils._pytree.tree_map(lambda t: t.to(device, non_blocking=True), batch)`; `len()` is kept.
+        `pl.ParallelLoader(loader, [device]).per_device_loader(device)` becomes the same. The prefetch kwargs
+        (`device_prefetch_size`, `loader_prefetch_size`, `batches_per_execution`,
+        `host_to_device_transfer_threads`) have no meaning and are dropped; set `pin_memory=True` and
+        `num_workers` on the DataLoader instead. `input_sharding=` (SPMD) is reported: shard with DTensor.
+        MpDeviceLoader never sharded data, so the sampler (`DistributedSampler`) stays as it is.
+        `isinstance(x, pl.MpDeviceLoader)` and subclasses of the torch_xla loaders are reported: they rely on
+        torch_xla internals. Native PyTorch device placement: {NATIVE_FAQ}.
+    """,
+    examples=[("train_loader = pl.MpDeviceLoader(train_loader, device)", "train_loader = _NeuronDeviceLoader(train_loader, device)")],
+)
+def mp_device_loader(site, ctx):
+    cls = site.key.rsplit(".", 1)[1]
+    if site.kind == "ref":
+        how = _isinstance_or_base(site, ctx)
+        if how == "isinstance":
+            return ctx.finding(site, f"isinstance check on pl.{cls}: the class is gone on TorchNeuron; test for the plain DataLoader (or _NeuronDeviceLoader) instead")
+        if how == "subclass":
+            return ctx.finding(site, f"subclass of pl.{cls}: rebase it on a plain iterable that moves batches to the device (see _NeuronDeviceLoader)")
+        if cls != "MpDeviceLoader":
+            return ctx.finding(site, f"pl.{cls} used as a value: iterate the plain DataLoader and move each batch with .to(device)")
+        fx = ctx.fixer()
+        fx.replace(site.node, fx.helper("_NeuronDeviceLoader"))
+        return ctx.finding(site, "pl.MpDeviceLoader used as a value: becomes _NeuronDeviceLoader (same (loader, device, **kwargs) signature)", fix=fx.build())
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, f"pl.{cls} with *args/**kwargs: iterate the loader and move each batch to the device by hand")
+    if kwarg(call, "input_sharding") is not None:
+        return ctx.finding(site, f"pl.{cls} with input_sharding= (SPMD): shard the inputs with DTensor (distribute_tensor on an init_device_mesh('neuron', ...) mesh) and move batches by hand")
+    loader = kwarg(call, "loader", 0) if cls == "MpDeviceLoader" else kwarg(call, "cpu_loader", 0)
+    if loader is None:
+        return ctx.finding(site, f"pl.{cls} without a loader argument: migrate by hand")
+    if cls == "MpDeviceLoader":
+        device = kwarg(call, "device", 1)
+        target = call
+    else:
+        attr = site.parent
+        outer = ctx.analysis.parent_of.get(attr)
+        if not (isinstance(attr, ast.Attribute) and attr.attr == "per_device_loader" and isinstance(outer, ast.Call)
+                and outer.func is attr and len(outer.args) == 1 and not outer.keywords):
+            return ctx.finding(site, "pl.ParallelLoader kept as an object: iterate the plain DataLoader and move each batch to the device "
+                                     "(`_NeuronDeviceLoader(loader, device)` after rewriting ParallelLoader(...).per_device_loader(device))")
+        device = outer.args[0]
+        target = outer
+    if device is None:
+        return ctx.finding(site, f"pl.{cls} without a device argument: migrate by hand")
+    fx = ctx.fixer()
+    name = fx.helper("_NeuronDeviceLoader")
+    fx.replace(target, f"{name}({ctx.src(loader)}, {ctx.src(device)})")
+    dropped = [k.arg for k in call.keywords if k.arg not in ("loader", "cpu_loader", "device", "devices")]
+    note = f"Dropped {', '.join(dropped)}: use DataLoader(pin_memory=True, num_workers=...) for overlap." if dropped else ""
+    return ctx.finding(site, f"pl.{cls}: becomes _NeuronDeviceLoader, which moves each batch to the device (eager: no graph cut needed)",
+                       fix=fx.build(), note=note)
+
+
+# -- NM131 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM131",
+    name="xla-autocast",
+    summary="torch_xla.amp.autocast(device, ...) becomes torch.autocast(\"neuron\", dtype=torch.bfloat16, ...)",
+    fix="unsafe",
+    severity="warning",
+    triggers=[("call", "torch_xla.amp.autocast"), ("call", "torch_xla.amp.autocast_mode.autocast"),
+              ("ref", "torch_xla.amp.autocast"), ("ref", "torch_xla.amp.autocast_mode.autocast")],
+    docs=f"""
+        `torch_xla.amp.autocast(device, enabled=True, dtype=None, cache_enabled=True)` takes a *device* as its
+        first argument and defaults to bfloat16 on TPU/Neuron. TorchNeuron uses the standard
+        `torch.autocast(device_type="neuron", dtype=torch.bfloat16)` ({NATIVE_FAQ}), whose op lists follow the
+        CUDA conventions. The device argument is dropped, `dtype` defaults to `torch.bfloat16`, `enabled=` and
+        `cache_enabled=` are kept. The fix is unsafe: with torch_xla <= 2.5 the XLA autocast printed a warning
+        and did nothing on Neuron, so the rewritten code really runs in mixed precision and its numerics change;
+        under XLA a dtype other than bfloat16 disabled autocast, natively it is honoured.
+    """,
+    examples=[("with torch_xla.amp.autocast(device):\n    loss = model(x)", "with torch.autocast(\"neuron\", dtype=torch.bfloat16):\n    loss = model(x)")],
+)
+def xla_autocast(site, ctx):
+    if site.kind == "ref":
+        return ctx.finding(site, "torch_xla.amp.autocast used as a value: use functools.partial(torch.autocast, \"neuron\", dtype=torch.bfloat16)")
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, "torch_xla.amp.autocast with *args/**kwargs: use torch.autocast(\"neuron\", dtype=torch.bfloat16) by hand")
+    fx = ctx.fixer()
+    torch = fx.ref("torch")
+    dtype = kwarg(call, "dtype", 2)
+    if dtype is None or (isinstance(dtype, ast.Constant) and dtype.value is None):
+        dtype_src = f"{torch}.bfloat16"
+    elif isinstance(dtype, (ast.Attribute, ast.Constant)):
+        dtype_src = ctx.src(dtype)
+    else:
+        dtype_src = f"{ctx.src(dtype)} or {torch}.bfloat16"
+    device_type = '"neuron"' if ctx.settings.device_style != "accelerator" else f"{torch}.accelerator.current_accelerator().type"
+    parts = [device_type, f"dtype={dtype_src}"]
+    for name, pos in (("enabled", 1), ("cache_enabled", 3)):
+        v = kwarg(call, name, pos)
+        if v is not None:
+            parts.append(f"{name}={ctx.src(v)}")
+    fx.replace(call, f"{torch}.autocast({', '.join(parts)})")
+    return ctx.finding(site, "torch_xla.amp.autocast: becomes torch.autocast(\"neuron\", ...) (bfloat16 by default)", fix=fx.build(),
+                       note="On torch_xla <= 2.5 this autocast did nothing on Neuron: check accuracy, the model now really runs in mixed precision.")
+
+
+# -- NM132 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM132",
+    name="xla-checkpoint",
+    summary="torch_xla.utils.checkpoint.checkpoint becomes torch.utils.checkpoint.checkpoint(..., use_reentrant=True)",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", "torch_xla.utils.checkpoint.checkpoint"), ("ref", "torch_xla.utils.checkpoint.checkpoint")],
+    docs=f"""
+        torch_xla ships a copy of activation checkpointing (`torch_xla.utils.checkpoint.checkpoint`) that
+        defaults to `use_reentrant=True`; TorchNeuron supports the standard `torch.utils.checkpoint` ({NATIVE_FAQ}).
+        Current PyTorch warns when `use_reentrant` is not passed (and later releases raise), so the fix
+        passes `use_reentrant=True` explicitly when the call does not, keeping the old behaviour
+        (`use_reentrant=False` is recommended by PyTorch and usually works too). Used as a value
+        (`ckpt = checkpoint`), the name becomes `functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=True)`.
+    """,
+    examples=[("from torch_xla.utils.checkpoint import checkpoint\ny = checkpoint(block, x)",
+               "import torch.utils.checkpoint\nfrom torch_xla.utils.checkpoint import checkpoint\ny = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True)")],
+)
+def xla_checkpoint(site, ctx):
+    fx = ctx.fixer()
+    target = fx.name("torch.utils.checkpoint.checkpoint", site.scope)
+    if site.kind == "ref":
+        fx.replace(site.node, f"{fx.ref('functools')}.partial({target}, use_reentrant=True)")
+        return ctx.finding(site, "torch_xla checkpoint used as a value: becomes functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=True)", fix=fx.build())
+    call = site.call
+    if any(k.arg is None for k in call.keywords) or kwarg(call, "use_reentrant") is not None:
+        fx.replace(call.func, target)
+    else:
+        args = [ctx.src(a) for a in call.args] + [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords]
+        fx.replace(call, f"{target}({', '.join([*args, 'use_reentrant=True'])})")
+    return ctx.finding(site, "torch_xla checkpoint: becomes torch.utils.checkpoint.checkpoint with use_reentrant passed explicitly", fix=fx.build())
+
+
+# -- NM133 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM133",
+    name="xla-rng-seed",
+    summary="xm.set_rng_state(seed) / torch_xla.manual_seed(seed) seed the device; xm.get_rng_state() returns an int seed",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XM}.set_rng_state"), ("call", "torch_xla.manual_seed"), ("call", "torch_xla.torch_xla.manual_seed"),
+              ("call", f"{XM}.get_rng_state"), ("ref", f"{XM}.set_rng_state"), ("ref", "torch_xla.manual_seed"), ("ref", f"{XM}.get_rng_state")],
+    docs="""
+        `xm.set_rng_state(seed, device=None)` and `torch_xla.manual_seed(seed)` set the XLA device generator's
+        *seed* (an int, not a state tensor). They become `torch.neuron.manual_seed(seed)`, which seeds the
+        current NeuronCore only, exactly like before (`torch.neuron` is the device module TorchNeuron registers;
+        under torchrun each process has one core). With `device-style = "accelerator"` the fix writes
+        `torch.manual_seed(seed)` instead and is unsafe, because that also reseeds the CPU generator.
+        `xm.get_rng_state()` returns that int seed, while `torch.neuron.get_rng_state()` returns a ByteTensor
+        state: code that stores, compares or broadcasts the value (accelerate keeps `states["xm_seed"]`) is
+        reported; use `torch.neuron.get_rng_state()` / `set_rng_state()` as a pair or `torch.random.fork_rng`.
+    """,
+    examples=[("xm.set_rng_state(args.seed)", "torch.neuron.manual_seed(args.seed)")],
+)
+def xla_rng_seed(site, ctx):
+    short = "xm.get_rng_state" if site.key.endswith("get_rng_state") else "xm.set_rng_state" if site.key.endswith("set_rng_state") else "torch_xla.manual_seed"
+    if short == "xm.get_rng_state":
+        return ctx.finding(site, "xm.get_rng_state() returns an int seed; torch.neuron.get_rng_state() returns a ByteTensor: "
+                                 "save/restore with torch.neuron.get_rng_state()/set_rng_state() as a pair, or use torch.random.fork_rng")
+    if site.kind == "ref":
+        return ctx.finding(site, f"{short} used as a value: use torch.neuron.manual_seed (same (seed) call)")
+    call = site.call
+    seed = kwarg(call, "seed", 0)
+    if seed is None or has_star_args(call):
+        return ctx.finding(site, f"{short} without a plain seed argument: call torch.neuron.manual_seed(seed) by hand")
+    fx = ctx.fixer()
+    torch = fx.ref("torch")
+    if ctx.settings.device_style == "accelerator":
+        fx.replace(call, f"{torch}.manual_seed({ctx.src(seed)})")
+        return ctx.finding(site, f"{short}: becomes torch.manual_seed(seed) (also reseeds the CPU generator)", fix=fx.build("unsafe"))
+    fx.replace(call, f"{torch}.neuron.manual_seed({ctx.src(seed)})")
+    return ctx.finding(site, f"{short}: becomes torch.neuron.manual_seed(seed)", fix=fx.build())
+
+
+# -- NM134 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM134",
+    name="xla-fork-rng",
+    summary="xm.fork_rng() becomes torch.random.fork_rng(device_type=\"neuron\")",
+    fix="unsafe",
+    severity="warning",
+    triggers=[("call", f"{XM}.fork_rng"), ("ref", f"{XM}.fork_rng")],
+    docs="""
+        `xm.fork_rng(device=None, enabled=True)` saves the XLA generator seed and restores it on exit. The native
+        context manager is `torch.random.fork_rng(device_type="neuron", enabled=...)`; its first positional
+        parameter is a list of devices, so the XLA `device` argument is dropped. Unsafe: the native version
+        also forks the CPU generator, so CPU random numbers drawn inside the block no longer advance the outer
+        CPU stream.
+    """,
+    examples=[("with xm.fork_rng():\n    noise = torch.randn(4)", "with torch.random.fork_rng(device_type=\"neuron\"):\n    noise = torch.randn(4)")],
+)
+def xla_fork_rng(site, ctx):
+    if site.kind == "ref":
+        return ctx.finding(site, "xm.fork_rng used as a value: use functools.partial(torch.random.fork_rng, device_type=\"neuron\")")
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, "xm.fork_rng with *args/**kwargs: use torch.random.fork_rng(device_type=\"neuron\") by hand")
+    fx = ctx.fixer()
+    parts = ['device_type="neuron"']
+    enabled = kwarg(call, "enabled", 1)
+    if enabled is not None:
+        parts.append(f"enabled={ctx.src(enabled)}")
+    fx.replace(call, f"{fx.ref('torch')}.random.fork_rng({', '.join(parts)})")
+    return ctx.finding(site, "xm.fork_rng: becomes torch.random.fork_rng(device_type=\"neuron\") (also forks the CPU generator)", fix=fx.build())
+
+
+# -- NM135 ------------------------------------------------------------------------------------------
+_REPORTS = (f"{MET}.metrics_report", f"{MET}.short_metrics_report")
+_CLEARS = (f"{MET}.clear_all", f"{MET}.clear_counters", f"{MET}.clear_metrics")
+_MET_OTHER = (f"{MET}.counter_names", f"{MET}.counter_value", f"{MET}.metric_names", f"{MET}.metric_data",
+              f"{MET}.executed_fallback_ops")
+_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log", "print"}
+_MET_ADVICE = ("TorchNeuron has no XLA metrics: use torch_neuronx.get_fallback_ops() for ops that ran on CPU, "
+               "torch.neuron.get_dynamo_metrics() and TORCH_LOGS=graph_breaks,recompiles for torch.compile")
+
+
+def _only_printed(site, ctx) -> bool:
+    """The call is an argument (maybe inside an f-string) of a print/log call that is a whole statement."""
+    node = site.node
+    parent = site.parent
+    while isinstance(parent, (ast.FormattedValue, ast.JoinedStr)):
+        node, parent = parent, ctx.analysis.parent_of.get(parent)
+    if not isinstance(parent, ast.Call) or node not in parent.args:
+        return False
+    if not isinstance(ctx.analysis.parent_of.get(parent), ast.Expr):
+        return False
+    func = parent.func
+    q = ctx.analysis.resolve(func, site.scope, count_use=False)
+    printing = (isinstance(func, ast.Name) and func.id.endswith("print")) or q == f"{XM}.master_print" or (
+        q is None and isinstance(func, ast.Attribute) and (func.attr in _LOG_METHODS or func.attr.endswith("print")))
+    if not printing:
+        return False
+    # nothing else with side effects in the arguments
+    for a in [*parent.args, *[k.value for k in parent.keywords]]:
+        if a is node:
+            continue
+        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in ast.walk(a)):
+            return False
+    return True
+
+
+@rule(
+    code="NM135",
+    name="xla-metrics",
+    summary="torch_xla.debug.metrics reports and counters do not exist on TorchNeuron",
+    fix="safe",
+    severity="warning",
+    triggers=[*[("call", q) for q in (*_REPORTS, *_CLEARS, *_MET_OTHER)], *[("ref", q) for q in (*_REPORTS, *_MET_OTHER)]],
+    docs="""
+        `met.metrics_report()` describes lazy-tensor compilation and transfers; TorchNeuron has no such counters.
+        A statement that only prints or logs the report (`print(met.metrics_report())`,
+        `xm.master_print(met.short_metrics_report())`, `logger.info(f"{met.metrics_report()}")`) is removed, as are
+        `met.clear_*()` statements. Any other use (tests asserting `met.counter_value("aten::...")`, reports
+        written to files) is reported. What to use instead: `torch_neuronx.get_fallback_ops()` lists the ops
+        that fell back to CPU in eager mode, `torch.neuron.get_dynamo_metrics()` and
+        `TORCH_LOGS=graph_breaks,recompiles` show torch.compile graph breaks and recompiles
+        (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html).
+    """,
+    examples=[("xm.master_print(met.metrics_report())", "")],
+)
+def xla_metrics(site, ctx):
+    name = "met." + site.key.rsplit(".", 1)[1]
+    if site.kind == "call" and site.key in _CLEARS and site.is_statement:
+        fx = ctx.fixer()
+        fx.delete(site.stmt)
+        return ctx.finding(site, f"{name}() clears XLA metrics that do not exist on TorchNeuron: removed", fix=fx.build())
+    if site.kind == "call" and site.key in _REPORTS and _only_printed(site, ctx):
+        fx = ctx.fixer()
+        fx.delete(site.stmt)
+        return ctx.finding(site, f"{name}() only printed: removed ({_MET_ADVICE})", fix=fx.build())
+    return ctx.finding(site, f"{name} has no TorchNeuron equivalent: {_MET_ADVICE}")
+
+
+# -- NM136 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM136",
+    name="xla-profiler",
+    summary="torch_xla.debug.profiler traces become torch.profiler.record_function; the profile server goes",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XP}.StepTrace"), ("call", f"{XP}.Trace"), ("call", f"{XP}.start_server"),
+              ("call", f"{XP}.trace"), ("call", f"{XP}.trace_detached"), ("call", f"{XP}.trace_me"),
+              ("call", f"{XP}.start_trace"), ("call", f"{XP}.stop_trace"),
+              ("ref", f"{XP}.StepTrace"), ("ref", f"{XP}.Trace"), ("ref", f"{XP}.trace_me")],
+    docs="""
+        `with xp.StepTrace(name, step_num=i):` and `with xp.Trace(name):` annotate a region for the XLA
+        profiler; `StepTrace` also cut the lazy graph on exit, which eager TorchNeuron does not need. Both
+        become `torch.profiler.record_function(name)`, which labels the region in `torch.profiler` traces.
+        `xp.start_server(port)` as a statement (it starts the XLA profiler's gRPC server) is removed. The
+        capture functions (`xp.trace`, `trace_detached`, `start_trace`/`stop_trace`) and the `trace_me`
+        decorator are reported: profile with `torch.profiler.profile(...)` and the Neuron profiler
+        (Neuron Explorer) instead.
+    """,
+    examples=[("import torch_xla.debug.profiler as xp\nwith xp.StepTrace('train', step_num=step):\n    train_step()", "import torch.profiler\nwith torch.profiler.record_function('train'):\n    train_step()")],
+)
+def xla_profiler(site, ctx):
+    short = site.key.rsplit(".", 1)[1]
+    advice = "profile with torch.profiler.profile(...) (regions labelled by torch.profiler.record_function) or the Neuron profiler"
+    if site.kind == "ref":
+        return ctx.finding(site, f"xp.{short} used as a value: {advice}")
+    call = site.call
+    if short in ("StepTrace", "Trace"):
+        name = kwarg(call, "name", 0)
+        if name is None or has_star_args(call):
+            return ctx.finding(site, f"xp.{short} without a plain name: use torch.profiler.record_function(name) by hand")
+        fx = ctx.fixer()
+        fx.replace(call, f"{fx.ref('torch.profiler')}.record_function({ctx.src(name)})")
+        extra = [k.arg for k in call.keywords if k.arg != "name"] + (["positional arguments"] if len(call.args) > 1 else [])
+        note = f"Dropped {', '.join(extra)}." if extra else ""
+        return ctx.finding(site, f"xp.{short}: becomes torch.profiler.record_function (eager: no graph cut on exit)", fix=fx.build(), note=note)
+    if short == "start_server" and site.is_statement:
+        fx = ctx.fixer()
+        fx.delete(site.stmt)
+        return ctx.finding(site, f"xp.start_server starts the XLA profiler server: removed; {advice}", fix=fx.build())
+    return ctx.finding(site, f"xp.{short} is XLA-profiler specific: {advice}")
+
+
+# -- NM139 ------------------------------------------------------------------------------------------
+_AVAILABLE = [f"{lib}.{mod}is_torch_xla_available" for lib in ("transformers", "accelerate", "diffusers", "optimum.neuron")
+              for mod in ("", "utils.", "utils.import_utils.", "utils.imports.")]
+_AVAILABLE += [a.replace("is_torch_xla_available", "is_torch_tpu_available") for a in _AVAILABLE if a.startswith("transformers")]
+_GUARD_ADVICE = ("after migration uninstall torch-xla (or set USE_TORCH_XLA=0 for Hugging Face libraries), "
+                 "otherwise the XLA branch stays active; collapse the check to the native branch")
+
+
+@rule(
+    code="NM139",
+    name="xla-version-gate",
+    summary="torch_xla version checks and availability flags keep XLA code paths alive",
+    fix="none",
+    severity="info",
+    triggers=[("ref", "torch_xla.__version__"), ("ref", "torch_xla.version.__version__"), ("string", "torch_xla*"), ("string", "torch-xla*"),
+              *[("call", a) for a in _AVAILABLE], *[("ref", a) for a in _AVAILABLE]],
+    docs="""
+        Code gates behaviour on torch_xla: `torch_xla.__version__` comparisons, Lightning's
+        `RequirementCache("torch_xla>=2.1")`, `importlib.util.find_spec("torch_xla")`, Hugging Face's
+        `is_torch_xla_available()`. Such a flag often gates non-XLA behaviour too (diffusers moves timesteps to
+        the CPU when it is set). After migration the gate is either always false (torch-xla uninstalled: the
+        branch is dead code) or, worse, still true when torch-xla stays installed, and Hugging Face
+        accelerate/transformers then take their XLA paths. Each gate is reported: collapse it to the native
+        branch, and uninstall torch-xla or set `USE_TORCH_XLA=0`.
+    """,
+    examples=[("if torch_xla.__version__ >= '2.5':\n    pass", None)],
+)
+def xla_version_gate(site, ctx):
+    if site.kind == "string":
+        parent = site.parent
+        if not (isinstance(parent, ast.Call) and site.node in parent.args) and not (
+                isinstance(parent, ast.keyword) and isinstance(ctx.analysis.parent_of.get(parent), ast.Call)):
+            return None  # a message or a name, not a package check
+        value = site.node.value
+        if isinstance(parent, ast.Call) and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith(("torch_xla", "torch-xla"))
+                                                for a in parent.args[: parent.args.index(site.node)]):
+            return None  # one finding per call
+        if not (value in ("torch_xla", "torch-xla") or value[len("torch_xla"):][:1] in ("<", ">", "=", "!", "~", "[")):
+            return None
+        return ctx.finding(site, f"package check on {ctx.src(site.node)}: {_GUARD_ADVICE}")
+    if site.key.endswith("__version__"):
+        return ctx.finding(site, f"torch_xla version gate: {_GUARD_ADVICE}")
+    return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]}(): {_GUARD_ADVICE}")
+
+
+# -- catch-alls -------------------------------------------------------------------------------------
+@rule(
+    code="NM190",
+    name="torch-xla-star-import",
+    summary="`from torch_xla... import *` hides which torch_xla names the code uses",
+    fix="none",
+    severity="warning",
+    triggers=[("star_import", "torch_xla*")],
+    docs="""
+        A star import binds torch_xla names without naming them, so no rule can see (or rewrite) their uses.
+        Replace it with explicit imports (`import torch_xla.core.xla_model as xm`) and run the migration
+        again.
+    """,
+    examples=[("from torch_xla.core.xla_model import *", None)],
+)
+def xla_star_import(site, ctx):
+    return ctx.finding(site, f"star import from {site.key}: import the names explicitly, then run neuron-migrate again")
+
+
+@rule(
+    code="NM191",
+    name="torch-xla-monkey-patch",
+    summary="assigning to a torch_xla attribute (monkey-patching) changes what later torch_xla calls do",
+    fix="none",
+    severity="warning",
+    triggers=[("store", "torch_xla*")],
+    docs="""
+        Code such as `xm.optimizer_step = patched_step` (transformers did this under XLA FSDP) changes what later
+        torch_xla calls do, so rewriting those calls by their documented meaning would be wrong. The patch is
+        reported: move its logic into the native code that replaces the patched function, and delete it.
+    """,
+    examples=[("xm.optimizer_step = lambda opt, **kw: opt.step()", None)],
+)
+def xla_monkey_patch(site, ctx):
+    if not isinstance(site.node, ast.Attribute):
+        return None  # `xm = None` rebinds the local name (import guards), it patches nothing
+    return ctx.finding(site, f"`{ctx.src(site.node)}` is monkey-patched: later calls do not behave as documented; "
+                             "move the patch's logic into the native replacement and delete the assignment")
+
+
+@rule(
+    code="NM199",
+    name="torch-xla-reference",
+    summary="a torch_xla API no other rule migrates",
+    fix="none",
+    severity="warning",
+    triggers=[("call", "torch_xla*"), ("ref", "torch_xla*")],
+    docs=f"""
+        The fallback for every torch_xla call or reference that no specific rule handled, so that nothing
+        torch_xla is left behind silently after `rewrite --write` (torch-xla is not installed with
+        TorchNeuron). TorchNeuron is native PyTorch on the `neuron` device: find the native equivalent
+        (`torch.*`, `torch.distributed` with the `neuron` backend, `torch.neuron` device module,
+        `torch.compile(backend="neuron")`), or remove the call when it only served the lazy-tensor runtime.
+        See {RELEASE_NOTES}.
+    """,
+    examples=[("torch_xla.core.xla_model.some_new_api()", None)],
+)
+def torch_xla_reference(site, ctx):
+    what = "used as a value" if site.kind == "ref" else "called"
+    return ctx.finding(site, f"`{site.key}` ({what}) has no automatic migration: replace it with native PyTorch on the neuron device "
+                             "(torch.*, torch.distributed backend \"neuron\", torch.neuron), or remove it if it only served the XLA runtime")
