@@ -1,0 +1,361 @@
+"""CUDA device code to TorchNeuron: devices, device strings, the torch.cuda device module (NM200-NM205).
+
+Two device styles (`device-style` setting): `neuron` (default) writes `torch.device("neuron")` and
+`torch.accelerator`/`torch.neuron` calls; `accelerator` writes device-agnostic code through
+`torch.accelerator` that runs unchanged on neuron, cuda or cpu (it falls back to the CPU when
+`torch.accelerator.is_available()` is False, where `torch.accelerator.synchronize()` and friends raise).
+Source for the edits: the TorchNeuron landing page lists `.to('cuda')` -> `.to('neuron')` and says code
+written against `torch.accelerator` needs no change
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html).
+"""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.xla_core import device_string_context
+
+HELPERS.setdefault(
+    "_accelerator_device",
+    Helper(
+        '''def _accelerator_device():
+    """This process's accelerator (neuron, cuda, ...), or the CPU when there is none."""
+    return {torch}.accelerator.current_accelerator() if {torch}.accelerator.is_available() else {torch}.device("cpu")
+''',
+        {"torch": "torch"},
+    ),
+)
+HELPERS.setdefault(
+    "_neuron_set_device",
+    Helper(
+        '''def _neuron_set_device(device):
+    """Select `device` when this process sees several; under torchrun TorchNeuron shows each process only its own core."""
+    if {torch}.accelerator.is_available() and {torch}.accelerator.device_count() > 1:
+        {torch}.accelerator.set_device_index(device)
+''',
+        {"torch": "torch"},
+    ),
+)
+
+TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
+
+
+def accelerator(ctx) -> bool:
+    return ctx.settings.device_style == "accelerator"
+
+
+def agnostic_device(fx) -> str:
+    """Device-agnostic device expression: the accelerator, or the CPU when there is none."""
+    return f"{fx.helper('_accelerator_device')}()"
+
+
+def paren_if_needed(site, text: str) -> str:
+    """Parenthesise a replacement comparison unless the parent position makes it unnecessary."""
+    parent = site.parent
+    if isinstance(parent, (ast.If, ast.While, ast.Assert, ast.BoolOp, ast.Assign, ast.Return, ast.keyword, ast.Expr, ast.IfExp)):
+        return text
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        return text
+    if isinstance(parent, ast.Call) and site.node in parent.args:
+        return text
+    return f"({text})"
+
+
+def call_args_src(call, ctx, drop=()) -> str:
+    """The argument list of a call as source, keyword arguments named in `drop` left out."""
+    parts = [ctx.src(a) for a in call.args]
+    for k in call.keywords:
+        if k.arg in drop:
+            continue
+        parts.append(f"**{ctx.src(k.value)}" if k.arg is None else f"{k.arg}={ctx.src(k.value)}")
+    return ", ".join(parts)
+
+
+def string_quote(site, ctx) -> str:
+    """A quote character usable at the site: inside an f-string (before Python 3.12), the one it does not use."""
+    for anc in site.ancestors():
+        if isinstance(anc, ast.JoinedStr):
+            text = ctx.src(anc).lstrip("rRfFbBuU")
+            return "'" if text.startswith('"') else '"'
+    return '"'
+
+
+# -- NM200 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM200",
+    name="cuda-method",
+    summary="`.cuda()` on tensors and modules becomes `.to(\"neuron\")`",
+    fix="safe",
+    severity="error",
+    triggers=[("method", "cuda")],
+    docs=f"""
+        `x.cuda()` moves a tensor or module to the current CUDA device and fails without CUDA. On TorchNeuron
+        the move is `x.to("neuron")` (the landing page's first migration step: {TORCH_DOCS}). `non_blocking=`
+        and `memory_format=` are kept. With a device index, `x.cuda(i)` becomes `x.to(torch.device("neuron", i))`
+        and is flagged: under torchrun each process sees only its own NeuronCore, index 0. With
+        `device-style = "accelerator"` the target is `_accelerator_device()`, a small inserted helper that returns
+        `torch.accelerator.current_accelerator()` or the CPU when there is no accelerator.
+    """,
+    examples=[("model = model.cuda()", 'model = model.to("neuron")')],
+)
+def cuda_method(site, ctx):
+    call = site.call
+    if has_star_args(call) or not isinstance(call.func, ast.Attribute):
+        return ctx.finding(site, "`.cuda(*args)`: move it with `.to(\"neuron\")` by hand")
+    fx = ctx.fixer()
+    index = kwarg(call, "device", 0)
+    extra = [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords if k.arg != "device"]
+    note = ""
+    if accelerator(ctx):
+        target = agnostic_device(fx)
+        if index is not None and const_value(index, 0) != 0:
+            note = "The device index was dropped: the accelerator's current device is used (select it with torch.accelerator.set_device_index)."
+    elif index is None:
+        target = '"neuron"'
+    else:
+        target = f'{fx.ref("torch")}.device("neuron", {ctx.src(index)})'
+        note = "Under torchrun each process sees one NeuronCore (index 0); check that this index is what you mean."
+    recv = ctx.src(call.func.value)
+    if not isinstance(call.func.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        recv = f"({recv})"
+    fx.replace(call, f"{recv}.to({', '.join([target, *extra])})")
+    return ctx.finding(site, "`.cuda()` needs CUDA: use `.to(\"neuron\")`", fix=fx.build(), note=note)
+
+
+# -- NM201 ------------------------------------------------------------------------------------------
+_TYPE_POSITIONS = ("device type comparison", "device string test", ".startswith() argument", "device_type= argument",
+                   "torch.autocast() argument", "torch.amp.autocast() argument", "torch.get_autocast_dtype() argument",
+                   "torch.is_autocast_enabled() argument")
+
+
+class _AsSite:
+    """A site-like view of another node (an f-string) for device_string_context."""
+
+    def __init__(self, site, node):
+        self.node = node
+        self.scope = site.scope
+        self.parent = site.analysis.parent_of.get(node)
+
+
+@rule(
+    code="NM201",
+    name="cuda-device-string",
+    summary="the string 'cuda' naming a device becomes 'neuron'",
+    fix="safe",
+    severity="error",
+    triggers=[("string", "cuda"), ("string", "cuda:")],
+    docs=f"""
+        Device strings: `.to('cuda')`, `device='cuda'`, `torch.device('cuda', i)`, `'cuda:0'`,
+        `f'cuda:{{rank}}'`, `x.device.type == 'cuda'`, `torch.autocast('cuda')`, `device = 'cuda'`. Where the string
+        flows into a device position it becomes `'neuron'` (an index is kept; under torchrun each process sees
+        one NeuronCore, so an index other than 0 is usually wrong). Strings that may be configuration (argparse
+        choices/defaults, dict values) are left alone and reported. With `device-style = "accelerator"` the string
+        becomes `_accelerator_device()` (or its `.type` where a type string is expected), which is the
+        accelerator or the CPU. Source: {TORCH_DOCS} (device placement `cuda` -> `neuron`).
+    """,
+    examples=[("x = x.to('cuda')", "x = x.to('neuron')"), ("if t.device.type == 'cuda':\n    pass", "if t.device.type == 'neuron':\n    pass")],
+)
+def cuda_device_string(site, ctx):
+    node = site.node
+    target = site
+    if site.key == "cuda:":
+        joined = site.parent
+        if not isinstance(joined, ast.JoinedStr) or joined.values[0] is not node:
+            return None
+        target = _AsSite(site, joined)
+        node = joined
+    why = device_string_context(target, ctx)
+    raw = ctx.src(node)
+    if why is None:
+        parent = target.parent
+        if isinstance(parent, ast.keyword) or isinstance(parent, (ast.List, ast.Tuple)):
+            return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+        return None
+    fx = ctx.fixer()
+    has_index = ":" in (node.value if isinstance(node, ast.Constant) else "cuda:")
+    if accelerator(ctx):
+        expr = agnostic_device(fx)
+        parent = target.parent
+        first_of_device = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and len(parent.args) > 1
+        if why in _TYPE_POSITIONS or first_of_device:
+            expr += ".type"
+        fx.replace(node, expr)
+        note = "The device index was dropped: the accelerator's current device is used." if has_index and not first_of_device else ""
+        return ctx.finding(site, f"'cuda' as a device ({why}): becomes the device-agnostic accelerator", fix=fx.build(), note=note)
+    fx.replace(node, raw.replace("cuda", "neuron", 1))
+    note = "Under torchrun each process sees one NeuronCore (index 0); check the index." if has_index else ""
+    return ctx.finding(site, f"'cuda' as a device ({why}): use 'neuron'", fix=fx.build(), note=note)
+
+
+# -- NM202 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM202",
+    name="is-cuda",
+    summary="`x.is_cuda` becomes `x.device.type == \"neuron\"`",
+    fix="safe",
+    severity="warning",
+    triggers=[("attr", "is_cuda")],
+    docs="""
+        `x.is_cuda` is False for every tensor on TorchNeuron, so code that branches on it silently takes the
+        CPU path. It becomes `x.device.type == "neuron"`; with `device-style = "accelerator"`,
+        `x.device.type == _accelerator_device().type`. An assignment to `is_cuda` (a mock) is left alone.
+    """,
+    examples=[("if x.is_cuda:\n    pass", 'if x.device.type == "neuron":\n    pass')],
+)
+def is_cuda(site, ctx):
+    if not isinstance(site.node.ctx, ast.Load):
+        return None
+    fx = ctx.fixer()
+    recv = ctx.src(site.node.value)
+    if not isinstance(site.node.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        recv = f"({recv})"
+    rhs = f"{agnostic_device(fx)}.type" if accelerator(ctx) else f"{string_quote(site, ctx)}neuron{string_quote(site, ctx)}"
+    fx.replace(site.node, paren_if_needed(site, f"{recv}.device.type == {rhs}"))
+    return ctx.finding(site, "`.is_cuda` is always False on Neuron: test the device type", fix=fx.build())
+
+
+# -- NM203 ------------------------------------------------------------------------------------------
+def _cuda_device_value(node, ctx, site):
+    """'cuda...' string or torch.device('cuda'...) call used as a device value: its neuron form, else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(":")[0] == "cuda":
+        return ctx.src(node).replace("cuda", "neuron", 1), True
+    if isinstance(node, ast.Call) and ctx.analysis.resolve(node.func, site.scope, count_use=False) == "torch.device" and node.args:
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.split(":")[0] == "cuda":
+            return ctx.src(node).replace("cuda", "neuron", 1), False
+    return None
+
+
+@rule(
+    code="NM203",
+    name="cuda-is-available",
+    summary="`torch.cuda.is_available()` becomes `torch.accelerator.is_available()`; device choice picks neuron",
+    fix="safe",
+    severity="error",
+    triggers=[("call", "torch.cuda.is_available")],
+    docs="""
+        `torch.cuda.is_available()` is False on a Trainium host, so `"cuda" if torch.cuda.is_available() else "cpu"`
+        quietly trains on the CPU. The choice becomes `"neuron" if torch.accelerator.is_available() else "cpu"`
+        (same for a `torch.device(...)` body); with `device-style = "accelerator"` the whole choice becomes
+        `_accelerator_device()` (`.type` where it chose a string), which is the accelerator or the CPU. Other
+        uses become `torch.accelerator.is_available()`, True on a Neuron host (TorchNeuron registers with
+        `torch.accelerator`: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html).
+    """,
+    examples=[('device = "cuda" if torch.cuda.is_available() else "cpu"', 'device = "neuron" if torch.accelerator.is_available() else "cpu"')],
+)
+def cuda_is_available(site, ctx):
+    fx = ctx.fixer()
+    avail = f"{fx.ref('torch')}.accelerator.is_available()"
+    parent = site.parent
+    if isinstance(parent, ast.IfExp) and parent.test is site.node:
+        chosen = _cuda_device_value(parent.body, ctx, site)
+        if chosen is not None:
+            text, is_string = chosen
+            if accelerator(ctx):
+                fx.replace(parent, agnostic_device(fx) + (".type" if is_string else ""))
+            else:
+                fx.replace(parent, f"{text} if {avail} else {ctx.src(parent.orelse)}")
+            return ctx.finding(site, "device chosen by torch.cuda.is_available() (False on Neuron): choose neuron", fix=fx.build())
+    fx.replace(site.node, avail)
+    return ctx.finding(site, "torch.cuda.is_available() is False on Neuron: use torch.accelerator.is_available()", fix=fx.build())
+
+
+# -- NM204 ------------------------------------------------------------------------------------------
+# torch.cuda call -> (neuron-style replacement, accelerator-style replacement, value without accelerator)
+# "acc:" = torch.accelerator.<name>, "neuron:" = torch.neuron.<name>, "torch:" = torch.<name>
+_DEVICE_CALLS = {
+    "synchronize": ("acc:synchronize", "acc:synchronize", "None"),
+    "device_count": ("acc:device_count", "acc:device_count", None),
+    "current_device": ("acc:current_device_index", "acc:current_device_index", "0"),
+    "empty_cache": ("acc:empty_cache", "acc:empty_cache", "None"),
+    "memory_allocated": ("acc:memory_allocated", "acc:memory_allocated", "0"),
+    "max_memory_allocated": ("acc:max_memory_allocated", "acc:max_memory_allocated", "0"),
+    "memory_reserved": ("acc:memory_reserved", "acc:memory_reserved", "0"),
+    "max_memory_reserved": ("acc:max_memory_reserved", "acc:max_memory_reserved", "0"),
+    "memory_stats": ("acc:memory_stats", "acc:memory_stats", "{}"),
+    "reset_peak_memory_stats": ("acc:reset_peak_memory_stats", "acc:reset_peak_memory_stats", "None"),
+    "reset_accumulated_memory_stats": ("acc:reset_accumulated_memory_stats", "acc:reset_accumulated_memory_stats", "None"),
+    "manual_seed": ("neuron:manual_seed", "torch:manual_seed", None),
+    "manual_seed_all": ("neuron:manual_seed_all", "torch:manual_seed", None),
+    "set_device": ("helper:_neuron_set_device", "helper:_neuron_set_device", None),
+}
+
+
+def _spell(fx, target: str) -> str:
+    kind, name = target.split(":")
+    torch = fx.ref("torch")
+    return {"acc": f"{torch}.accelerator.{name}", "neuron": f"{torch}.neuron.{name}", "torch": f"{torch}.{name}"}.get(kind) or fx.helper(name)
+
+
+@rule(
+    code="NM204",
+    name="cuda-device-module",
+    summary="torch.cuda device calls (synchronize, device_count, set_device, manual_seed, memory_*) move to torch.accelerator / torch.neuron",
+    fix="safe",
+    severity="error",
+    triggers=[("call", f"torch.cuda.{n}") for n in _DEVICE_CALLS] + [("ref", f"torch.cuda.{n}") for n in _DEVICE_CALLS],
+    docs="""
+        `torch.cuda.synchronize/device_count/current_device/empty_cache/memory_allocated/max_memory_allocated/
+        memory_reserved/max_memory_reserved/memory_stats/reset_peak_memory_stats` become the `torch.accelerator`
+        call of the same meaning (`current_device` -> `current_device_index`). `manual_seed(_all)` has no
+        `torch.accelerator` form: it becomes `torch.neuron.manual_seed(_all)` (TorchNeuron's device module has
+        is_available, device_count, synchronize, manual_seed(_all), memory_* and empty_cache; research notes
+        from torch-neuronx `neuron.py`). `set_device(i)` becomes `_neuron_set_device(i)`, an inserted helper
+        that selects the device only when the process sees several: under torchrun TorchNeuron makes each
+        process see just its own NeuronCore, so `set_device(local_rank)` would be out of range.
+        With `device-style = "accelerator"` calls that raise without an accelerator are guarded
+        (`... if torch.accelerator.is_available() else 0`) and `manual_seed(_all)` becomes `torch.manual_seed`
+        (unsafe: it also reseeds the CPU generator). Used as a value (`sync = torch.cuda.synchronize`), the
+        name becomes a lambda calling the replacement.
+    """,
+    examples=[("torch.cuda.synchronize()", "torch.accelerator.synchronize()"),
+              ("torch.cuda.manual_seed_all(0)", "torch.neuron.manual_seed_all(0)")],
+)
+def cuda_device_module(site, ctx):
+    name = site.key.rsplit(".", 1)[1]
+    neuron_t, acc_t, default = _DEVICE_CALLS[name]
+    fx = ctx.fixer()
+    style_acc = accelerator(ctx)
+    target = _spell(fx, acc_t if style_acc else neuron_t)
+    safety = "unsafe" if style_acc and acc_t.startswith("torch:") else None
+    note = "torch.manual_seed also reseeds the CPU generator." if safety else ""
+    guard = style_acc and default is not None
+
+    def wrap(call_text: str) -> str:
+        return f"({call_text} if {fx.ref('torch')}.accelerator.is_available() else {default})" if guard else call_text
+
+    if site.kind == "ref":
+        fx.replace(site.node, f"(lambda *args, **kwargs: {wrap(target + '(*args, **kwargs)')})")
+        return ctx.finding(site, f"torch.cuda.{name} used as a value: replaced by a callable using {target}", fix=fx.build(safety))
+    call = site.call
+    args = call_args_src(call, ctx)
+    text = wrap(f"{target}({args})")
+    if guard and (site.is_statement or isinstance(site.parent, (ast.Assign, ast.keyword, ast.Return))):
+        text = text[1:-1]
+    fx.replace(call, text)
+    return ctx.finding(site, f"torch.cuda.{name}() needs CUDA: use {target}()", fix=fx.build(safety), note=note)
+
+
+# -- NM205 ------------------------------------------------------------------------------------------
+@rule(
+    code="NM205",
+    name="cuda-api",
+    summary="other torch.cuda APIs have no automatic rewrite",
+    fix="none",
+    severity="warning",
+    triggers=[("call", "torch.cuda.*"), ("ref", "torch.cuda.*"), ("store", "torch.cuda.*")],
+    docs="""
+        Catch-all for `torch.cuda` names without a rewrite: streams and events (`torch.cuda.Stream`,
+        `torch.cuda.stream`, `Event`), `get_device_name`/`get_device_properties`, `nvtx`, `torch.cuda.amp.custom_fwd`
+        and the like. Use the `torch.accelerator` API where it has the call (`torch.accelerator.current_stream`,
+        `torch.Stream`, `torch.Event`), `torch.neuron.*` (get_device_properties, Stream, Event) otherwise, or
+        `torch.amp.custom_fwd(device_type="neuron")`.
+    """,
+    examples=[("s = torch.cuda.Stream()", None)],
+)
+def cuda_api(site, ctx):
+    if site.key in ("torch.cuda", "torch.cuda.amp"):
+        return None
+    name = site.key[len("torch.cuda."):]
+    return ctx.finding(site, f"`torch.cuda.{name}` needs CUDA: replace it with its torch.accelerator / torch.neuron equivalent by hand")
