@@ -62,3 +62,31 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
 
 def summary_counts(findings: Iterable[Finding]) -> Counter:
     return Counter(f.rule.code for f in findings)
+
+
+def print_grouped(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False) -> None:
+    """Findings grouped by file: a header per file, then each finding (with its code frame unless concise)."""
+    from rich.text import Text
+
+    by_file: dict = {}
+    for f in sorted(findings, key=lambda f: f.sort_key()):
+        by_file.setdefault(f.path, []).append(f)
+    for i, (path, items) in enumerate(by_file.items()):
+        if i:
+            con.print()
+        n = len(items)
+        con.print(Text(f"{path} ({n} finding{'s' if n != 1 else ''})", style="bold underline"))
+        print_findings(con, items, source_lines, concise=concise)
+
+
+def print_statistics(con, rows: list) -> None:
+    """Rows of `report.json_out.statistics`: count, code, fix mark, name."""
+    from rich.text import Text
+
+    width = max((len(str(r["count"])) for r in rows), default=1)
+    for r in rows:
+        t = Text(f"{r['count']:>{width}}\t")
+        t.append(r["code"], style=SEVERITY_STYLE.get(r["severity"], ""))
+        mark = "[*]" if r["fixable"] == r["count"] else "[-]" if r["fixable"] else "   "
+        t.append(f"\t{mark} {r['name']}")
+        con.print(t)

@@ -1,0 +1,173 @@
+"""torch.compile on TorchNeuron: dynamic shapes, modes, backends, graph breaks, shape variation (NM401-NM405)."""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.rules.api import kwarg, rule
+from neuron_migrate.rules.builtin.compat import COMPILE_REF, RN
+
+COMPILE_ABOUT = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/about-torch-compile.html"
+TORCH_INDEX = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
+
+
+def _is_decorator_ref(site) -> bool:
+    parent = site.parent
+    return isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and site.node in parent.decorator_list
+
+
+@rule(
+    code="NM401",
+    name="compile-dynamic",
+    summary="torch.compile(dynamic=True) and mark_dynamic are rejected by the neuron backend: use dynamic=False",
+    fix="unsafe",
+    severity="error",
+    triggers=[("call", "torch.compile"), ("call", "torch._dynamo.mark_dynamic"), ("call", "torch._dynamo.maybe_mark_dynamic")],
+    trigger_words=("compile", "mark_dynamic"),
+    docs=f"""
+        The neuron torch.compile backend compiles static shapes only: `dynamic=True` is rejected (backend reference
+        {COMPILE_REF}; 2.33 release notes: torch.compile needs dynamic=False, a new input shape recompiles), and
+        symbolic dimensions from `torch._dynamo.mark_dynamic` fail the compile. The fix (unsafe: on other
+        backends shapes stop being dynamic, so each new shape recompiles) sets `dynamic=False`; pad or bucket
+        inputs so that few shapes occur. `mark_dynamic` calls are reported: remove them. Source: {RN}
+    """,
+    examples=[("model = torch.compile(model, dynamic=True)", "model = torch.compile(model, dynamic=False)")],
+)
+def compile_dynamic(site, ctx):
+    if "mark_dynamic" in site.key:
+        return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]}() asks for a symbolic dimension, which the neuron backend "
+                                 "cannot compile: remove it and pad/bucket the input to a few fixed shapes")
+    dyn = kwarg(site.call, "dynamic")
+    if not (isinstance(dyn, ast.Constant) and dyn.value is True):
+        return None
+    fx = ctx.fixer()
+    fx.replace(dyn, "False")
+    return ctx.finding(site, "torch.compile(dynamic=True) is rejected by the neuron backend: use dynamic=False and pad or "
+                             "bucket inputs to a few shapes", fix=fx.build())
+
+
+@rule(
+    code="NM402",
+    name="compile-mode",
+    summary="torch.compile modes other than the default have no effect on Neuron",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", "torch.compile")],
+    trigger_words=("compile",),
+    docs=f"""
+        The neuron backend supports only the default mode: `mode="reduce-overhead"`, `"max-autotune"` and
+        `"max-autotune-no-cudagraphs"` log a warning and fall back to the default (backend reference {COMPILE_REF});
+        the TorchNeuron guide says to remove such CUDA-specific parameters ({TORCH_INDEX}). The fix sets
+        `mode="default"`, which is what runs on Neuron anyway. A mode held in a variable is reported.
+    """,
+    examples=[('model = torch.compile(model, mode="max-autotune")', 'model = torch.compile(model, mode="default")')],
+)
+def compile_mode(site, ctx):
+    mode = kwarg(site.call, "mode")
+    if mode is None or (isinstance(mode, ast.Constant) and mode.value in (None, "default")):
+        return None
+    if not isinstance(mode, ast.Constant):
+        return ctx.finding(site, f"torch.compile(mode={ctx.src(mode)}): only the default mode runs on Neuron; drop mode=")
+    fx = ctx.fixer()
+    fx.replace(mode, '"default"')
+    return ctx.finding(site, f"torch.compile(mode={ctx.src(mode)}) has no effect on Neuron (falls back to the default "
+                             "with a warning): use the default mode", fix=fx.build())
+
+
+@rule(
+    code="NM403",
+    name="compile-backend",
+    summary="a torch.compile backend other than 'neuron' (inductor, openxla, cudagraphs...) does not target Neuron",
+    fix="unsafe",
+    severity="warning",
+    triggers=[("call", "torch.compile")],
+    trigger_words=("compile",),
+    docs=f"""
+        On TorchNeuron, torch.compile lowers through the `neuron` backend (FX -> StableHLO -> neuronx-cc, no
+        TorchInductor; {COMPILE_ABOUT}); it is selected automatically when no backend is given on a Neuron device,
+        and the TorchNeuron guide writes it out: `torch.compile(model, backend="neuron")` ({TORCH_INDEX}).
+        `backend="inductor"` generates Triton/C++ for CPU and GPU, `"openxla"` needs torch_xla, `"cudagraphs"`
+        needs CUDA. The fix (unsafe: the code then compiles for Neuron only) sets `backend="neuron"`; a backend
+        held in a variable or a callable backend is reported, and so is every other backend with
+        `device-style = "accelerator"` (where leaving the backend out keeps the code portable).
+    """,
+    examples=[('model = torch.compile(model, backend="inductor")', 'model = torch.compile(model, backend="neuron")')],
+)
+def compile_backend(site, ctx):
+    backend = kwarg(site.call, "backend")
+    if backend is None or (isinstance(backend, ast.Constant) and backend.value == "neuron"):
+        return None
+    if not isinstance(backend, ast.Constant) or ctx.settings.device_style == "accelerator":
+        return ctx.finding(site, f"torch.compile(backend={ctx.src(backend)}): on TorchNeuron the backend must be 'neuron' "
+                                 "(or left out on a Neuron device, where it is auto-selected)")
+    fx = ctx.fixer()
+    fx.replace(backend, '"neuron"')
+    return ctx.finding(site, f"torch.compile(backend={ctx.src(backend)}) does not target Neuron: use backend=\"neuron\"",
+                       fix=fx.build())
+
+
+@rule(
+    code="NM404",
+    name="compile-graph-breaks",
+    summary="advice: compile with fullgraph=True while porting, so graph breaks show instead of silently splitting",
+    fix="none",
+    severity="info",
+    triggers=[("call", "torch.compile"), ("ref", "torch.compile")],
+    trigger_words=("compile",),
+    docs=f"""
+        Graph breaks are allowed on Neuron: the pieces are compiled independently and the Python between them
+        runs eagerly (about torch.compile on Neuron, {COMPILE_ABOUT}). Each break costs a device round trip and
+        a separate NEFF, and data-dependent Python (`.item()`, `print(tensor)`, `if tensor:`) inside the model
+        causes them. `fullgraph=True` "is recommended for the Neuron path" (backend reference {COMPILE_REF}): it
+        raises at the first break, with its reason. Run once with `TORCH_LOGS=graph_breaks` or `fullgraph=True`
+        and move the data-dependent code out of the compiled function.
+    """,
+    examples=[("model = torch.compile(model)",)],
+)
+def compile_graph_breaks(site, ctx):
+    if site.kind == "ref" and not _is_decorator_ref(site):
+        return None
+    if site.kind == "call":
+        fg = kwarg(site.call, "fullgraph")
+        if fg is not None:
+            return None
+        if not site.call.args and not _is_decorator_ref_call(site):
+            return None
+    return ctx.finding(site, "torch.compile without fullgraph: graph breaks on Neuron split the model into separately "
+                             "compiled pieces with eager Python between them; run once with fullgraph=True (or "
+                             "TORCH_LOGS=graph_breaks) and move .item()/print/data-dependent branches out")
+
+
+def _is_decorator_ref_call(site) -> bool:
+    parent = site.parent
+    return isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and site.node in parent.decorator_list
+
+
+@rule(
+    code="NM405",
+    name="compile-static-shapes",
+    summary="advice: every new input shape recompiles on Neuron; pass dynamic=False and pad or bucket inputs",
+    fix="none",
+    severity="info",
+    triggers=[("call", "torch.compile"), ("ref", "torch.compile")],
+    trigger_words=("compile",),
+    docs=f"""
+        The neuron backend compiles one static graph per input signature: a new shape (the last, smaller batch;
+        a new sequence length) triggers a full neuronx-cc compile, and after PyTorch's recompile limit (8 by
+        default) the function falls back to eager (2.33 release notes {RN}; {COMPILE_REF}). Reported on
+        `torch.compile` without an explicit `dynamic=False`: pass it, and make shapes few and fixed: pad
+        sequences to a few bucket lengths, use `drop_last=True` in the DataLoader (or pad the last batch), and
+        pass per-step scalars as tensors rather than Python numbers.
+    """,
+    examples=[("model = torch.compile(model)",)],
+)
+def compile_static_shapes(site, ctx):
+    if site.kind == "ref" and not _is_decorator_ref(site):
+        return None
+    if site.kind == "call":
+        dyn = kwarg(site.call, "dynamic")
+        if dyn is not None:
+            return None  # dynamic=True is NM401; dynamic=False is what we ask for
+        if not site.call.args and not _is_decorator_ref_call(site):
+            return None
+    return ctx.finding(site, "torch.compile on Neuron recompiles for every new input shape: pass dynamic=False and pad or "
+                             "bucket inputs (drop_last=True, fixed sequence lengths) so that few shapes occur")
