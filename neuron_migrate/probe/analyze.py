@@ -45,13 +45,29 @@ def base_name(op: str) -> str:
 
 
 def load_rank_docs(results_dir: str | os.PathLike) -> list[dict]:
+    """Per-rank result documents, completed from the rank's op journal: a record first seen after the
+    last rewrite of the results file (a hard crash right after it) is kept with count 1 (a lower bound)."""
     docs = []
     for p in sorted(Path(results_dir).glob("rank*.json"), key=lambda p: int(p.stem[4:] or 0)):
         try:
-            docs.append(json.loads(p.read_text(encoding="utf-8")))
+            doc = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            docs.append({"rank": int(p.stem[4:] or 0), "status": "error",
-                         "error": {"type": "ResultsUnreadable", "message": f"{p.name}: {exc}"}})
+            doc = {"rank": int(p.stem[4:] or 0), "status": "error",
+                   "error": {"type": "ResultsUnreadable", "message": f"{p.name}: {exc}"}}
+        journal = p.with_name(f"{p.stem}.ops.jsonl")
+        if journal.is_file():
+            ops = doc.setdefault("ops", [])
+            have = {(o["op"], o["phase"], o.get("file"), o.get("line")) for o in ops}
+            for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by the crash
+                key = (o.get("op"), o.get("phase"), o.get("file"), o.get("line"))
+                if key not in have and o.get("op"):
+                    have.add(key)
+                    ops.append(dict(o, count=max(1, o.get("count") or 0), count_lower_bound=True))
+        docs.append(doc)
     return docs
 
 

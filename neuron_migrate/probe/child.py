@@ -403,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rec = Recorder(on_tick=lambda: writer.flush(), tick_s=0.5)
     writer.recorder = rec
+    rec.journal = open(os.path.join(spec["results_dir"], f"rank{rank}.ops.jsonl"), "a", encoding="utf-8")
     if spec.get("max_steps"):
         rec.max_steps = int(spec["max_steps"])
     if spec.get("time_limit"):

@@ -13,6 +13,7 @@ Technique (verified on torch 2.13, see shared design notes section 4):
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import sysconfig
@@ -139,6 +140,8 @@ class Recorder:
         self.on_tick = on_tick
         self.tick_s = tick_s
         self._last_tick = time.monotonic()
+        self._new_keys = False
+        self.journal = None
         self.deadline: float | None = None
         self.max_steps: int | None = None
         self.stop_reason: str | None = None
@@ -179,6 +182,7 @@ class Recorder:
         with self.lock:
             rec = self.records.get(key)
             if rec is None:
+                self._new_keys = True
                 rec = self.records[key] = {
                     "op": name,
                     "phase": phase,
@@ -193,6 +197,12 @@ class Recorder:
                     # float64 produced from no float64 input: a float64 source (torch.tensor(..., float64), .double())
                     "float64_source": False,
                 }
+                if self.journal is not None:  # one line per new record: survives a hard crash
+                    try:
+                        self.journal.write(json.dumps(rec) + "\n")
+                        self.journal.flush()
+                    except Exception:  # noqa: BLE001
+                        pass
             rec["count"] += 1
             for d in ins:
                 if d not in rec["in_dtypes"]:
@@ -211,7 +221,10 @@ class Recorder:
         if self.deadline is not None and now > self.deadline and self.stop_reason is None:
             self.stop_reason = "time limit reached"
             raise ProbeStop(self.stop_reason)
-        if self.on_tick is not None and now - self._last_tick > self.tick_s:
+        # flush often while new ops appear (a hard crash keeps them), every tick_s otherwise
+        due = self.tick_s / 5 if self._new_keys else self.tick_s
+        if self.on_tick is not None and now - self._last_tick > due:
+            self._new_keys = False
             self._last_tick = now
             try:
                 self.on_tick()

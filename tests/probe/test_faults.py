@@ -102,3 +102,5 @@ def test_hard_crash_is_reported(tmp_path):
     rc, rep, _ = run_json([f"{crash}:make", "--steps", "1"])
     assert rc == 2 and rep["status"] == "error"
     assert rep["error"]["type"] == "ChildExit" and "SIGSEGV" in rep["error"]["message"]
+    # the op journal keeps ops first seen just before the crash
+    assert any(o["op"] == "aten::atan2.default" and o["line"] == 4 for o in rep["ops"])

@@ -128,3 +128,26 @@ def test_inputs_option_module_form_and_forward_mode():
     phases = {o["phase"] for o in rep["ops"]}
     assert "forward" in phases and "backward" not in phases and "optimizer" not in phases
     assert any(o["op"] == "aten::addmm.default" for o in rep["ops"])
+
+
+def test_graph_breaks_are_reported_with_lines(tmp_path):
+    m = tmp_path / "breaks.py"
+    m.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(x)\n"
+        "        if y.sum().item() > 0:\n"
+        "            y = y * 2\n"
+        "        return y\n"
+        "def make():\n"
+        "    return M(), (torch.randn(2, 4),)\n"
+    )
+    rc, rep, _ = run_json([f"{m}:make", "--compile", "--steps", "1", "--fail-on", "graph-break"])
+    ex = rep["compile"]["explain"]
+    assert ex["graph_break_count"] >= 1
+    assert any(b["line"] == 8 and "item" in b["reason"] for b in ex["breaks"])
+    assert rc == 1 and rep["failed_checks"] == ["graph-break"]
