@@ -51,11 +51,13 @@ _MULTI_PREFIXES = (
     "torch_xla.experimental.pjrt",
 )
 _MULTI_XM = {
-    "get_ordinal", "xrt_world_size", "get_local_ordinal", "is_master_ordinal", "master_print", "rendezvous",
+    "get_ordinal", "xrt_world_size", "get_local_ordinal", "rendezvous",
     "xla_rendezvous", "all_reduce", "all_gather", "reduce_scatter", "mesh_reduce", "collective_broadcast",
     "broadcast_master_param", "reduce_gradients", "all_to_all", "send", "recv", "collective_permute",
     "do_on_ordinals",
 }
+# printing/saving on the master also appears in single-device scripts: not a sign of several processes
+_NOT_EVIDENCE = {"_neuron_master_print", "_neuron_rank", "_neuron_local_rank", "_neuron_save", "_neuron_to_cpu", "_neuron_barrier"}
 _MULTI_TEXT = re.compile(r"\b(LOCAL_RANK|WORLD_SIZE|torchrun|xla_backend|init_process_group)\b")
 
 
@@ -70,7 +72,7 @@ def multi_process_evidence(ctx) -> bool:
             return True
         if q.startswith(XM + ".") and q[len(XM) + 1:] in _MULTI_XM:
             return True
-    if any(n.startswith("_neuron_") for n in a.defined_names):
+    if any(n.startswith("_neuron_") and n not in _NOT_EVIDENCE for n in a.defined_names):
         return True
     return bool(_MULTI_TEXT.search(a.text))
 
