@@ -1,0 +1,1 @@
+"""Rules: the data model, the rule API, the registry, the runner, and the rule modules (`builtin/`)."""
