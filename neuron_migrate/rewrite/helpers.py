@@ -17,17 +17,21 @@ class Helper:
 HELPERS: dict[str, Helper] = {
     "_neuron_rank": Helper(
         '''def _neuron_rank():
-    """Global rank, 0 when torch.distributed is not initialised (as xm.get_ordinal() did)."""
-    return {dist}.get_rank() if {dist}.is_available() and {dist}.is_initialized() else 0
+    """Global rank (xm.get_ordinal()); before init_process_group, torchrun's RANK."""
+    if {dist}.is_available() and {dist}.is_initialized():
+        return {dist}.get_rank()
+    return int({os}.environ.get("RANK", 0))
 ''',
-        {"dist": "torch.distributed"},
+        {"dist": "torch.distributed", "os": "os"},
     ),
     "_neuron_world_size": Helper(
         '''def _neuron_world_size():
-    """World size, 1 when torch.distributed is not initialised (as xm.xrt_world_size() did)."""
-    return {dist}.get_world_size() if {dist}.is_available() and {dist}.is_initialized() else 1
+    """World size (xm.xrt_world_size()); before init_process_group, torchrun's WORLD_SIZE."""
+    if {dist}.is_available() and {dist}.is_initialized():
+        return {dist}.get_world_size()
+    return int({os}.environ.get("WORLD_SIZE", 1))
 ''',
-        {"dist": "torch.distributed"},
+        {"dist": "torch.distributed", "os": "os"},
     ),
     "_neuron_local_rank": Helper(
         '''def _neuron_local_rank():
