@@ -156,7 +156,7 @@ def rewritten(corpus_files, tmp_path_factory):
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
-    proc = _cli("rewrite", "--write", "--unsafe-fixes", "--quiet", "--no-color", ".", cwd=root)
+    proc = _cli("rewrite", "--write", "--unsafe-fixes", "--no-cache", "--quiet", "--no-color", ".", cwd=root)
     return root, proc
 
 
@@ -223,7 +223,7 @@ def test_second_rewrite_changes_nothing(second_pass):
 
 def test_second_rewrite_cli_check(rewritten):
     root, _ = rewritten
-    proc = _cli("rewrite", "--check", "--unsafe-fixes", "--quiet", "--no-color", ".", cwd=root)
+    proc = _cli("rewrite", "--check", "--unsafe-fixes", "--no-cache", "--quiet", "--no-color", ".", cwd=root)
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
     assert "0 of " in proc.stdout and "would be rewritten" in proc.stdout, (
         "rewrite --check after rewrite --write still finds changes:\n" + proc.stdout[-4000:])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from neuron_migrate.rewrite.engine import FixError, fix_text  # noqa: E402
@@ -149,11 +149,21 @@ def guarded(draw, stmt: str) -> str:
 
 
 @st.composite
-def nested(draw, stmt: str) -> str:
-    """Place a statement in a random container; returns module-level text."""
-    depth = draw(st.integers(0, 2))
+def nested(draw, stmt: str, inline: bool = False) -> str:
+    """Place a statement in a random container; returns module-level text. `inline`: also one-line bodies
+    (`if cond: stmt`) for simple statements."""
+    depth = draw(st.integers(1 if inline else 0, 2))
     for _ in range(depth):
-        kind = draw(st.sampled_from(["def", "if", "for", "with", "class", "try", "else"]))
+        kinds = ["def", "if", "for", "with", "class", "try", "else"]
+        if inline and "\n" not in stmt and not stmt.startswith(("@", "if ", "with ")):
+            kinds += ["inline_if", "inline_def"] * 4
+        kind = draw(st.sampled_from(kinds))
+        if kind == "inline_if":
+            stmt = f"if cfg.flag: {stmt}"
+            continue
+        if kind == "inline_def":
+            stmt = f"def hook(model, opt, loader, device, t, x, cfg): {stmt}"
+            continue
         body = stmt
         if draw(st.booleans()):
             body = f"{stmt}\nprint('after')"
@@ -175,7 +185,7 @@ def nested(draw, stmt: str) -> str:
 
 
 @st.composite
-def xla_module(draw) -> str:
+def xla_module(draw, inline: bool = False) -> str:
     modules = draw(st.lists(st.sampled_from(sorted(API)), min_size=1, max_size=3, unique=True))
     use_root = draw(st.booleans())
     header = ["import functools", "import os", "import torch"]
@@ -195,7 +205,7 @@ def xla_module(draw) -> str:
     if local_imports:
         inner = "\n".join(imports + body)
         return "\n".join(header) + "\n\n\ndef main(model, opt, loader, device, t, x, cfg):\n" + indent(inner) + "\n"
-    blocks = [draw(nested(s)) for s in body]
+    blocks = [draw(nested(s, inline)) for s in body]
     return "\n".join(header + imports) + "\n\n" + "\n\n".join(blocks) + "\n"
 
 
@@ -224,6 +234,27 @@ def _check(source: str, rules: RuleSet = RULES) -> None:
 @given(xla_module())
 def test_rewrite_of_generated_xla_modules(source):
     _check(source)
+
+
+@pytest.mark.xfail(strict=True, reason="known product bug, reported: a statement to delete that is the one-line body "
+                   "of a compound statement (`if c: xm.mark_step()`, `def f(): xm.mark_step()`) makes the rewrite "
+                   "fail with 'could not locate the code to change (delete_stmt)' (rewrite/apply.py), so the "
+                   "whole file is left unrewritten")
+def test_rewrite_of_generated_xla_modules_with_one_line_bodies():
+    failures: list[str] = []
+
+    # failures are collected, not raised inside @given: hypothesis would write a patch file into the tree
+    @settings(max_examples=40, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(xla_module(inline=True))
+    def run(source):
+        try:
+            _check(source)
+        except AssertionError as exc:
+            failures.append(str(exc))
+
+    run()
+    assert not failures, f"{len(failures)} of 40 generated modules fail; the first:\n{failures[0]}"
 
 
 def test_generator_covers_forms():
