@@ -293,3 +293,5 @@ def test_reference_scan_finds_aliases():
             "y = torch.ones(1)\ndef f(xm):\n    return xm\n")
     assert [r[0] for r in xla_references(text)] == [3, 6]  # xm is also a parameter: not scanned
     assert undiagnosed(text, [("NM102", 5, 5), ("NM201", 6, 6)]) == ["line 3: import torch_xla.runtime (unused)", "line 6: use of pl"]
+    assert xla_references(text + "def g(t: pl.Loader) -> pl.Loader:\n    pass\n")[-2:] == [
+        (10, 10, "use of pl"), (10, 10, "use of pl in a parameter annotation")]
