@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from torchrun_util import run_torchrun
+
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,14 +59,9 @@ def _free_port() -> int:
 def _train(tmp_path: Path, env_extra: dict) -> list[float]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TORCHDYNAMO_DISABLE")}
     env.update(OMP_NUM_THREADS="1", **env_extra)
-    for attempt in range(2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-               "train.py", "--steps", STEPS]
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-        out = proc.stdout + proc.stderr
-        # another test on this machine may grab the port between _free_port() and torchrun: retry once
-        if proc.returncode == 0 or not re.search(r"address already in use|EADDRINUSE|rendezvous", out, re.I):
-            break
+    # --standalone picks a free port itself; run_torchrun retries torch's known gloo teardown abort
+    proc = run_torchrun(["train.py", "--steps", STEPS], nproc=2, cwd=tmp_path, env=env, timeout=240)
+    out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     losses = [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([0-9.]+)", proc.stdout, re.M)]
     assert len(losses) >= 3, out[-4000:]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from torchrun_util import run_torchrun
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,10 +53,9 @@ def _losses(out: str) -> tuple[float, float]:
 
 def _run(work: Path, script: str, nproc: int = 1, timeout: int = 240) -> str:
     if nproc == 1:
-        cmd = [sys.executable, script]
+        p = subprocess.run([sys.executable, script], capture_output=True, text=True, cwd=work, env=_env(work), timeout=timeout)
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=_env(work), timeout=timeout)
+        p = run_torchrun([script], nproc=nproc, cwd=work, env=_env(work), timeout=timeout)
     assert p.returncode == 0, f"{script} failed after migration:\n{p.stdout}\n{p.stderr}\n--- rewrite log ---\n{(work / 'rewrite.log').read_text()}"
     return p.stdout
 

@@ -776,7 +776,8 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
         `fn(int(os.environ.get("RANK", 0)), *args)` for `xmp.spawn` (the global ordinal) and `LOCAL_RANK` for
         `torch_xla.launch`. When the file never calls `init_process_group`, the process group is initialised
         first (`dist.init_process_group("neuron")` when torchrun set `WORLD_SIZE`), since the rewritten
-        collectives need it; run without torchrun, the script still works as one process. The finding's note
+        collectives need it, and destroyed after the worker returns; run without torchrun, the script still
+        works as one process. The finding's note
         gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
         trn2.48xlarge> script.py`. `start_method='fork'` is reported: the Neuron runtime cannot be initialised in
         a forked process (torch_neuronx raises "Cannot re-initialize Neuron runtime in forked subprocess"), and
@@ -785,7 +786,8 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
     examples=[
         ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
          "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ and not dist.is_initialized():\n        dist.init_process_group(\"neuron\")\n"
-         "    _mp_fn(int(os.environ.get(\"RANK\", 0)), flags)"),
+         "    _mp_fn(int(os.environ.get(\"RANK\", 0)), flags)\n"
+         "    if dist.is_initialized():\n        dist.destroy_process_group()"),
     ],
 )
 def xmp_spawn(site, ctx):
@@ -819,11 +821,14 @@ def xmp_spawn(site, ctx):
     elif args is not None and not is_none(args):
         call_args.append(f"*{atom(ctx, args)}")
     lines = []
-    if f"{DIST}.init_process_group" not in ctx.analysis.qualnames:
+    owns_group = f"{DIST}.init_process_group" not in ctx.analysis.qualnames
+    if owns_group:
         dist = fx.ref(DIST)
         lines += [f'if "WORLD_SIZE" in {os_}.environ and not {dist}.is_initialized():',
                   f'    {dist}.init_process_group("neuron")']
     lines.append(f"{fn_src}({', '.join(call_args)})")
+    if owns_group:  # the group this code started is closed cleanly (xmp.spawn did that for its workers)
+        lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
     fx.replace(site.stmt, "\n".join(lines) + "\n")
     nprocs = kwarg(call, "nprocs", 2) if what == "xmp.spawn" else None
     if nprocs is not None and const_value(nprocs, 0) not in (None, 1):

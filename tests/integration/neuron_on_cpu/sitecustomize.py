@@ -138,6 +138,7 @@ def _install() -> None:
             kwargs["backend"] = backend
         if "device_id" in kwargs:
             kwargs.pop("device_id")
+        _install_fast_exit()
         return real_init(*args, **kwargs)
 
     dist.init_process_group = init_process_group
@@ -215,6 +216,46 @@ _FACTORIES = (
     "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like",
     "rand_like", "randn_like", "randint_like", "empty_strided",
 )
+
+_EXIT = {"code": 0, "installed": False}
+
+
+def _install_fast_exit() -> None:
+    """Skip C++ teardown at exit in processes that used a gloo process group.
+
+    torch 2.13's CPU gloo backend aborts some workers *after* a script that ran backward passes and
+    collectives has finished ("terminate called without an active exception" while static destructors
+    run; reproduced with a 12-line script, with destroy_process_group called). A CPU artefact of the
+    stand-in backend, not of the code under test: after every other atexit handler has run, this exits
+    with the status Python would have used (1 after an uncaught exception, the sys.exit code).
+    NEURON_ON_CPU_FAST_EXIT=0 turns it off.
+    """
+    if _EXIT["installed"] or os.environ.get("NEURON_ON_CPU_FAST_EXIT", "1") == "0":
+        return
+    import atexit
+
+    _EXIT["installed"] = True
+    real_hook, real_exit = sys.excepthook, sys.exit
+
+    def excepthook(*args):
+        _EXIT["code"] = 1
+        real_hook(*args)
+
+    def exit_(code=0):
+        _EXIT["code"] = code if isinstance(code, int) else (0 if code is None else 1)
+        if not isinstance(code, (int, type(None))):
+            print(code, file=sys.stderr)
+        real_exit(code)
+
+    def fast_exit():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT["code"])
+
+    sys.excepthook = excepthook
+    sys.exit = exit_
+    atexit.register(fast_exit)  # registered early: atexit runs it last
+
 
 if os.environ.get("NEURON_ON_CPU", "1") != "0":
     try:
