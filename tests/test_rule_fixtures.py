@@ -110,3 +110,11 @@ def test_rule_examples_trigger_their_rule():
         for ex in r.examples:
             res = check_text(EXAMPLE_PREAMBLE + ex.before + "\n", "<example>", RuleSet([r]), Settings(unsafe_fixes=True))
             assert res.findings, f"{r.code} example does not trigger the rule:\n{ex.before}"
+
+
+def test_rules_reference_page_is_current():
+    """docs/rules.md is generated from the registry (one definition feeds the docs)."""
+    from neuron_migrate.rules.cli import rules_markdown
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+    assert page.read_text() == rules_markdown(all_rules()), "regenerate: neuron-migrate rules --format markdown > docs/rules.md"
