@@ -294,9 +294,12 @@ def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
         new_stmts.extend(stmts)
     if new_stmts:
         if at < len(body) and helpers:
+            # two blank lines between the inserted functions and the code that follows, as PEP 8 has it
             nxt = body[at]
-            if len([ln for ln in nxt.leading_lines if ln.comment is None]) < 2:
-                body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *nxt.leading_lines])
+            lines = list(nxt.leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *lines])
         body[at:at] = new_stmts
         new_module = new_module.with_changes(body=body)
     return new_module.code, applied

@@ -40,4 +40,11 @@ HELPERS: dict[str, Helper] = {
 ''',
         {"os": "os"},
     ),
+    "_accelerator_device": Helper(
+        '''def _accelerator_device():
+    """This process's accelerator (neuron, cuda, ...), or the CPU when there is none."""
+    return {torch}.accelerator.current_accelerator() if {torch}.accelerator.is_available() else {torch}.device("cpu")
+''',
+        {"torch": "torch"},
+    ),
 }

@@ -17,16 +17,6 @@ from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.xla_core import device_string_context
 
 HELPERS.setdefault(
-    "_accelerator_device",
-    Helper(
-        '''def _accelerator_device():
-    """This process's accelerator (neuron, cuda, ...), or the CPU when there is none."""
-    return {torch}.accelerator.current_accelerator() if {torch}.accelerator.is_available() else {torch}.device("cpu")
-''',
-        {"torch": "torch"},
-    ),
-)
-HELPERS.setdefault(
     "_neuron_set_device",
     Helper(
         '''def _neuron_set_device(device):

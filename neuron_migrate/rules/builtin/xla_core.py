@@ -10,9 +10,10 @@ XM = "torch_xla.core.xla_model"
 
 def device_expr(fx, index: str | None = None) -> str:
     """The expression for 'the device', in the configured style."""
-    torch = fx.ref("torch")
     if fx.ctx.settings.device_style == "accelerator" and index is None:
-        return f"{torch}.accelerator.current_accelerator()"
+        # the accelerator (neuron, cuda, ...) or the CPU: runs unchanged where there is none
+        return f"{fx.helper('_accelerator_device')}()"
+    torch = fx.ref("torch")
     if index is not None:
         return f'{torch}.device("neuron", {index})'
     return f'{torch}.device("neuron")'
@@ -125,7 +126,8 @@ def mark_step(site, ctx):
         sees only its own NeuronCore, so the index-less form is right for multi-process code too. With an index
         (`xm.xla_device(n)`) the result is `torch.device("neuron", n)`, reported because XLA also made that the
         default device. `devkind=` is dropped. With `device-style = "accelerator"` the device is
-        `torch.accelerator.current_accelerator()`, which runs unchanged on neuron, cuda or cpu.
+        `_accelerator_device()`, an inserted helper returning `torch.accelerator.current_accelerator()` or the
+        CPU when there is no accelerator, so the code runs unchanged on neuron, cuda or cpu.
     """,
     examples=[("device = xm.xla_device()", 'device = torch.device("neuron")')],
 )
