@@ -196,3 +196,23 @@ def test_file_changed_during_run_is_not_overwritten(tmp_path, monkeypatch):
     assert res.exit_code == 2
     assert "changed on disk" in res.output
     assert f.read_text() == "# edited by the user meanwhile\n"
+
+
+def test_a_crashing_rule_is_a_per_file_error(tmp_path):
+    """A bug in one rule gives that file an error naming the rule; other files are still processed."""
+    from neuron_migrate.files.process import process_file
+    from neuron_migrate.rules.api import Settings
+    from neuron_migrate.rules.model import FixSafety, Rule, Severity
+    from neuron_migrate.rules.registry import RuleSet
+
+    def boom(site, ctx):
+        raise ZeroDivisionError("bug")
+
+    bad = Rule("NM999", "crashes", "test rule", FixSafety.NONE, Severity.INFO, "doc", triggers=[("call", "torch_xla.core.xla_model.mark_step")],
+               check=boom, trigger_words=("torch_xla",))
+    f = tmp_path / "a.py"
+    f.write_text(XLA + "xm.mark_step()\n")
+    for fix in (False, True):
+        res = process_file(str(f), RuleSet([bad]), Settings(), fix=fix, write=fix)
+        assert res.error and "internal error in rule NM999 at line 2" in res.error
+    assert f.read_text() == XLA + "xm.mark_step()\n"

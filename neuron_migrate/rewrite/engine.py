@@ -49,6 +49,11 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             new_text, applied = apply_fixes(current, chosen)
         except ApplyError as exc:
             raise FixError(str(exc)) from None
+        except RecursionError:
+            raise FixError("nesting too deep to rewrite; file left unchanged") from None
+        except Exception as exc:  # libcst or a fix's text: never a traceback, never a written file
+            codes = ", ".join(sorted({f.rule.code for f in todo}))
+            raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
         try:
             ast.parse(new_text)
         except (SyntaxError, ValueError, RecursionError) as exc:

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.files.names import Analysis, Site
+from neuron_migrate.files.names import Analysis, AnalysisError, Site
 from neuron_migrate.rules.api import Ctx, Settings
 from neuron_migrate.rules.model import Finding
 from neuron_migrate.rules.registry import RuleSet
@@ -66,6 +66,10 @@ class Suppressions:
         return False
 
 
+class RuleCrash(AnalysisError):
+    """A rule raised: the file gets an error naming the rule, the rest of the run goes on."""
+
+
 @dataclass
 class CheckResult:
     findings: list[Finding]
@@ -88,7 +92,14 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
     def run(rule, site) -> bool:
         nonlocal suppressed
         ctx.rule = rule
-        out = rule.check(site, ctx)
+        try:
+            out = rule.check(site, ctx)
+        except RecursionError:
+            raise
+        except Exception as exc:  # a bug in one rule must not take the run down: report it for this file
+            line = getattr(site.node, "lineno", 0)
+            raise RuleCrash(f"internal error in rule {rule.code} at line {line}: {type(exc).__name__}: {exc} "
+                            f"(please report; --ignore {rule.code} skips the rule)") from exc
         if out is None:
             return False
         produced = False

@@ -139,6 +139,17 @@ def _device_use(node, ctx, scope):
     return None
 
 
+def _walk_executed(node):
+    """Nodes that run when `node` runs: function and class bodies and lambdas are only defined, not run."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield n
+        stack.extend(reversed(list(ast.iter_child_nodes(n))))
+
+
 @rule(
     code="NM323",
     name="device-before-init",
@@ -173,9 +184,7 @@ def device_before_init(site, ctx):
                 earlier = block[: block.index(node)] + earlier
         node = parent
     for s in earlier:
-        for n in ast.walk(s):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                continue
+        for n in _walk_executed(s):
             use = _device_use(n, ctx, site.scope)
             if use is not None:
                 return ctx.finding(use, f"`{ctx.src(use)}` touches the device before dist.init_process_group (line "
