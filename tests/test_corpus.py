@@ -18,6 +18,9 @@ torch_xla code). The files are copied to a temporary tree with their package-rel
   the findings the rewrite engine leaves (`fix_text(...).remaining`);
 - `neuron-migrate audit` (when present) runs over the copy without a crash.
 
+Names of torch_xla APIs used in function parameter annotations (`def f(t: xb.Op)`) are a known gap,
+checked by their own xfail test so that the others stay strict.
+
 When the corpus cannot be downloaded (no network, pip missing, hash mismatch) the tests are skipped with
 the reason; they never pass silently. Set NEURON_MIGRATE_CORPUS=skip to skip them on purpose.
 """
@@ -35,6 +38,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# the corpus has strings like '\w' that only warn when parsed
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")
 
 
 def _load_corpus_module():
