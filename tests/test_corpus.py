@@ -274,9 +274,6 @@ def test_remaining_torch_xla_references_are_diagnosed(undiagnosed_refs):
 ANNOTATION = " in a parameter annotation"
 
 
-@pytest.mark.xfail(strict=True, reason="known product gap, reported: files/names.py emits no site for torch_xla names "
-                   "in function parameter annotations (`def f(t: xb.Op)`), so nothing reports them; return and "
-                   "variable annotations are reported")
 def test_torch_xla_names_in_parameter_annotations_are_diagnosed(undiagnosed_refs):
     source, missing = undiagnosed_refs
     missing = [m for m in missing if m.endswith(ANNOTATION)]

@@ -15,6 +15,7 @@ app = typer.Typer(
     name="neuron-migrate",
     help="Move PyTorch/XLA and CUDA code to TorchNeuron (device 'neuron'), and find what will not run well there.",
     no_args_is_help=True,
+    invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -37,6 +38,7 @@ def _register_stages() -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
 ) -> None:
     if version:
@@ -44,6 +46,9 @@ def _root(
 
         typer.echo(f"neuron-migrate {__version__}")
         raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
 
 
 _register_stages()

@@ -265,6 +265,11 @@ class Analysis:
                     outer_children += node.decorator_list
                     if node.returns is not None:
                         outer_children.append(node.returns)
+                    # parameter annotations are evaluated in the enclosing scope too
+                    a = node.args
+                    for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+                        if arg is not None and arg.annotation is not None:
+                            outer_children.append(arg.annotation)
                 inner_children = node.body if isinstance(node.body, list) else [node.body]
                 for child in reversed(inner_children):
                     parent_of[child] = node

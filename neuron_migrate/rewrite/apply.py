@@ -149,17 +149,13 @@ class _Applier(cst.CSTTransformer):
             updated_node = updated_node.with_changes(footer=[*carry, *updated_node.footer])
         return updated_node
 
-    def leave_SimpleStatementSuite(self, original_node, updated_node):
-        if not updated_node.body:
-            new = updated_node.with_changes(body=[cst.Pass()])
-            self._emptied.add(id(new))
-            return new
-        return updated_node
+    def _edit_small(self, original_node, updated_node):
+        """Apply statement edits to the small statements of a line or one-line suite.
 
-    # -- statements ------------------------------------------------------------------------------
-    def leave_SimpleStatementLine(self, original_node, updated_node):
+        Returns (kept small statements, statements to insert before, replacement statements or None).
+        """
         new_body = []
-        replaced_lines: list[cst.BaseStatement] = []
+        replaced: Optional[list] = None
         before: list[cst.BaseStatement] = []
         for orig, upd in zip(original_node.body, updated_node.body):
             edit = self._stmt_edit(orig)
@@ -175,16 +171,42 @@ class _Applier(cst.CSTTransformer):
                 new_body.append(upd)
                 continue
             if len(original_node.body) == 1:
-                replaced_lines = stmts
+                replaced = stmts
                 continue
             if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and len(stmts[0].body) == 1:
                 new_body.append(stmts[0].body[0])
                 continue
             raise ApplyError(f"line {edit.span.line}: cannot replace one of several statements on a line")
-        if replaced_lines:
-            first = replaced_lines[0]
-            replaced_lines[0] = first.with_changes(leading_lines=[*original_node.leading_lines, *first.leading_lines])
-            out = [*before, *replaced_lines]
+        if new_body and len(new_body) != len(updated_node.body):
+            last = new_body[-1]
+            if isinstance(last.semicolon, cst.Semicolon):
+                new_body[-1] = last.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return new_body, before, replaced
+
+    def leave_SimpleStatementSuite(self, original_node, updated_node):
+        """`if c: a(); b()` style bodies: edits may turn them into an indented block."""
+        new_body, before, replaced = self._edit_small(original_node, updated_node)
+        if (not before and replaced and len(replaced) == 1 and isinstance(replaced[0], cst.SimpleStatementLine)
+                and not replaced[0].leading_lines):
+            return updated_node.with_changes(body=[*replaced[0].body, *new_body])
+        if replaced is not None or before:
+            stmts = [*before, *(replaced or [])]
+            if new_body:
+                stmts.append(cst.SimpleStatementLine(new_body))
+            return cst.IndentedBlock(body=stmts, header=updated_node.trailing_whitespace)
+        if not new_body:
+            new = updated_node.with_changes(body=[cst.Pass()])
+            self._emptied.add(id(new))
+            return new
+        return updated_node.with_changes(body=new_body)
+
+    # -- statements ------------------------------------------------------------------------------
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        new_body, before, replaced = self._edit_small(original_node, updated_node)
+        if replaced:
+            first = replaced[0]
+            replaced[0] = first.with_changes(leading_lines=[*original_node.leading_lines, *first.leading_lines])
+            out = [*before, *replaced]
             out[0] = self._with_carry(out[0])
             return cst.FlattenSentinel(out)
         if not new_body:
@@ -192,11 +214,7 @@ class _Applier(cst.CSTTransformer):
                 before[0] = self._with_carry(before[0].with_changes(leading_lines=original_node.leading_lines))
                 return cst.FlattenSentinel(before)
             return self._drop(original_node)
-        if len(new_body) != len(updated_node.body):
-            last = new_body[-1]
-            if isinstance(last.semicolon, cst.Semicolon):
-                new_body[-1] = last.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-            updated_node = updated_node.with_changes(body=new_body)
+        updated_node = updated_node.with_changes(body=new_body)
         if before:
             before[0] = before[0].with_changes(leading_lines=original_node.leading_lines)
             return cst.FlattenSentinel([*before, updated_node.with_changes(leading_lines=[])])
