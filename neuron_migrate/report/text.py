@@ -26,9 +26,19 @@ def print_diff(con, diff: str, plain: bool) -> None:
         return
     from rich.text import Text
 
+    out = []
     for line in diff.splitlines():
         style = "bold" if line.startswith(("+++", "---")) else "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-        con.print(Text(line, style=style))
+        out.append(Text(line, style=style))
+    _emit(con, out)
+
+
+def _emit(con, lines: list) -> None:
+    """Print many lines in one call: per-call overhead in rich dominates large reports."""
+    if lines:
+        from rich.text import Text
+
+        con.print(Text("\n").join(lines))
 
 
 def fix_label(f: Finding) -> str:
@@ -40,6 +50,7 @@ def fix_label(f: Finding) -> str:
 def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False) -> None:
     from rich.text import Text
 
+    out = []
     for f in findings:
         loc = f"{f.path}:{f.span.line}:{f.span.col + 1}:"
         t = Text()
@@ -47,17 +58,18 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
         t.append(" ")
         t.append(f.rule.code, style=SEVERITY_STYLE.get(f.severity.value, ""))
         t.append(f" {fix_label(f)}{f.message}")
-        con.print(t)
+        out.append(t)
         if concise:
             continue
         lines = (source_lines or {}).get(f.path)
         if lines and 0 < f.span.line <= len(lines):
             text = lines[f.span.line - 1].rstrip("\r\n")
-            con.print(Text(f"  {f.span.line:>5} | {text}", style="dim"))
+            out.append(Text(f"  {f.span.line:>5} | {text}", style="dim"))
             width = max(1, (f.span.end_col if f.span.end_line == f.span.line else len(text)) - f.span.col)
-            con.print(Text("        | " + " " * f.span.col + "^" * width, style=SEVERITY_STYLE.get(f.severity.value, "")))
+            out.append(Text("        | " + " " * f.span.col + "^" * width, style=SEVERITY_STYLE.get(f.severity.value, "")))
         if f.note:
-            con.print(Text(f"        = note: {f.note}", style="dim"))
+            out.append(Text(f"        = note: {f.note}", style="dim"))
+    _emit(con, out)
 
 
 def summary_counts(findings: Iterable[Finding]) -> Counter:

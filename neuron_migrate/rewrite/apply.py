@@ -7,6 +7,7 @@ lines to the next statement; a block left empty gets `pass`; an `if FLAG:` left 
 """
 from __future__ import annotations
 
+import ast
 from typing import Optional, Union
 
 import libcst as cst
@@ -252,72 +253,131 @@ class _Applier(cst.CSTTransformer):
         return self._compound(original_node, updated_node)
 
 
-def _top_import_index(body) -> int:
-    """Index after the last top-level import line (or after the docstring / __future__ imports)."""
-    idx = 0
-    for i, stmt in enumerate(body):
-        if isinstance(stmt, cst.SimpleStatementLine):
-            small = stmt.body[0]
-            if isinstance(small, (cst.Import, cst.ImportFrom)):
-                idx = i + 1
-            elif i == 0 and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
-                idx = max(idx, 1)
-    return idx
+def _line_chunks(tree: ast.Module) -> list[tuple[int, int]]:
+    """Line ranges (1-based, inclusive) of top-level statements, merged where statements share a line."""
+    chunks: list[list[int]] = []
+    for stmt in tree.body:
+        start = min([stmt.lineno, *[d.lineno for d in getattr(stmt, "decorator_list", [])]])
+        end = stmt.end_lineno or stmt.lineno
+        if chunks and start <= chunks[-1][1]:
+            chunks[-1][1] = max(chunks[-1][1], end)
+        else:
+            chunks.append([start, end])
+    return [(a, b) for a, b in chunks]
 
 
-def _has_import(module: cst.Module, req: ImportReq) -> bool:
-    want = req.statement()
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom)):
-            if module.code_for_node(stmt.body[0]).strip() == want:
-                return True
-    return False
+def _shift(edit: Edit, delta: int) -> Edit:
+    sp = edit.span
+    return Edit(edit.kind, Span(sp.line - delta, sp.col, sp.end_line - delta, sp.end_col), edit.text)
 
 
-def _defined_at_top(module: cst.Module, name: str) -> bool:
-    return any(isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value == name for s in module.body)
-
-
-def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
-    """Apply `fixes` to `text`. Returns the new text and the fixes actually applied."""
-    if not fixes:
-        return text, []
+def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
+    """Run the applier on `text`; returns the new code and the (unshifted) keys of the edits applied."""
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise ApplyError(f"libcst cannot parse the file: {exc.message} (line {exc.raw_line})") from None
-    edits = [e for f in fixes for e in f.edits]
     applier = _Applier(edits)
     new_module = MetadataWrapper(module, unsafe_skip_copy=True).visit(applier)
-    applied = [f for f in fixes if all(_skey(e.span) in applier.applied for e in f.edits)]
-    missed = [e for f in fixes for e in f.edits if _skey(e.span) not in applier.applied]
+    if not new_module.body and not new_module.header and not new_module.footer:
+        return "", applier.applied  # libcst writes "\n" for an empty module; a removed chunk leaves nothing
+    return new_module.code, applier.applied
+
+
+def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
+    """Apply `fixes` to `text`. Returns the new text and the fixes actually applied.
+
+    libcst is paid only for the top-level statements that contain an edit: each is parsed and transformed
+    on its own (a top-level statement is a syntactic unit) and spliced back; lines elsewhere are not touched.
+    """
+    if not fixes:
+        return text, []
+    edits = [e for f in fixes for e in f.edits]
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError) as exc:
+        raise ApplyError(f"cannot parse the file: {exc}") from None
+    lines = text.splitlines(keepends=True)
+    chunks = _line_chunks(tree)
+    by_chunk: dict[int, list[Edit]] = {}
+    for e in edits:
+        idx = next((i for i, (a, b) in enumerate(chunks) if a <= e.span.line and e.span.end_line <= b), None)
+        if idx is None:
+            raise ApplyError(f"line {e.span.line}: could not locate the code to change ({e.kind})")
+        by_chunk.setdefault(idx, []).append(e)
+    applied_keys: set = set()
+    out: list[str] = []
+    pos = 0  # next line index (0-based) of `lines` not yet copied
+    for idx in sorted(by_chunk):
+        a, b = chunks[idx]
+        prev_end = max(pos, chunks[idx - 1][1] if idx else 0)
+        out.extend(lines[pos:prev_end])
+        gap = lines[prev_end : a - 1]  # blank and comment lines between the previous statement and this one
+        chunk = "".join(lines[a - 1 : b])
+        delta = a - 1
+        shifted = [_shift(e, delta) for e in by_chunk[idx]]
+        code, keys = _apply_edits(chunk, shifted)
+        applied_keys.update((k[0] + delta, k[1], k[2] + delta, k[3]) for k in keys)
+        if not code and all(not ln.strip() for ln in gap):
+            gap = []  # a removed statement takes its blank separator lines with it (comments stay)
+        out.extend(gap)
+        out.append(code)
+        pos = b
+    out.extend(lines[pos:])
+    new_text = "".join(out)
+    applied = [f for f in fixes if all(_skey(e.span) in applied_keys for e in f.edits)]
+    missed = [e for f in fixes for e in f.edits if _skey(e.span) not in applied_keys]
     if missed:
         e = missed[0]
         raise ApplyError(f"line {e.span.line}: could not locate the code to change ({e.kind})")
-
     imports = list(dict.fromkeys(req for f in applied for req in f.imports))
     helpers = list(dict.fromkeys(h for f in applied for h in f.helpers))
-    body = list(new_module.body)
-    at = _top_import_index(body)
-    new_stmts: list[cst.BaseStatement] = []
-    for req in imports:
-        if not _has_import(new_module, req):
-            new_stmts.append(cst.parse_statement(req.statement() + "\n"))
-    for name, source in helpers:
-        if _defined_at_top(new_module, name):
-            continue
-        stmts = list(cst.parse_module(source).body)
-        blank = [cst.EmptyLine(), cst.EmptyLine()]
-        stmts[0] = stmts[0].with_changes(leading_lines=blank)
-        new_stmts.extend(stmts)
-    if new_stmts:
-        if at < len(body) and helpers:
-            # two blank lines between the inserted functions and the code that follows, as PEP 8 has it
-            nxt = body[at]
-            lines = list(nxt.leading_lines)
-            while lines and lines[0].comment is None:
-                lines.pop(0)
-            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *lines])
-        body[at:at] = new_stmts
-        new_module = new_module.with_changes(body=body)
-    return new_module.code, applied
+    if imports or helpers:
+        new_text = _insert_top(new_text, imports, helpers)
+    return new_text, applied
+
+
+def _newline_of(text: str) -> str:
+    i = text.find("\n")
+    return "\r\n" if i > 0 and text[i - 1] == "\r" else "\n"
+
+
+def _insert_top(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]]) -> str:
+    """Add imports after the module's last top-level import (or docstring) and helper functions below them."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError) as exc:
+        raise ApplyError(f"rewrite produced invalid Python before adding imports: {exc}") from None
+    nl = _newline_of(text)
+    lines = text.splitlines(keepends=True)
+    existing = {ast.unparse(s) for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))}
+    defined = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    new_imports = [r.statement() for r in imports if r.statement() not in existing]
+    new_helpers = [src for name, src in helpers if name not in defined]
+    if not new_imports and not new_helpers:
+        return text
+    at = 0  # insert before this line index (0-based)
+    body = tree.body
+    last_import = [s for s in body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    if last_import:
+        at = last_import[-1].end_lineno
+    elif body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        at = body[0].end_lineno
+    elif body:
+        first = body[0]
+        at = min([first.lineno, *[d.lineno for d in getattr(first, "decorator_list", [])]]) - 1
+    else:
+        at = len(lines)
+    if at > 0 and at <= len(lines) and not lines[at - 1].endswith(("\n", "\r")):
+        lines[at - 1] += nl  # the file ended without a newline right where we insert
+    block = [line + nl for line in new_imports]
+    rest = lines[at:]
+    if new_helpers:
+        for src in new_helpers:
+            block += [nl, nl] + [ln + nl for ln in src.rstrip("\n").split("\n")]
+        # two blank lines between the inserted functions and the code that follows, as PEP 8 has it
+        while rest and not rest[0].strip():
+            rest.pop(0)
+        if rest:
+            block += [nl, nl]
+    return "".join(lines[:at] + block + rest)
