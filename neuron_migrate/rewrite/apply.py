@@ -266,6 +266,60 @@ def _line_chunks(tree: ast.Module) -> list[tuple[int, int]]:
     return [(a, b) for a, b in chunks]
 
 
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _stmt_start(stmt: ast.stmt) -> int:
+    return min([stmt.lineno, *[d.lineno for d in getattr(stmt, "decorator_list", [])]])
+
+
+def _child_blocks(stmt: ast.stmt):
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, field, None)
+        if isinstance(block, list):
+            yield block
+    for h in getattr(stmt, "handlers", []) or []:
+        yield h.body
+    for c in getattr(stmt, "cases", []) or []:
+        yield c.body
+
+
+def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str]):
+    """The innermost function or class within top-level lines a..b that holds every edit (and is not itself
+    edited), as (first line, last line, indentation), when its lines can be dedented losslessly."""
+    lo = min(e.span.line for e in edits)
+    hi = max(e.span.end_line for e in edits)
+    keys = {(e.span.line, e.span.end_line) for e in edits}
+    node = next((s for s in top if _stmt_start(s) == a or (s.lineno <= a <= (s.end_lineno or s.lineno))), None)
+    best = None
+    while node is not None:
+        if isinstance(node, _DEFS) and (node.lineno, node.end_lineno) not in keys and node is not None:
+            if _stmt_start(node) < lo and hi <= node.end_lineno and (a, b) != (_stmt_start(node), node.end_lineno):
+                best = node
+        child = None
+        for block in _child_blocks(node):
+            for st in block:
+                if _stmt_start(st) <= lo and hi <= (st.end_lineno or st.lineno):
+                    child = st
+                    break
+            if child is not None:
+                break
+        node = child
+    if best is None:
+        return None
+    ra, rb = _stmt_start(best), best.end_lineno
+    first = lines[ra - 1]
+    prefix = first[: len(first) - len(first.lstrip(" \t"))]
+    if not prefix:
+        return None
+    for ln in lines[ra - 1 : rb]:
+        body = ln.strip("\r\n")
+        if body and (not ln.startswith(prefix) or not body.strip()):
+            # a less indented line (inside a string, say) or a whitespace-only one: not losslessly dedentable
+            return None
+    return ra, rb, prefix
+
+
 def _shift(edit: Edit, delta: int) -> Edit:
     sp = edit.span
     return Edit(edit.kind, Span(sp.line - delta, sp.col, sp.end_line - delta, sp.end_col), edit.text)
@@ -284,7 +338,7 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     return new_module.code, applier.applied
 
 
-def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
+def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None) -> tuple[str, list[Fix]]:
     """Apply `fixes` to `text`. Returns the new text and the fixes actually applied.
 
     libcst is paid only for the top-level statements that contain an edit: each is parsed and transformed
@@ -293,10 +347,11 @@ def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
     if not fixes:
         return text, []
     edits = [e for f in fixes for e in f.edits]
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError) as exc:
-        raise ApplyError(f"cannot parse the file: {exc}") from None
+    if tree is None:  # the caller's ast of `text` saves a parse
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            raise ApplyError(f"cannot parse the file: {exc}") from None
     lines = text.splitlines(keepends=True)
     chunks = _line_chunks(tree)
     by_chunk: dict[int, list[Edit]] = {}
@@ -313,11 +368,25 @@ def apply_fixes(text: str, fixes: list[Fix]) -> tuple[str, list[Fix]]:
         prev_end = max(pos, chunks[idx - 1][1] if idx else 0)
         out.extend(lines[pos:prev_end])
         gap = lines[prev_end : a - 1]  # blank and comment lines between the previous statement and this one
-        chunk = "".join(lines[a - 1 : b])
-        delta = a - 1
-        shifted = [_shift(e, delta) for e in by_chunk[idx]]
-        code, keys = _apply_edits(chunk, shifted)
-        applied_keys.update((k[0] + delta, k[1], k[2] + delta, k[3]) for k in keys)
+        region = _def_region(tree.body, a, b, by_chunk[idx], lines)
+        if region is None:
+            chunk = "".join(lines[a - 1 : b])
+            delta = a - 1
+            shifted = [_shift(e, delta) for e in by_chunk[idx]]
+            code, keys = _apply_edits(chunk, shifted)
+            applied_keys.update((k[0] + delta, k[1], k[2] + delta, k[3]) for k in keys)
+        else:
+            # only the innermost function/class holding every edit goes through libcst, dedented
+            ra, rb, prefix = region
+            n = len(prefix)
+            body = "".join(ln[n:] if ln.startswith(prefix) else ln for ln in lines[ra - 1 : rb])
+            delta = ra - 1
+            shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
+                       for e in by_chunk[idx]]
+            inner, keys = _apply_edits(body, shifted)
+            applied_keys.update((k[0] + delta, k[1] + n, k[2] + delta, k[3] + n) for k in keys)
+            inner = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in inner.splitlines(keepends=True))
+            code = "".join(lines[a - 1 : ra - 1]) + inner + "".join(lines[rb:b])
         if not code and all(not ln.strip() for ln in gap):
             gap = []  # a removed statement takes its blank separator lines with it (comments stay)
         out.extend(gap)

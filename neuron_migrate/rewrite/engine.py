@@ -10,7 +10,8 @@ from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compati
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety
 from neuron_migrate.rules.registry import RuleSet
-from neuron_migrate.rules.runner import check_text
+from neuron_migrate.files.names import AnalysisError
+from neuron_migrate.rules.runner import RuleCrash, check_text
 
 MAX_ROUNDS = 12
 
@@ -37,8 +38,19 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
     settings = settings or Settings()
     outcome = FixOutcome(text)
     current = text
+    last_codes = ""
     for _ in range(MAX_ROUNDS):
-        result = check_text(current, path, ruleset, settings)
+        try:
+            # the check of each round also re-parses the previous round's output: that is the validation
+            result = check_text(current, path, ruleset, settings)
+            if result.analysis is None and last_codes:
+                ast.parse(current)  # prefiltered (nothing left to match): still make sure it parses
+        except RuleCrash:
+            raise
+        except (AnalysisError, SyntaxError, ValueError) as exc:
+            if not last_codes:
+                raise
+            raise FixError(f"rewrite by {last_codes} would produce invalid Python ({exc}); file left unchanged") from None
         todo = [f for f in result.findings if wants_fix(f, settings.unsafe_fixes)]
         if not todo:
             outcome.remaining = result.findings
@@ -46,7 +58,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             break
         chosen, _deferred = select_compatible([f.fix for f in todo])
         try:
-            new_text, applied = apply_fixes(current, chosen)
+            new_text, applied = apply_fixes(current, chosen, result.analysis.tree)
         except ApplyError as exc:
             raise FixError(str(exc)) from None
         except RecursionError:
@@ -54,11 +66,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         except Exception as exc:  # libcst or a fix's text: never a traceback, never a written file
             codes = ", ".join(sorted({f.rule.code for f in todo}))
             raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
-        try:
-            ast.parse(new_text)
-        except (SyntaxError, ValueError, RecursionError) as exc:
-            codes = ", ".join(sorted({f.rule.code for f in todo if f.fix in chosen}))
-            raise FixError(f"rewrite by {codes} would produce invalid Python ({exc}); file left unchanged") from None
+        last_codes = ", ".join(sorted({f.rule.code for f in todo if any(f.fix is c for c in chosen)}))
         ids = {id(f) for f in applied}
         for f in todo:
             if id(f.fix) in ids:
