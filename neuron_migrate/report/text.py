@@ -35,10 +35,15 @@ def print_diff(con, diff: str, plain: bool) -> None:
 
 def _emit(con, lines: list) -> None:
     """Print many lines in one call: per-call overhead in rich dominates large reports."""
-    if lines:
-        from rich.text import Text
+    if not lines:
+        return
+    if con.color_system is None and not con.is_terminal:
+        # piped, no colour: rich's rendering adds nothing but time (soft_wrap consoles do not wrap)
+        con.file.write("\n".join(t.plain for t in lines) + "\n")
+        return
+    from rich.text import Text
 
-        con.print(Text("\n").join(lines))
+    con.print(Text("\n").join(lines))
 
 
 def fix_label(f: Finding) -> str:
