@@ -33,12 +33,17 @@ def all_rules() -> tuple[Rule, ...]:
     return tuple(sorted(rules, key=lambda r: r.code))
 
 
-def get_rule(code_or_name: str) -> Optional[Rule]:
-    key = code_or_name.strip()
+@lru_cache(maxsize=1)
+def _rule_index() -> dict:
+    index = {}
     for r in all_rules():
-        if r.code.lower() == key.lower() or r.name == key.lower():
-            return r
-    return None
+        index[r.code.lower()] = r
+        index[r.name] = r
+    return index
+
+
+def get_rule(code_or_name: str) -> Optional[Rule]:
+    return _rule_index().get(code_or_name.strip().lower())
 
 
 def _matches(rule: Rule, selectors: Iterable[str]) -> bool:
