@@ -60,8 +60,9 @@ def rewrite(
         for code, n in res.applied.items():
             applied[code] += n
         for f in res.applied_findings:
-            if f.note and f.note not in notes:
-                notes.append(f.note)
+            note = f"{res.path}:{f.span.line}: {f.note}" if f.note else ""
+            if note and note not in notes:
+                notes.append(note)
         remaining.extend(res.findings)
         if res.findings and res.new_text is not None:
             source_lines[res.path] = res.new_text.splitlines()
