@@ -93,6 +93,7 @@ def probe(
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Stop a script after N optimizer steps."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Stop cleanly after S seconds (report as stopped, not an error)."),
     timeout: float = typer.Option(600.0, "--timeout", help="Kill the run after S seconds (exit 2)."),
+    max_output_mb: float = typer.Option(4.0, "--max-output-mb", min=0, help="Kill the run when it prints more than this (0: no limit; exit 2)."),
     inputs: Optional[str] = typer.Option(None, "--inputs", help="module:fn returning example inputs (tensor, tuple or dict)."),
     optimizer: Opt = typer.Option(Opt.adamw, "--optimizer", help="Optimizer for factory targets."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, else cpu."),
@@ -136,17 +137,22 @@ def probe(
         "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
     }
     code = run_and_report(spec, timeout=timeout, nproc=nproc_per_node, fmt=fmt.value, report_md=report,
-                          json_out=json_out, fail_on=fail_list, table=table, top=top)
+                          json_out=json_out, fail_on=fail_list, table=table, top=top,
+                          max_output=int(max_output_mb * 1024 * 1024))
     raise typer.Exit(code)
 
 
 def run_and_report(spec: dict, *, timeout: float, nproc: int | None, fmt: str, report_md: str | None,
-                   json_out: str | None, fail_on: list[str], table: str | None, top: int) -> int:
+                   json_out: str | None, fail_on: list[str], table: str | None, top: int,
+                   max_output: int | None = None) -> int:
     from neuron_migrate.probe.analyze import Classifier, build_report
     from neuron_migrate.probe.render import print_rich, to_json, write_markdown
     from neuron_migrate.probe.runner import run_child
 
-    docs, outcome = run_child(spec, timeout=timeout, nproc=nproc)
+    from neuron_migrate.probe.runner import DEFAULT_MAX_OUTPUT
+
+    docs, outcome = run_child(spec, timeout=timeout, nproc=nproc,
+                              max_output=DEFAULT_MAX_OUTPUT if max_output is None else max_output)
     rep = build_report(docs, classifier=Classifier(table), outcome=outcome, spec=spec, fail_on=fail_on, top=top)
     if fmt == "json":
         sys.stdout.write(to_json(rep) + "\n")

@@ -79,8 +79,30 @@ def build_command(spec: dict, nproc: int | None) -> list[str]:
     return [sys.executable, "-m", "neuron_migrate.probe.child", payload]
 
 
+DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024  # bytes of stdout+stderr before a run counts as an output flood
+
+
+def _wait_watching_output(proc, fout, ferr, timeout: float, max_output: int) -> str:
+    """Wait for the child; return "done", "timeout", or "flood" (printed more than max_output bytes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+            return "done"
+        except subprocess.TimeoutExpired:
+            pass
+        if max_output and os.fstat(fout.fileno()).st_size + os.fstat(ferr.fileno()).st_size > max_output:
+            return "flood"
+        if time.monotonic() >= deadline:
+            return "timeout"
+
+
+class _Finished(Exception):
+    pass
+
+
 def run_child(spec: dict, *, timeout: float, nproc: int | None = None, env: dict | None = None,
-              keep_dir: bool = False) -> tuple[list[dict], dict[str, Any]]:
+              keep_dir: bool = False, max_output: int = DEFAULT_MAX_OUTPUT) -> tuple[list[dict], dict[str, Any]]:
     """Run the probe child; return (per-rank result docs, outcome)."""
     work = tempfile.mkdtemp(prefix="nm-probe-")
     spec = dict(spec, results_dir=os.path.join(work, "results"))
@@ -98,9 +120,11 @@ def run_child(spec: dict, *, timeout: float, nproc: int | None = None, env: dict
                                 cwd=spec.get("cwd") or None, env=child_env, start_new_session=True)
         pgid = proc.pid  # start_new_session: the child leads its own group
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            outcome["timed_out"] = True
+            ended = _wait_watching_output(proc, fout, ferr, timeout, max_output)
+            if ended == "done":
+                raise _Finished
+            outcome["timed_out"] = ended == "timeout"
+            outcome["output_flood"] = ended == "flood"
             tree = _descendants(proc.pid)
             _signal_all(pgid, tree, signal.SIGTERM)  # the child writes what it has, then exits
             try:
@@ -111,6 +135,8 @@ def run_child(spec: dict, *, timeout: float, nproc: int | None = None, env: dict
             _signal_all(pgid, tree, signal.SIGKILL)
             proc.wait()
             outcome["killed"] = {"process_group": pgid, "descendants": len(tree)}
+        except _Finished:
+            pass
         except BaseException:  # KeyboardInterrupt: still leave nothing behind
             _signal_all(pgid, _descendants(proc.pid), signal.SIGKILL)
             proc.wait()
@@ -126,7 +152,10 @@ def run_child(spec: dict, *, timeout: float, nproc: int | None = None, env: dict
     outcome["stderr"] = {"bytes": err_size, "tail": err_tail}
     docs = load_rank_docs(spec["results_dir"])
     rc = proc.returncode
-    if outcome["timed_out"]:
+    if outcome.get("output_flood"):
+        outcome["error"] = {"type": "OutputFlood", "message": f"the model printed more than {max_output // (1024 * 1024)} MiB; "
+                            "the process group was killed (results gathered so far are shown; --max-output-mb raises the limit)"}
+    elif outcome["timed_out"]:
         outcome["error"] = {"type": "Timeout", "message": f"the model did not finish within {timeout:g} s; "
                             "the process group was killed (results gathered so far are shown)"}
     elif not docs:

@@ -52,9 +52,19 @@ def test_model_that_calls_os_exit():
     assert rep["outcome"]["returncode"] == 3
 
 
-def test_model_that_prints_megabytes():
+def test_model_that_prints_megabytes_is_stopped():
     rc, rep, p = run_json([f"{rel('noisy_model.py')}:make", "--steps", "1"])
-    # a noisy model that finishes is not an error: the output went to a file, not a pipe that could fill up
+    # more than --max-output-mb (default 4 MiB) is an output flood: stopped, reported, exit 2
+    assert rc == 2 and rep["status"] == "error"
+    assert rep["error"]["type"] == "OutputFlood" and "4 MiB" in rep["error"]["message"]
+    assert rep["outcome"]["killed"]["process_group"] > 0  # the whole group was killed
+    assert _dead(rep["ranks"][0]["pid"])
+    assert len(p.stdout) < 200_000  # the report itself stays small
+
+
+def test_model_that_prints_megabytes_under_a_raised_limit():
+    rc, rep, p = run_json([f"{rel('noisy_model.py')}:make", "--steps", "1", "--max-output-mb", "64"])
+    # the output went to files, not pipes that could fill up: a run allowed to print finishes normally
     assert rc == 0 and rep["status"] == "ok"
     out = rep["outcome"]
     assert out["stdout"]["bytes"] >= 4 * 1024 * 1024 and out["stderr"]["bytes"] >= 1024 * 1024
