@@ -349,3 +349,24 @@ def cuda_api(site, ctx):
         return None
     name = site.key[len("torch.cuda."):]
     return ctx.finding(site, f"`torch.cuda.{name}` needs CUDA: replace it with its torch.accelerator / torch.neuron equivalent by hand")
+
+
+@rule(
+    code="NM220",
+    name="cuda-import",
+    summary="torch.cuda import that no code uses any more after migration",
+    fix="safe",
+    severity="info",
+    triggers=[("import", "torch.cuda*")],
+    docs="""
+        After `torch.cuda.amp.autocast`, `torch.cuda.synchronize` and friends are migrated, imports such as
+        `from torch.cuda.amp import autocast` are dead code pointing at a CUDA-only module. An import of a
+        `torch.cuda` name that nothing uses is removed (its still-used siblings, such as a `GradScaler` left for
+        manual migration, stay).
+    """,
+    examples=[("from torch.cuda.amp import autocast\nimport torch", "import torch")],
+)
+def cuda_import(site, ctx):
+    from neuron_migrate.rules.builtin.xla_core import remove_unused_import
+
+    return remove_unused_import(site, ctx, "torch.cuda", "torch.cuda")

@@ -26,6 +26,31 @@ def value_use_callable(site, ctx, body: str, message: str):
     return ctx.finding(site, message, fix=fx.build())
 
 
+def remove_unused_import(site, ctx, prefix: str, what: str):
+    """Delete an import of a `prefix` module that nothing uses any more (keeping its still-used siblings)."""
+    alias = site.alias
+    if isinstance(site.node, ast.Import):
+        bound = alias.asname or alias.name.split(".")[0]
+    else:
+        bound = alias.asname or alias.name
+    if ctx.analysis.uses_of(site.scope, bound):
+        return None
+    # another alias of the same statement may still be used: drop only this one
+    stmt = site.node
+    keep = [a for a in stmt.names if a is not alias]
+    fx = ctx.fixer()
+    if not keep or all(_unused_alias(a, stmt, site, ctx, prefix) for a in keep):
+        if keep and keep[0] is not alias and stmt.names.index(alias) != 0:
+            return None  # the statement is removed by the finding for its first alias
+        fx.delete(stmt)
+    else:
+        rest = [a for a in keep if not _unused_alias(a, stmt, site, ctx, prefix)]
+        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in rest)
+        text = f"import {names}" if isinstance(stmt, ast.Import) else f"from {stmt.module} import {names}"
+        fx.replace(stmt, text)
+    return ctx.finding(site, f"unused {what} import `{site.key}`: remove it", fix=fx.build())
+
+
 @rule(
     code="NM100",
     name="torch-xla-import",
@@ -43,32 +68,12 @@ def value_use_callable(site, ctx, body: str, message: str):
     examples=[("import torch_xla.core.xla_model as xm\nimport torch", "import torch")],
 )
 def torch_xla_import(site, ctx):
-    alias = site.alias
-    if isinstance(site.node, ast.Import):
-        bound = alias.asname or alias.name.split(".")[0]
-    else:
-        bound = alias.asname or alias.name
-    if ctx.analysis.uses_of(site.scope, bound):
-        return None
-    # another alias of the same statement may still be used: drop only this one
-    stmt = site.node
-    keep = [a for a in stmt.names if a is not alias]
-    fx = ctx.fixer()
-    if not keep or all(_unused_xla_alias(a, stmt, site, ctx) for a in keep):
-        if keep and keep[0] is not alias and stmt.names.index(alias) != 0:
-            return None  # the statement is removed by the finding for its first alias
-        fx.delete(stmt)
-    else:
-        rest = [a for a in keep if not _unused_xla_alias(a, stmt, site, ctx)]
-        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in rest)
-        text = f"import {names}" if isinstance(stmt, ast.Import) else f"from {stmt.module} import {names}"
-        fx.replace(stmt, text)
-    return ctx.finding(site, f"unused torch_xla import `{site.key}`: remove it", fix=fx.build())
+    return remove_unused_import(site, ctx, "torch_xla", "torch_xla")
 
 
-def _unused_xla_alias(a, stmt, site, ctx) -> bool:
+def _unused_alias(a, stmt, site, ctx, prefix: str) -> bool:
     module = a.name if isinstance(stmt, ast.Import) else f"{stmt.module}.{a.name}"
-    if not module.startswith("torch_xla"):
+    if not module.startswith(prefix):
         return False
     bound = a.asname or (a.name.split(".")[0] if isinstance(stmt, ast.Import) else a.name)
     return ctx.analysis.uses_of(site.scope, bound) == 0
