@@ -24,7 +24,8 @@ def nm(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "neuron_migrate", *args], capture_output=True, text=True, cwd=root)
 
 
-@pytest.mark.parametrize("command", [["rewrite", "--diff"], ["rewrite", "--no-color"]])
+@pytest.mark.parametrize("command", [["rewrite", "--diff"], ["rewrite", "--no-color"], ["audit", "--output-format", "json"],
+                                     ["audit", "--no-color"], ["audit", "--output-format", "sarif"]])
 def test_same_output_with_and_without_cache_and_workers(tree, command):
     base = nm(tree, *command, "--no-cache", "-j", "1", ".")
     assert base.returncode == 1 and base.stdout
