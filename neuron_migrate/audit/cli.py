@@ -1,7 +1,7 @@
 """`neuron-migrate audit PATH...`: every finding of every active rule, in text, concise, JSON, SARIF or GitHub form.
 
 It never imports or executes the user's code (nor torch): files are parsed with `ast` only.
-Exit codes: 0 no findings, 1 findings (0 with --exit-zero), 2 errors (unreadable or unparsable files,
+Exit codes: 0 no findings, 1 findings at or above --fail-level (0 with --exit-zero), 2 errors (unreadable or unparsable files,
 bad options).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ def audit(
     output_file: Optional[str] = typer.Option(None, "--output-file", "-o", help="Write the report to this file instead of stdout."),
     statistics: bool = typer.Option(False, "--statistics", help="Print counts per rule instead of the findings."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when there are findings (errors still exit 2)."),
+    fail_level: str = typer.Option("info", "--fail-level", help="Lowest severity that makes the exit code 1: info | warning | error."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Rule codes or prefixes to run (comma separated)."),
     extend_select: Optional[List[str]] = typer.Option(None, "--extend-select", help="Rule codes or prefixes to add to the selection."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Rule codes or prefixes to skip."),
@@ -69,6 +70,10 @@ def audit(
     emit(fmt, findings, errors, run, statistics=statistics, output_file=output_file, quiet=quiet, color=color)
     if errors:
         raise typer.Exit(EXIT_ERROR)
-    if findings and not exit_zero:
+    rank = {"info": 0, "warning": 1, "error": 2}
+    if fail_level not in rank:
+        fail(f"--fail-level must be info, warning or error, not {fail_level!r}")
+    failing = [f for f in findings if rank[f.severity.value] >= rank[fail_level]]
+    if failing and not exit_zero:
         raise typer.Exit(EXIT_FINDINGS)
     raise typer.Exit(EXIT_CLEAN)

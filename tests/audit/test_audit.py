@@ -188,3 +188,19 @@ def test_table_is_loaded_only_for_relevant_sites(monkeypatch):
     assert calls == []
     res = check_text("import torch\ny = torch.atan2(a, b)\n", "b.py", rs)
     assert calls and [f.rule.code for f in res.findings] == ["NM310"]
+
+
+def test_fail_level_decides_which_findings_fail(tmp_path):
+    from typer.testing import CliRunner
+
+    from neuron_migrate.cli.app import app
+
+    f = tmp_path / "c.py"
+    f.write_text("import torch\nmodel = torch.compile(torch.nn.Linear(2, 2))\n")  # info-level advice only
+    run = lambda *a: CliRunner().invoke(app, ["audit", "--no-cache", "-f", "concise", *a, str(f)])
+    assert run().exit_code == 1
+    assert run("--fail-level", "warning").exit_code == 0
+    f.write_text("import torch\nx = torch.ones(2).double()\n")  # a warning
+    assert run("--fail-level", "warning").exit_code == 1
+    assert run("--fail-level", "error").exit_code == 0
+    assert run("--fail-level", "loud").exit_code == 2
