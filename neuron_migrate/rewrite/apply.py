@@ -74,6 +74,7 @@ class _Applier(cst.CSTTransformer):
         self.applied: set[tuple] = set()
         self._carry: list[list[cst.EmptyLine]] = []
         self._emptied: set[int] = set()
+        self._dropped: set[int] = set()  # ids of original statements removed
 
     # -- helpers ---------------------------------------------------------------------------------
     def _pos_key(self, node: cst.CSTNode) -> Optional[tuple]:
@@ -99,6 +100,7 @@ class _Applier(cst.CSTTransformer):
         return lines
 
     def _drop(self, node: Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]):
+        self._dropped.add(id(node))
         keep = [ln for ln in node.leading_lines if ln.comment is not None]
         if keep and self._carry:
             self._carry[-1].extend(node.leading_lines)
@@ -148,6 +150,14 @@ class _Applier(cst.CSTTransformer):
             return new
         if carry:
             updated_node = updated_node.with_changes(footer=[*carry, *updated_node.footer])
+        if original_node.body and id(original_node.body[0]) in self._dropped:
+            # the block's first statement went: its successor does not start the block with a blank line
+            first = updated_node.body[0]
+            lines = list(first.leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            if len(lines) != len(first.leading_lines):
+                updated_node = updated_node.with_changes(body=[first.with_changes(leading_lines=lines), *updated_node.body[1:]])
         return updated_node
 
     def _edit_small(self, original_node, updated_node):
