@@ -113,6 +113,20 @@ def _to_device(tree, device):
     return pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tree)
 
 
+def forward_backward(model, args, kwargs, train: bool):
+    """One forward (and, when training, backward) pass outside the recorder; returns (outputs, loss)."""
+    import torch
+
+    if not train:
+        with torch.no_grad():
+            return model(*args, **kwargs), None
+    out = model(*args, **kwargs)
+    loss = loss_of(out)
+    if loss is not None:
+        loss.backward()
+    return out, loss
+
+
 def loss_of(out):
     """A scalar to call backward on: `.loss` / `["loss"]` if the model returns one, else the sum of every
     floating output (real part of complex ones)."""

@@ -40,16 +40,9 @@ def _op_name(target) -> str:
 
 
 def _run(model, args, kwargs, train: bool):
-    from neuron_migrate.probe.child import loss_of
+    from neuron_migrate.probe.child import forward_backward
 
-    if train:
-        out = model(*args, **kwargs)
-        loss = loss_of(out)
-        if loss is not None:
-            loss.backward()
-    else:
-        with torch.no_grad():
-            model(*args, **kwargs)
+    forward_backward(model, args, kwargs, train)
 
 
 def _explain(model, args, kwargs) -> dict:

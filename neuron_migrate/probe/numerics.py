@@ -98,20 +98,12 @@ def _diff(ref, other) -> dict[str, Any]:
 
 
 def _run_once(model, args, kwargs, seed: int, train: bool, mode=None) -> dict[str, Any]:
-    from neuron_migrate.probe.child import loss_of
+    from neuron_migrate.probe.child import forward_backward
 
     torch.manual_seed(seed)
     ctx = mode if mode is not None else _Null()
     with ctx:
-        if train:
-            out = model(*args, **kwargs)
-            loss = loss_of(out)
-            if loss is not None:
-                loss.backward()
-        else:
-            with torch.no_grad():
-                out = model(*args, **kwargs)
-            loss = None
+        out, loss = forward_backward(model, args, kwargs, train)
     leaves = [t for t in pytree.tree_leaves(out if not hasattr(out, "to_tuple") else out.to_tuple())
               if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
     grads = {}
