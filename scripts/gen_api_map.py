@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import math
-import os
 import sys
 import warnings
 from pathlib import Path

@@ -129,34 +129,33 @@ def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool 
 
 
 def _discover_one(root: Path, raw: str, exclude, respect_gitignore: bool, force: bool, add, messages) -> None:
-    if True:
-        if not os.path.lexists(root):
-            messages.append(f"{raw}: no such file or directory")
+    if not os.path.lexists(root):
+        messages.append(f"{raw}: no such file or directory")
+        return
+    if root.is_file() or (root.is_symlink() and not root.is_dir()):
+        if not root.exists():
+            messages.append(f"{raw}: broken symlink or symlink loop")
             return
-        if root.is_file() or (root.is_symlink() and not root.is_dir()):
-            if not root.exists():
-                messages.append(f"{raw}: broken symlink or symlink loop")
-                return
-            if force and _excluded(root.as_posix(), root.name, list(exclude)):
-                return
-            add(root)
+        if force and _excluded(root.as_posix(), root.name, list(exclude)):
             return
-        ignores: list[IgnoreFile] = []
-        # .gitignore files above the root (up to the repository top) apply as well
-        if respect_gitignore:
-            up = root.resolve()
-            chain = []
-            while True:
-                chain.append(up)
-                if (up / ".git").exists() or up.parent == up:
-                    break
-                up = up.parent
-            for folder in reversed(chain[1:]):
-                ig = IgnoreFile.load(folder)
-                if ig:
-                    ignores.append(ig)
-        visited_dirs: set = set()
-        _walk(root, root, ignores, list(exclude), respect_gitignore, add, messages, visited_dirs)
+        add(root)
+        return
+    ignores: list[IgnoreFile] = []
+    # .gitignore files above the root (up to the repository top) apply as well
+    if respect_gitignore:
+        up = root.resolve()
+        chain = []
+        while True:
+            chain.append(up)
+            if (up / ".git").exists() or up.parent == up:
+                break
+            up = up.parent
+        for folder in reversed(chain[1:]):
+            ig = IgnoreFile.load(folder)
+            if ig:
+                ignores.append(ig)
+    visited_dirs: set = set()
+    _walk(root, root, ignores, list(exclude), respect_gitignore, add, messages, visited_dirs)
 
 
 def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:

@@ -146,10 +146,6 @@ class Analysis:
         parts.append(self.lines[sp.end_line - 1][: sp.end_col])
         return "".join(parts)
 
-    def indent_of(self, node: ast.AST) -> str:
-        line = self.lines[node.lineno - 1]
-        return line[: len(line) - len(line.lstrip(" \t"))]
-
     # -- resolution ------------------------------------------------------------------------------
     def resolve(self, node: ast.AST, scope: Scope, count_use: bool = True) -> Optional[str]:
         """Qualified name of a Name/Attribute chain whose root is an imported name, else None."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 _STATE: dict = {}
 
@@ -31,7 +31,7 @@ def default_jobs() -> int:
 
 
 def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
-              jobs: Optional[int] = None, progress: Optional[Callable] = None, cache=None) -> Iterator:
+              jobs: Optional[int] = None, cache=None) -> Iterator:
     """Yield FileResults in input order. `codes` are the active rule codes (RuleSet.codes).
 
     With a ResultCache, files whose content and key are unchanged are answered from it and never parsed.

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from neuron_migrate.files.names import AnalysisError
-from neuron_migrate.files.source import SourceError, SourceFile, read_source
+from neuron_migrate.files.source import SourceError, read_source
 
 
 @dataclass

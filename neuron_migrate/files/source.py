@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import codecs
-import hashlib
 import io
 import os
 import stat
@@ -25,10 +24,6 @@ class SourceFile:
     bom: bool
     mode: int
     mtime_ns: int
-
-    @property
-    def digest(self) -> str:
-        return hashlib.blake2b(self.raw, digest_size=16).hexdigest()
 
     def encode(self, text: str) -> bytes:
         data = text.encode(self.encoding)

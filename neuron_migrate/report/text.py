@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import difflib
-from collections import Counter
 from typing import Iterable, Optional
 
 from neuron_migrate.rules.model import Finding, FixSafety
@@ -75,10 +74,6 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
         if f.note:
             out.append(Text(f"        = note: {f.note}", style="dim"))
     _emit(con, out)
-
-
-def summary_counts(findings: Iterable[Finding]) -> Counter:
-    return Counter(f.rule.code for f in findings)
 
 
 def print_grouped(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False) -> None:

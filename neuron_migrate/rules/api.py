@@ -106,9 +106,6 @@ class Ctx:
         q = self.analysis.qualnames
         return any(name in q for name in qualnames)
 
-    def uses_prefix(self, prefix: str) -> bool:
-        return any(q.startswith(prefix) for q in self.analysis.qualnames)
-
     def src(self, node: ast.AST) -> str:
         return self.analysis.source(node)
 

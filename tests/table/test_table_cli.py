@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from neuron_migrate.cli.app import app
-from neuron_migrate.table import Status, TableError, load_table
+from neuron_migrate.table import Status, load_table
 from neuron_migrate.table.cli import map_status, parse_markdown_tables
 
 FIXTURES = Path(__file__).parent / "fixtures"

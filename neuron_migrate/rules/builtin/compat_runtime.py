@@ -5,7 +5,7 @@ import ast
 import re
 
 from neuron_migrate.rules.api import const_value, kwarg, rule
-from neuron_migrate.rules.builtin.compat import PRERELEASE, RN, in_compare
+from neuron_migrate.rules.builtin.compat import PRERELEASE, in_compare
 
 DIST = "torch.distributed"
 DIST_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html"

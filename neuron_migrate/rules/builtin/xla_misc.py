@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.rewrite.helpers import HELPERS, Helper
-from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.api import has_star_args, kwarg, rule
 
 PL = "torch_xla.distributed.parallel_loader"
 XM = "torch_xla.core.xla_model"
