@@ -55,6 +55,10 @@ class Rule:
     def url(self) -> str:
         return DOCS_URL.format(code=self.code.lower())
 
+    def __reduce__(self):
+        # pickled by code: results cross process boundaries without docs or check functions
+        return (_rule_by_code, (self.code,))
+
 
 @dataclass(frozen=True)
 class Span:
@@ -132,14 +136,6 @@ def _rule_by_code(code: str) -> Rule:
     if r is None:
         raise KeyError(f"unknown rule {code}")
     return r
-
-
-def _reduce_rule(self: Rule):
-    # rules are pickled by code: results cross process boundaries without docs or check functions
-    return (_rule_by_code, (self.code,))
-
-
-Rule.__reduce__ = _reduce_rule  # type: ignore[assignment]
 
 
 def span_to_list(s: Span) -> list:
