@@ -60,7 +60,7 @@ class RuleSet:
     """The active rules, indexed by (site kind, key) for the runner."""
 
     def __init__(self, rules: Iterable[Rule]):
-        from neuron_migrate.files.names import Wanted
+        from neuron_migrate.names.analysis import Wanted
 
         self.rules = tuple(rules)
         self.exact: dict[tuple[str, str], list[Rule]] = {}
