@@ -13,7 +13,8 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from neuron_migrate.rules.model import Edit, Fix, ImportReq, Span
+from neuron_migrate.rewrite.insert import InsertError, insert_support
+from neuron_migrate.rules.model import Edit, Fix, Span
 
 
 class ApplyError(Exception):
@@ -348,7 +349,8 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     return new_module.code, applier.applied
 
 
-def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None) -> tuple[str, list[Fix]]:
+def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
+                helper_import: Optional[str] = None) -> tuple[str, list[Fix]]:
     """Apply `fixes` to `text`. Returns the new text and the fixes actually applied.
 
     libcst is paid only for the top-level statements that contain an edit: each is parsed and transformed
@@ -412,51 +414,9 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None) 
     imports = list(dict.fromkeys(req for f in applied for req in f.imports))
     helpers = list(dict.fromkeys(h for f in applied for h in f.helpers))
     if imports or helpers:
-        new_text = _insert_top(new_text, imports, helpers)
+        try:
+            new_text = insert_support(new_text, imports, helpers, helper_import)
+        except InsertError as exc:
+            raise ApplyError(str(exc)) from None
     return new_text, applied
 
-
-def _newline_of(text: str) -> str:
-    i = text.find("\n")
-    return "\r\n" if i > 0 and text[i - 1] == "\r" else "\n"
-
-
-def _insert_top(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]]) -> str:
-    """Add imports after the module's last top-level import (or docstring) and helper functions below them."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError) as exc:
-        raise ApplyError(f"rewrite produced invalid Python before adding imports: {exc}") from None
-    nl = _newline_of(text)
-    lines = text.splitlines(keepends=True)
-    existing = {ast.unparse(s) for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))}
-    defined = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    new_imports = [r.statement() for r in imports if r.statement() not in existing]
-    new_helpers = [src for name, src in helpers if name not in defined]
-    if not new_imports and not new_helpers:
-        return text
-    at = 0  # insert before this line index (0-based)
-    body = tree.body
-    last_import = [s for s in body if isinstance(s, (ast.Import, ast.ImportFrom))]
-    if last_import:
-        at = last_import[-1].end_lineno
-    elif body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-        at = body[0].end_lineno
-    elif body:
-        first = body[0]
-        at = min([first.lineno, *[d.lineno for d in getattr(first, "decorator_list", [])]]) - 1
-    else:
-        at = len(lines)
-    if at > 0 and at <= len(lines) and not lines[at - 1].endswith(("\n", "\r")):
-        lines[at - 1] += nl  # the file ended without a newline right where we insert
-    block = [line + nl for line in new_imports]
-    rest = lines[at:]
-    if new_helpers:
-        for src in new_helpers:
-            block += [nl, nl] + [ln + nl for ln in src.rstrip("\n").split("\n")]
-        # two blank lines between the inserted functions and the code that follows, as PEP 8 has it
-        while rest and not rest[0].strip():
-            rest.pop(0)
-        if rest:
-            block += [nl, nl]
-    return "".join(lines[:at] + block + rest)
