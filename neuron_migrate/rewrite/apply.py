@@ -63,6 +63,11 @@ def _pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _has_comments(node: cst.CSTNode) -> bool:
+    """Does the clause hold a comment (its header, the pass a removal left, lines carried into it)?"""
+    return "#" in cst.Module([]).code_for_node(node)
+
+
 class _Applier(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
@@ -76,6 +81,7 @@ class _Applier(cst.CSTTransformer):
         self._carry: list[list[cst.EmptyLine]] = []
         self._emptied: set[int] = set()
         self._dropped: set[int] = set()  # ids of original statements removed
+        self._new: set[int] = set()  # ids of expression nodes a fix wrote
 
     # -- helpers ---------------------------------------------------------------------------------
     def _pos_key(self, node: cst.CSTNode) -> Optional[tuple]:
@@ -123,8 +129,33 @@ class _Applier(cst.CSTTransformer):
                 if getattr(updated_node, "lpar", None) and hasattr(new, "lpar"):
                     new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
                 self.applied.add(k)
+                self._new.add(id(new))
                 return new
+        if isinstance(updated_node, cst.UnaryOperation):
+            return self._negate(updated_node)
         return super().on_leave(original_node, updated_node)
+
+    _NEGATED = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal, cst.In: cst.NotIn, cst.NotIn: cst.In,
+                cst.Is: cst.IsNot, cst.IsNot: cst.Is}
+
+    def _negate(self, node: cst.UnaryOperation):
+        """`not <a == b>` where a fix wrote the comparison: `a != b` (no double negative in the output)."""
+        inner = node.expression
+        if not isinstance(node.operator, cst.Not) or id(inner) not in self._new or not isinstance(inner, cst.Comparison):
+            return node
+        if len(inner.comparisons) != 1:
+            return node
+        target = inner.comparisons[0]
+        flip = self._NEGATED.get(type(target.operator))
+        if flip is None:
+            return node
+        op = target.operator
+        kwargs = {"whitespace_before": op.whitespace_before, "whitespace_after": op.whitespace_after}
+        if flip in (cst.NotIn, cst.IsNot):
+            kwargs["whitespace_between"] = cst.SimpleWhitespace(" ")
+        new = inner.with_changes(comparisons=[target.with_changes(operator=flip(**kwargs))], lpar=node.lpar, rpar=node.rpar)
+        self._new.add(id(new))
+        return new
 
     # -- blocks ----------------------------------------------------------------------------------
     def visit_Module(self, node):
@@ -253,6 +284,13 @@ class _Applier(cst.CSTTransformer):
                 return cst.FlattenSentinel([*stmts, updated_node.with_changes(leading_lines=[])])
             stmts[0] = stmts[0].with_changes(leading_lines=updated_node.leading_lines)
             return cst.FlattenSentinel(stmts)
+        orelse = getattr(updated_node, "orelse", None)
+        if isinstance(orelse, cst.Else) and id(orelse.body) in self._emptied and not _has_comments(orelse):
+            # an `else:` whose body a fix removed is noise: drop it rather than leave `else: pass`
+            updated_node = updated_node.with_changes(orelse=None)
+        elif isinstance(orelse, cst.If) and id(orelse.body) in self._emptied and orelse.orelse is None \
+                and _pure(orelse.test) and not _has_comments(orelse):
+            updated_node = updated_node.with_changes(orelse=None)  # an `elif FLAG:` left empty
         if isinstance(updated_node, cst.If) and id(updated_node.body) in self._emptied and updated_node.orelse is None and _pure(updated_node.test):
             return self._drop(original_node)
         return self._with_carry(updated_node)
