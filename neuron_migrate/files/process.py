@@ -57,6 +57,13 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
     shown = display or path
     res = FileResult(shown)
     p = Path(path)
+    from neuron_migrate.files.discover import file_kind
+
+    kind = file_kind(p.name)
+    if kind not in ("python", "notebook", ""):  # launchers, job files, dependency lists: their own rules
+        from neuron_migrate.rules.text_runner import process_text_file
+
+        return process_text_file(p, kind, res, ruleset, settings, fix, write)
     try:
         src, text, nb = _load(p)
     except SourceError as exc:
