@@ -217,7 +217,7 @@ def torch_family_mismatch(site, ctx):
         for extras_require) are checked and rewritten. A list built by code (read from requirements.txt, a variable,
         a comprehension) is reported once so that torch-xla / torch-neuronx pins in it are not missed.
     """,
-    examples=[("from setuptools import setup\nsetup(name='x', install_requires=open('requirements.txt').read().split())\n", None)],
+    examples=[("from setuptools import setup\n\nsetup(name='trainer', install_requires=open('requirements.txt').read().split())  # torch, torch-xla\n", None)],
 )
 def dynamic_dependencies(site, ctx):
     text = ctx.doc.text

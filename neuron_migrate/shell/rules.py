@@ -288,10 +288,13 @@ def _spawn_script_facts(path: Path) -> Optional[dict]:
 
 def _spawn_launch(site) -> Optional[dict]:
     """For `python [-u] script.py args` of a spawn script: the facts NM505 needs, else None."""
-    if site.kind != "command" or not _PY.match(site.key):
+    if site.kind != "command":
         return None
     words = site.data["words"]
-    i = 1
+    p = _py_index(words)
+    if p is None:
+        return None
+    i = p + 1
     while i < len(words) and words[i][0] == "-u":
         i += 1
     if i >= len(words) or not words[i][0]:
@@ -303,7 +306,28 @@ def _spawn_launch(site) -> Optional[dict]:
     facts = _spawn_script_facts(path) if path is not None else None
     if facts is None:
         return None
-    return {**facts, "script": first, "script_at": i, "path": path}
+    return {**facts, "script": first, "script_at": i, "path": path, "python_at": p}
+
+
+_WRAPPERS = ("srun", "exec", "nohup", "time")
+
+
+def _py_index(words) -> Optional[int]:
+    """Index of the python word: the command itself, or after a wrapper (`srun python ...`) and its options."""
+    if words[0][0] and _PY.match(words[0][0]):
+        return 0
+    if words[0][0] not in _WRAPPERS:
+        return None
+    for j in range(1, len(words)):
+        w = words[j][0]
+        if w is None:
+            return None
+        if w.startswith("-"):
+            if "=" not in w and w not in ("-l", "--label", "-u"):
+                return None  # an option that may take the next word as its value: not guessed
+            continue
+        return j if _PY.match(w) else None
+    return None
 
 
 @rule(
@@ -312,7 +336,7 @@ def _spawn_launch(site) -> Optional[dict]:
     summary="`python train.py` of an xmp.spawn / torch_xla.launch script becomes `torchrun --nproc_per_node=N train.py`",
     fix="safe",
     severity="warning",
-    triggers=[("command", "python*")],
+    triggers=[("command", "python*"), *[("command", w) for w in _WRAPPERS]],
     trigger_words=("python",),
     language="shell",
     docs=f"""
@@ -329,7 +353,8 @@ def _spawn_launch(site) -> Optional[dict]:
         (`CMD ["python", "train.py"]`) N must be a literal (no shell there), else the command is reported. On
         trn2.48xlarge one process per logical NeuronCore is 64.
     """,
-    examples=[("export NEURONCORE_NUM_DEVICES=2\npython train.py --epochs 3", "torchrun --nproc_per_node=2 train.py --epochs 3")],
+    examples=[("export NEURONCORE_NUM_DEVICES=2\npython train.py --epochs 3",
+               "export NEURONCORE_NUM_DEVICES=2\ntorchrun --nproc_per_node=2 train.py --epochs 3")],
 )
 def spawn_launch_torchrun(site, ctx):
     facts = _spawn_launch(site)
@@ -355,7 +380,7 @@ def spawn_launch_torchrun(site, ctx):
         return ctx.finding(site, f"{facts['script']} used xmp.spawn: launch it with torchrun --nproc_per_node=N "
                                  "(N from NEURONCORE_NUM_DEVICES, which is not a literal here)", note=note)
     fx = ctx.fixer()
-    start, end = words[0][1], words[facts["script_at"]][1]
+    start, end = words[facts["python_at"]][1], words[facts["script_at"]][1]
     if style == "json":
         fx.replace(start, end, f'"torchrun", "--nproc_per_node={n}", ')
     else:
