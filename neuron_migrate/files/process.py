@@ -88,6 +88,10 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
             res.error = "nesting too deep to process"
             return res
         res.findings, res.suppressed = r.findings, r.suppressed
+        if nb is not None:
+            from neuron_migrate.files.notebook import name_cells
+
+            name_cells(res.findings, text)
         return res
     from neuron_migrate.rewrite.engine import FixError, fix_text
 
@@ -107,6 +111,11 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
         res.error = "nesting too deep to process"
         return res
     res.findings, res.applied, res.applied_findings, res.suppressed = out.remaining, dict(out.applied), out.applied_findings, out.suppressed
+    if nb is not None:
+        from neuron_migrate.files.notebook import name_cells
+
+        name_cells(res.findings, out.text)
+        name_cells(res.applied_findings, text)
     if out.text != text:
         try:
             if nb is not None:
