@@ -22,7 +22,7 @@ app = typer.Typer(
 )
 
 # Order is the order of `neuron-migrate --help`.
-STAGES = ("rewrite", "audit", "probe", "table", "rules")
+STAGES = ("rewrite", "audit", "report", "probe", "table", "rules")
 
 
 def _register_stages() -> None:
