@@ -4,7 +4,7 @@ shell in YAML job specs. Same registry, suppression comments, fix safety and out
 Sources cited in messages:
 - legacy env var page (XLA flow): ENV_DOC below;
 - TorchNeuron docs (distributed guide): DIST_GUIDE;
-- "[pre-release source]": the pre-release TorchNeuron source (torch_neuronx/, csrc/), about six months older than
+- "TorchNeuron pre-release source": the TorchNeuron source (torch_neuronx/, csrc/), about six months older than
   Neuron 2.33, so unverified for the released wheel (see ../shared/research/torchneuron.md).
 """
 from __future__ import annotations
@@ -124,7 +124,7 @@ def xla_env_launcher(site, ctx):
 
 # -- NM502 ---------------------------------------------------------------------------------------------
 _PRECOMPILE_NOTE = ("TorchNeuron compiles on first use and caches the compiled graphs (NEFF cache; TORCH_NEURONX_NEFF_CACHE_DIR "
-                    "in the [pre-release source], unverified for 2.33): warm the cache by running the job once; there is no "
+                    "in the TorchNeuron pre-release source, unverified for 2.33): warm the cache by running the job once; there is no "
                     f"documented native pre-compilation tool (see {ENV_REF})")
 
 
@@ -173,7 +173,7 @@ def neuron_parallel_compile(site, ctx):
 
 
 # -- NM503 ---------------------------------------------------------------------------------------------
-_CC_SRC = "[pre-release source] csrc/core/KernelExecution.cpp, kernels/compiler_config.py (unverified for 2.33)"
+_CC_SRC = "TorchNeuron pre-release source csrc/core/KernelExecution.cpp, kernels/compiler_config.py (unverified for 2.33)"
 
 
 @rule(
@@ -190,7 +190,7 @@ _CC_SRC = "[pre-release source] csrc/core/KernelExecution.cpp, kernels/compiler_
         by default and appends `NEURON_CC_FLAGS` ({_CC_SRC}); the optimisation level comes from
         `NEURON_COMPILER_OPT_LEVEL` (default `-O1`, same source). So the variable and its flags are kept, with two
         reports: `--cache_dir=...` configured the XLA flow's compile cache; TorchNeuron's NEFF cache is
-        `TORCH_NEURONX_NEFF_CACHE_DIR` ([pre-release source], unverified for 2.33). And a value without any
+        `TORCH_NEURONX_NEFF_CACHE_DIR` (TorchNeuron pre-release source, unverified for 2.33). And a value without any
         `--auto-cast` flag: the XLA flow's compiler auto-cast FP32 matrix multiplies to BF16 by default, TorchNeuron
         does not (`--auto-cast=none` default), so the same flags now compute in FP32 (slower, more precise): use
         `torch.autocast("neuron", dtype=torch.bfloat16)` for bf16 speed, or pass `--auto-cast` explicitly.
@@ -212,7 +212,7 @@ def neuron_cc_flags(site, ctx):
             d = f.split("=", 1)[1] if "=" in f else (flags[i + 1] if i + 1 < len(flags) else "DIR")
             out.append(ctx.finding(site, f"NEURON_CC_FLAGS --cache_dir configured the XLA flow's compile cache; TorchNeuron's "
                                          f"NEFF cache is TORCH_NEURONX_NEFF_CACHE_DIR={d} (move it there by hand)",
-                                   note=f"source: [pre-release source] neuron_dynamo_backend (TORCH_NEURONX_NEFF_CACHE_DIR), unverified for 2.33"))
+                                   note=f"source: TorchNeuron pre-release source neuron_dynamo_backend (TORCH_NEURONX_NEFF_CACHE_DIR), unverified for 2.33"))
     if not any(f.startswith("--auto-cast") or f.startswith("--auto_cast") for f in flags):
         out.append(ctx.finding(site, "NEURON_CC_FLAGS has no --auto-cast: the XLA flow auto-cast FP32 matmuls to BF16 by default, "
                                      "TorchNeuron passes --auto-cast=none, so this model now computes in FP32; for bf16 speed use "
@@ -235,10 +235,10 @@ def neuron_cc_flags(site, ctx):
         `NEURON_RT_*` variables configure the Neuron runtime, which TorchNeuron still uses: `NEURON_RT_VISIBLE_CORES`
         (the backend sets it to `LOCAL_RANK` when unset, otherwise remaps it), `NEURON_RT_NUM_CORES`,
         `NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_STOCHASTIC_ROUNDING_EN` and the runtime tuning variables are kept
-        untouched ([pre-release source] torch_neuronx/distributed/backend.py `_set_rt_visible_cores`; runtime-level
+        untouched (TorchNeuron pre-release source torch_neuronx/distributed/backend.py `_set_rt_visible_cores`; runtime-level
         variables per the legacy env var page). `NEURON_RT_ROOT_COMM_ID` is the exception that is reported: XLA-era
         multi-node launchers computed it (`$MASTER_ADDR:46820`); the neuron process group now sets it from
-        `MASTER_ADDR` and a free port ([pre-release source] `_set_root_comm_id`), so a fixed value is only needed
+        `MASTER_ADDR` and a free port (TorchNeuron pre-release source `_set_root_comm_id`), so a fixed value is only needed
         when that port must be fixed.
     """,
     examples=[('export NEURON_RT_ROOT_COMM_ID="$MASTER_ADDR:46820"', None)],
@@ -246,7 +246,7 @@ def neuron_cc_flags(site, ctx):
 def neuron_rt_root_comm_id(site, ctx):
     return ctx.finding(site, "NEURON_RT_ROOT_COMM_ID is set by the neuron process group from MASTER_ADDR and a free port: "
                              "remove it unless the port must be fixed",
-                       note="source: [pre-release source] torch_neuronx/distributed/backend.py _set_root_comm_id (unverified for 2.33)")
+                       note="source: TorchNeuron pre-release source torch_neuronx/distributed/backend.py _set_root_comm_id (unverified for 2.33)")
 
 
 # -- NM505 ---------------------------------------------------------------------------------------------
