@@ -119,7 +119,7 @@ def test_rule_examples_trigger_their_rule():
 
 def test_rules_reference_page_is_current():
     """docs/rules.md is generated from the registry (one definition feeds the docs)."""
-    from neuron_migrate.rules.cli import rules_markdown
+    from neuron_migrate.cli.rules import rules_markdown
 
     page = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
     assert page.read_text() == rules_markdown(all_rules()), "regenerate: neuron-migrate rules --format markdown > docs/rules.md"

@@ -18,7 +18,8 @@ import pytest
 from neuron_migrate.files.discover import file_kind
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.registry import RuleSet, all_rules
-from neuron_migrate.rules.text_runner import _parser, check_doc, fix_doc_text
+from neuron_migrate.pipeline.text_files import parser_for as _parser
+from neuron_migrate.rules.text_runner import check_doc, fix_doc_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 CASES = sorted(p for p in FIXTURES.glob("NM[56]*/*.in.*"))
@@ -64,9 +65,9 @@ def test_rewrite_matches_expected_and_is_fixed_point(case: Path, ruleset, tmp_pa
     target = _stage(case, tmp_path)
     kind = file_kind(target.name)
     text = target.read_text()
-    got = fix_doc_text(text, target.name, kind, ruleset, _settings(text))[0]
+    got = fix_doc_text(text, target.name, _parser(kind), ruleset, _settings(text))[0]
     assert got == _out(case).read_text(), f"rewrite of {case.name} differs from {_out(case).name}"
-    again = fix_doc_text(got, target.name, kind, ruleset, _settings(text))[0]
+    again = fix_doc_text(got, target.name, _parser(kind), ruleset, _settings(text))[0]
     assert again == got, f"a second rewrite changed {_out(case).name}"
 
 
@@ -119,12 +120,12 @@ def test_rule_examples_trigger_their_rule(tmp_path, monkeypatch):
             res = check_doc(doc, RuleSet([r]), Settings(unsafe_fixes=True))
             assert any(f.rule.code == r.code for f in res.findings), f"{r.code} example does not trigger:\n{ex.before}"
             if ex.after is not None:
-                got = fix_doc_text(ex.before, name, file_kind(name), RuleSet([r]), Settings(unsafe_fixes=True))[0]
+                got = fix_doc_text(ex.before, name, _parser(file_kind(name)), RuleSet([r]), Settings(unsafe_fixes=True))[0]
                 assert got.strip() == ex.after.strip(), f"{r.code} example rewrite differs:\n{got}"
 
 
 def test_python_rules_do_not_run_on_launchers_and_launcher_rules_not_on_python(ruleset, tmp_path):
-    from neuron_migrate.files.process import process_file
+    from neuron_migrate.pipeline.process import process_file
 
     sh = tmp_path / "run.sh"
     sh.write_text('python -c "import torch_xla.core.xla_model as xm; xm.mark_step()"\n# os.environ["PJRT_DEVICE"] = "NEURON"\n')

@@ -157,7 +157,7 @@ class FixBuilder:
         return f"{self.ref(module, scope)}.{attr}"
 
     def helper(self, name: str) -> str:
-        from neuron_migrate.rewrite.helpers import HELPERS
+        from neuron_migrate.rules.helpers import HELPERS
 
         spec = HELPERS[name]
         for dep in spec.requires:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Optional
 
+from neuron_migrate.files.span import Span  # noqa: F401 - re-exported: part of the rule data model
+
 
 class FixSafety(str, Enum):
     SAFE = "safe"  # behaviour preserved: applied by default
@@ -60,16 +62,6 @@ class Rule:
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
         return (_rule_by_code, (self.code,))
-
-
-@dataclass(frozen=True)
-class Span:
-    """A source range: 1-based lines, 0-based columns counted in characters (not bytes)."""
-
-    line: int
-    col: int
-    end_line: int
-    end_col: int
 
 
 @dataclass(frozen=True)

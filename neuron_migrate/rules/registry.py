@@ -66,7 +66,7 @@ class RuleSet:
     """The active rules, indexed by (site kind, key) for the runner."""
 
     def __init__(self, rules: Iterable[Rule]):
-        from neuron_migrate.files.names import Wanted
+        from neuron_migrate.names.analysis import Wanted
 
         self.rules = tuple(rules)
         # rules for other file kinds, by language; the Python index below holds only Python rules

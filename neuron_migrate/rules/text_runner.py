@@ -133,17 +133,7 @@ class TextFixBuilder:
         return Fix(safety=FixSafety(safety) if safety else self.safety, edits=list(self.edits), description=description)
 
 
-# -- parsing dispatch ----------------------------------------------------------------------------------
-def _parser(kind: str) -> Callable[[str, str], Doc]:
-    if kind in ("shell", "dockerfile", "env", "yaml"):
-        from neuron_migrate.shell.parse import parse
-
-        return lambda text, path: parse(kind, text, path)
-    from neuron_migrate.deps.parse import parse
-
-    return lambda text, path: parse(kind, text, path)
-
-
+# -- checking and fixing --------------------------------------------------------------------------------
 LANGUAGE = {"shell": "shell", "dockerfile": "shell", "env": "shell", "yaml": "shell",
             "requirements": "deps", "pyproject": "deps", "setup.py": "deps", "setup.cfg": "deps", "conda": "deps"}
 
@@ -218,9 +208,9 @@ def apply_edits(text: str, edits: list[Edit]) -> str:
     return text
 
 
-def fix_doc_text(text: str, path: str, kind: str, ruleset, settings):
-    """(new text, applied {code: n}, applied findings, remaining findings, suppressed)."""
-    parse = _parser(kind)
+def fix_doc_text(text: str, path: str, parse: Callable[[str, str], Doc], ruleset, settings):
+    """(new text, applied {code: n}, applied findings, remaining findings, suppressed); `parse(text, path)` makes
+    the Doc (pipeline.text_files.parser_for(kind))."""
     applied: dict[str, int] = {}
     applied_findings: list[Finding] = []
     for _ in range(MAX_ROUNDS):
@@ -243,52 +233,9 @@ def fix_doc_text(text: str, path: str, kind: str, ruleset, settings):
         if not edits:
             return text, applied, applied_findings, res.findings, res.suppressed
         new = apply_edits(text, edits)
-        if not parse(new, path).problems or doc.problems:
+        if not parse(new, path).problems:
             text = new
         else:
             raise TextFixError("a fix produced text the parser cannot read; file left unchanged (please report)")
     raise TextFixError(f"fixes did not settle after {MAX_ROUNDS} rounds; file left unchanged (please report)")
 
-
-def process_text_file(path, kind: str, res, ruleset, settings, fix: bool, write: bool):
-    """files.process.process_file for a launcher, job file or dependency list (res: its FileResult)."""
-    from neuron_migrate.files.cache import digest
-    from neuron_migrate.files.source import SourceError, read_source, write_atomic
-    from neuron_migrate.rules.runner import RuleCrash
-
-    try:
-        src = read_source(path)
-    except SourceError as exc:
-        res.error = str(exc).replace("not Python source", "not a text file")
-        return res
-    res.digest = digest(src.raw)
-    if not could_match(kind, src.text, ruleset):
-        res.skipped = True
-        return res
-    try:
-        if not fix:
-            out = check_doc(_parser(kind)(src.text, res.path), ruleset, settings)
-            res.findings, res.suppressed = out.findings, out.suppressed
-            return res
-        new, applied, applied_findings, remaining, suppressed = fix_doc_text(src.text, res.path, kind, ruleset, settings)
-    except (TextFixError, RuleCrash) as exc:
-        res.error = str(exc)
-        return res
-    except RecursionError:
-        res.error = "nesting too deep to process"
-        return res
-    res.findings, res.applied, res.applied_findings, res.suppressed = remaining, applied, applied_findings, suppressed
-    if new != src.text:
-        try:
-            data = src.encode(new)
-        except UnicodeEncodeError as exc:
-            res.error = f"cannot encode the rewrite: {exc}; file left unchanged"
-            return res
-        res.old_text, res.new_text, res.new_bytes = src.text, new, data
-        if write:
-            try:
-                write_atomic(src, data)
-                res.written = True
-            except (SourceError, OSError) as exc:
-                res.error = f"not written: {exc}"
-    return res

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.xla_core import device_string_context
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import has_star_args, kwarg, rule
 
 PL = "torch_xla.distributed.parallel_loader"

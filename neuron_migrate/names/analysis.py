@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from neuron_migrate.rules.model import Span
+from neuron_migrate.files.span import Span
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _DEVICE_STRING = re.compile(r"^(xla|cuda|neuron)(:\d+)?$")

@@ -28,7 +28,7 @@ def rewrite(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Force or disable colour."),
 ) -> None:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, open_cache, prepare
-    from neuron_migrate.files.parallel import run_files
+    from neuron_migrate.pipeline.parallel import run_files
     from neuron_migrate.report.text import console, print_diff, unified_diff
 
     run = prepare(paths or [], select, ignore, config, unsafe_fixes, device_style, exclude)

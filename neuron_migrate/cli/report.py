@@ -26,7 +26,7 @@ def report(
     from pathlib import Path
 
     from neuron_migrate.cli.common import EXIT_ERROR, fail, prepare
-    from neuron_migrate.files.parallel import run_files
+    from neuron_migrate.pipeline.parallel import run_files
     from neuron_migrate.report.html import render_html, report_data
 
     probes = []

@@ -17,7 +17,7 @@ def _init(codes, settings_kw, fix, write):
 
 
 def _one(item):
-    from neuron_migrate.files.process import process_file
+    from neuron_migrate.pipeline.process import process_file
 
     path, display = item
     return process_file(path, _STATE["ruleset"], _STATE["settings"], _STATE["fix"], _STATE["write"], display)
@@ -40,7 +40,7 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
     if cache is None:
         yield from _run(items, codes, settings_kw, fix, write, jobs)
         return
-    from neuron_migrate.files.cache import digest
+    from neuron_migrate.pipeline.cache import digest
 
     hits: dict[int, object] = {}
     misses = []

@@ -9,12 +9,12 @@ def _source_lines(findings) -> dict:
     """File text for code frames (notebooks: the cells joined, as the findings count lines)."""
     from pathlib import Path
 
-    from neuron_migrate.files.process import _load
+    from neuron_migrate.files.load import load_for_analysis
 
     out = {}
     for path in {f.path for f in findings}:
         try:
-            _, text, _ = _load(Path(path))
+            _, text, _ = load_for_analysis(Path(path))
         except Exception:  # noqa: BLE001 - a frame is optional
             continue
         out[path] = text.splitlines()

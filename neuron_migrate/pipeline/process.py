@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from neuron_migrate.files.names import AnalysisError
-from neuron_migrate.files.source import SourceError, read_source
+from neuron_migrate.files.load import load_for_analysis
+from neuron_migrate.files.source import SourceError
+from neuron_migrate.names.analysis import AnalysisError
 
 
 @dataclass
@@ -33,23 +34,6 @@ class FileResult:
         return self.new_bytes is not None
 
 
-def _load(path: Path):
-    src = read_source(path) if path.suffix != ".ipynb" else None
-    if src is not None:
-        return src, src.text, None
-    from neuron_migrate.files.notebook import load_notebook
-    from neuron_migrate.files.source import SourceFile as SF
-
-    import os
-    import stat
-
-    raw = path.read_bytes()
-    st = os.stat(path)
-    nb = load_notebook(raw)
-    sf = SF(path, raw, raw.decode("utf-8-sig"), "utf-8", False, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
-    return sf, nb.text, nb
-
-
 def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: Optional[str] = None) -> FileResult:
     """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error."""
     from neuron_migrate.rules.runner import check_text
@@ -61,18 +45,18 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
 
     kind = file_kind(p.name)
     if kind not in ("python", "notebook", ""):  # launchers, job files, dependency lists: their own rules
-        from neuron_migrate.rules.text_runner import process_text_file
+        from neuron_migrate.pipeline.text_files import process_text_file
 
         return process_text_file(p, kind, res, ruleset, settings, fix, write)
     try:
-        src, text, nb = _load(p)
+        src, text, nb = load_for_analysis(p)
     except SourceError as exc:
         res.error = str(exc)
         return res
     except OSError as exc:
         res.error = f"cannot read: {exc.strerror or exc}"
         return res
-    from neuron_migrate.files.cache import digest
+    from neuron_migrate.pipeline.cache import digest
 
     res.digest = digest(src.raw)
     if not ruleset.could_match(text):

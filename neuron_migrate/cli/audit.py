@@ -36,7 +36,7 @@ def audit(
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Force or disable colour."),
 ) -> None:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fail, open_cache, prepare
-    from neuron_migrate.files.parallel import run_files
+    from neuron_migrate.pipeline.parallel import run_files
 
     fmt = output_format.lower()
     if fmt not in FORMATS:
@@ -65,7 +65,7 @@ def audit(
     if cache is not None:
         cache.save()  # a cache that cannot be written only costs time
 
-    from neuron_migrate.audit.output import emit
+    from neuron_migrate.report.audit import emit
 
     emit(fmt, findings, errors, run, statistics=statistics, output_file=output_file, quiet=quiet, color=color)
     if errors:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from neuron_migrate.files.process import FileResult
+from neuron_migrate.pipeline.process import FileResult
 
 FOLDER = ".neuron-migrate-cache"
 KEEP = 8  # cache files (one per key) kept; older ones are pruned
