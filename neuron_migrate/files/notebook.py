@@ -121,7 +121,7 @@ def name_cells(findings, text: str) -> None:
         return
     import bisect
 
-    from neuron_migrate.rules.model import Span
+    from neuron_migrate.files.span import Span
 
     lines = [m[0] for m in marks]
     for f in findings:
