@@ -408,6 +408,38 @@ def step_context(site, ctx):
     return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
 
 
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _arguments_text(call: ast.Call, args: ast.expr, fn_src: str, ctx) -> str:
+    """The text between the brackets of `args=(...)`, comments and line breaks kept, for `fn(<text>)`.
+
+    Continuation lines move with the arguments: aligned under the first argument, they stay aligned under
+    it at its new column; in the hanging style they keep their indentation relative to the statement. The
+    fix's text is written relative to the statement's own indentation, which the fix applier adds back.
+    """
+    inner = ctx.src(args)[1:-1]
+    lines = inner.split("\n")
+    if len(lines) == 1 or "\t" in inner:
+        return inner
+    a = ctx.analysis
+    stmt_indent = _indent_of(a.lines[call.lineno - 1])
+    open_line = a.lines[args.lineno - 1]
+    if lines[0].strip():
+        delta = (a.span(call).col + len(fn_src) + 1) - (a.span(args).col + 1)
+    else:
+        delta = stmt_indent - _indent_of(open_line)
+    out = [lines[0]]
+    for i, ln in enumerate(lines[1:], 1):
+        if not ln.strip() and i < len(lines) - 1:
+            out.append("")
+            continue
+        width = max(_indent_of(ln) + delta - stmt_indent, 0)
+        out.append(" " * width + ln.lstrip(" "))
+    return "\n".join(out)
+
+
 @rule(
     code="NM106",
     name="add-step-closure",
@@ -420,7 +452,8 @@ def step_context(site, ctx):
         TorchNeuron values exist already, so the closure is called where it was queued. This is unsafe:
         the call now runs earlier (before later code of the same step) and `.item()`/`.cpu()` inside it syncs
         every step. It is right for the usual logging closure; check closures that read parameters updated
-        later in the step. `run_async=True` has no equivalent and is dropped.
+        later in the step. `run_async=True` has no equivalent and is dropped. The arguments keep their own
+        text: comments inside `args=(...)` and its line breaks stay as written.
     """,
     examples=[("xm.add_step_closure(log_fn, args=(loss, step))", "log_fn(loss, step)")],
 )
@@ -436,6 +469,8 @@ def add_step_closure(site, ctx):
         fn_src = f"({fn_src})"
     if args is None:
         text = f"{fn_src}()"
+    elif isinstance(args, (ast.Tuple, ast.List)) and ctx.src(args)[:1] in "([":
+        text = f"{fn_src}({_arguments_text(call, args, fn_src, ctx)})"
     elif isinstance(args, (ast.Tuple, ast.List)):
         text = f"{fn_src}({', '.join(ctx.src(e) for e in args.elts)})"
     else:
