@@ -322,30 +322,38 @@ def device_string_context(site, ctx) -> str | None:
 @rule(
     code="NM103",
     name="xla-device-string",
-    summary="the string 'xla' naming a device becomes 'neuron'",
+    summary="the string 'xla' naming a device becomes 'neuron', together with every string of the same value",
     fix="safe",
     severity="warning",
-    triggers=[("string", "xla")],
+    triggers=[("string", "xla"), ("string", "xla:")],
     docs="""
         Scripts name the XLA device with strings as often as with `xm.xla_device()`: `.to('xla')`,
         `device='xla'`, `torch.device('xla', i)`, `x.device.type == 'xla'`, `torch.autocast('xla')`,
-        `str(d).startswith('xla')`, `device = 'xla'`. Where the string flows into a device position it becomes
-        `'neuron'` (an index such as `'xla:1'` is kept). A string that may be configuration (an argparse
-        `choices`/`default`, a config dict) is left alone and reported, since user configs may pass it.
+        `str(d).startswith('xla')`, `f"xla:{i}"`. Strings that flow into one comparison are one value
+        (`neuron_migrate.program.values`): a dataclass field `device: str = "xla"`, an argparse `default=`/`choices=`,
+        a parameter default and the `if requested == "xla":` that reads them. A value that reaches a torch device
+        position (`torch.device(cfg.device)`) must say `'neuron'`, so all its 'xla' strings change together,
+        argparse choices included (the note says which inputs must now pass 'neuron'). A value only compared as a
+        label, which configuration or callers may pass in, keeps 'xla' everywhere (reported at its configuration
+        sites), since the branch it selects is migrated anyway. Labels used only inside the file change together
+        where one of them names a device variable. An index such as `'xla:1'` is kept.
     """,
     examples=[("x = x.to('xla')", "x = x.to('neuron')"), ("if t.device.type == 'xla':\n    pass", "if t.device.type == 'neuron':\n    pass")],
 )
 def xla_device_string(site, ctx):
-    raw = ctx.src(site.node)
-    why = device_string_context(site, ctx)
-    if why is None:
-        parent = site.parent
-        if isinstance(parent, ast.keyword) or isinstance(site.parent, (ast.List, ast.Tuple)):
-            return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+    from neuron_migrate.program import values
+    from neuron_migrate.rules.builtin.cuda_device import string_member, value_set_finding
+
+    node = string_member(site)
+    if node is None:
         return None
-    fx = ctx.fixer()
-    fx.replace(site.node, raw.replace("xla", "neuron", 1))
-    return ctx.finding(site, f"'xla' as a device ({why}): becomes 'neuron'", fix=fx.build())
+    vs = values.facts(ctx.analysis).set_of(node)
+    if vs is not None:
+        return value_set_finding(site, ctx, node, vs, "xla", "neuron")
+    raw = ctx.src(node)
+    if isinstance(site.parent, (ast.keyword, ast.List, ast.Tuple)):
+        return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+    return None
 
 
 @rule(
