@@ -117,8 +117,7 @@ def torch_xla_dependency(site, ctx):
         return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron; remove it by hand (only entry of its list)")
     fx = ctx.fixer()
     fx.delete(*delete)
-    return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron: removed", fix=fx.build(),
-                       note=f"source: {RELEASE_NOTES}")
+    return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron: removed", fix=fx.build())
 
 
 # -- NM602 --------------------------------------------------------------------------------------------

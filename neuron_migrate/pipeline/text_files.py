@@ -42,6 +42,9 @@ def process_text_file(path, kind: str, res, ruleset, settings, fix: bool, write:
     except RecursionError:
         res.error = "nesting too deep to process"
         return res
+    except ImportError as exc:  # the shell grammar is a dependency; a broken install is one line, not a traceback
+        res.error = f"cannot parse shell: {exc.name or exc} is not installed (pip install tree-sitter tree-sitter-bash)"
+        return res
     res.findings, res.applied, res.applied_findings, res.suppressed = remaining, applied, applied_findings, suppressed
     if new != src.text:
         try:

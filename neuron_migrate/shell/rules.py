@@ -119,7 +119,7 @@ def xla_env_launcher(site, ctx):
     fx = ctx.fixer()
     fx.delete(*delete)
     msg = "becomes torchrun --nproc_per_node" if what == "launch" else "is read only by torch_xla / the XLA flow: removed"
-    return ctx.finding(site, f"{site.key} {msg}{extra}", fix=fx.build(), note=f"source: {ENV_DOC}")
+    return ctx.finding(site, f"{site.key} {msg}{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
 
 
 # -- NM502 ---------------------------------------------------------------------------------------------
