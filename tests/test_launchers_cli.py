@@ -96,3 +96,19 @@ def test_report_bad_probe_file_is_one_line(tmp_path):
     (tmp_path / "p.json").write_text("{not json")
     p = _run("report", ".", "--probe", "p.json", "-o", "r.html", cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "--probe p.json" in p.stderr
+
+
+def test_launcher_results_follow_the_script_they_start(tmp_path):
+    """NM505 reads the started script: a cached launcher result must not outlive a change of that script."""
+    (tmp_path / "run.sh").write_text("python train.py\n")
+    (tmp_path / "train.py").write_text("print('plain script')\n")
+    assert json.loads(_run("audit", "-f", "json", "run.sh", cwd=tmp_path).stdout) == []
+    (tmp_path / "train.py").write_text("import torch_xla.distributed.xla_multiprocessing as xmp\nxmp.spawn(print, args=())\n")
+    out = json.loads(_run("audit", "-f", "json", "run.sh", cwd=tmp_path).stdout)
+    assert [f["code"] for f in out] == ["NM505"]
+
+
+def test_unreadable_yaml_without_migration_content_is_quiet(tmp_path):
+    (tmp_path / "chart.yaml").write_text("script:\n  - python {{ .Values.x }\nbad: [\n")
+    p = _run("audit", "chart.yaml", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout
