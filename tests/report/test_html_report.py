@@ -86,7 +86,7 @@ def test_numbers_in_the_browser_equal_the_json(report):
     p = _chromium(["--dump-dom", out.as_uri()], base)
     assert p.returncode == 0, p.stderr[-2000:]
     dom = p.stdout
-    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    console = _console_errors(p.stderr)
     assert not console, console
     assert re.search(r'<pre id="nm-js-errors">\s*</pre>', dom), "script errors were written into the page"
     # the inline script ran and found the embedded data consistent
@@ -128,3 +128,17 @@ def test_screenshot(report):
     p = _chromium([f"--screenshot={shot}", "--window-size=1280,2000", out.as_uri()], base)
     assert p.returncode == 0, p.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def _console_errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium); the browser check needs it")
+def test_the_console_check_sees_script_errors(tmp_path):
+    """The browser check above could fail: a page with a broken script is caught by the same detection."""
+    page = tmp_path / "broken.html"
+    page.write_text('<html><body><script>console.error("nm-broken"); undefinedFunction();</script></body></html>')
+    p = _chromium(["--dump-dom", page.as_uri()], tmp_path)
+    errors = _console_errors(p.stderr)
+    assert any("nm-broken" in e for e in errors) and any("Uncaught" in e for e in errors), p.stderr[-2000:]
