@@ -40,7 +40,7 @@ def _op_name(target) -> str:
 
 
 def _run(model, args, kwargs, train: bool):
-    from neuron_migrate.probe.child import forward_backward
+    from neuron_migrate.probe.steps import forward_backward
 
     forward_backward(model, args, kwargs, train)
 
