@@ -189,10 +189,31 @@ def _register_process_group_backend(torch) -> None:
     dist.Backend.register_backend(BACKEND_NAME, make, devices=["cpu", "neuron"])
     c10d = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("c10d::")
             and torch._C._dispatch_has_kernel_for_dispatch_key(n, "PrivateUse1")]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _quiet_stderr():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": intended
         failed = torch.ops.neuron_emu.register_kernels("collective", c10d)
     _state["collectives"] = [n for n in c10d if not any(f.startswith(n + ":") for f in failed)]
+
+
+class _quiet_stderr:
+    """Silence C++ warnings printed straight to file descriptor 2 (c10's default warning handler)."""
+
+    def __enter__(self):
+        try:
+            sys.stderr.flush()
+            self._saved = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            os.dup2(self._saved, 2)
+            os.close(self._saved)
+        return False
 
 
 def _default_device_count() -> int:

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -54,22 +55,37 @@ def _compiler_id(cxx: str) -> str:
 
 
 def _torch_facts() -> dict:
-    import torch
+    """The installed torch, found without importing it (the CLI stays light): its folder and version file."""
+    import importlib.util
 
-    root = Path(torch.__file__).resolve().parent
-    return {
-        "version": torch.__version__,
-        "git": getattr(torch.version, "git_version", ""),
-        "abi": int(torch.compiled_with_cxx11_abi()),
-        "root": root,
-    }
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise ImportError("torch is not installed")
+    root = Path(spec.origin).resolve().parent
+    try:
+        version_text = (root / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        version_text = ""
+    m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", version_text)
+    return {"version": m.group(1) if m else "unknown", "version_file": version_text, "root": root}
+
+
+def _cxx11_abi() -> int:
+    if "torch" in sys.modules:
+        return int(sys.modules["torch"].compiled_with_cxx11_abi())
+    p = subprocess.run([sys.executable, "-c", "import torch; print(int(torch.compiled_with_cxx11_abi()))"],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise EmulatorUnavailable(f"cannot import torch to build the emulated device: {p.stderr.strip()[-300:]}")
+    return int(p.stdout.strip() or 1)
 
 
 def cache_key(cxx: str) -> str:
     t = _torch_facts()
     h = hashlib.sha256()
     h.update(SOURCE.read_bytes())
-    for part in (t["version"], t["git"], str(t["abi"]), platform.machine(), sys.platform, _compiler_id(cxx)):
+    # torch/version.py carries the version, git revision and build flavour (and so the C++ ABI)
+    for part in (t["version_file"], str(t["root"]), platform.machine(), sys.platform, _compiler_id(cxx)):
         h.update(b"\0" + str(part).encode())
     return f"torch{t['version'].replace('+', '_')}-{h.hexdigest()[:16]}"
 
@@ -79,7 +95,7 @@ def compile_command(cxx: str, out: Path) -> list[str]:
     inc, lib = t["root"] / "include", t["root"] / "lib"
     return [
         cxx, "-std=c++20", "-O1", "-fPIC", "-shared", "-w",
-        f"-D_GLIBCXX_USE_CXX11_ABI={t['abi']}",
+        f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi()}",
         "-isystem", str(inc), "-isystem", str(inc / "torch" / "csrc" / "api" / "include"),
         str(SOURCE), "-o", str(out),
         "-L", str(lib), "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}",
