@@ -10,7 +10,7 @@ from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compati
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety
 from neuron_migrate.rules.registry import RuleSet
-from neuron_migrate.files.names import AnalysisError
+from neuron_migrate.names.analysis import AnalysisError
 from neuron_migrate.rules.runner import RuleCrash, check_text
 
 MAX_ROUNDS = 12

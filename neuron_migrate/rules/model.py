@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Optional
 
+from neuron_migrate.files.span import Span  # noqa: F401 - re-exported: part of the rule data model
+
 
 class FixSafety(str, Enum):
     SAFE = "safe"  # behaviour preserved: applied by default
@@ -46,6 +48,8 @@ class Rule:
     # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
     trigger_words: tuple[str, ...] = ()
     origin: str = ""  # module or YAML file that defines it
+    # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
+    language: str = "python"
 
     @property
     def category(self) -> str:
@@ -58,16 +62,6 @@ class Rule:
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
         return (_rule_by_code, (self.code,))
-
-
-@dataclass(frozen=True)
-class Span:
-    """A source range: 1-based lines, 0-based columns counted in characters (not bytes)."""
-
-    line: int
-    col: int
-    end_line: int
-    end_col: int
 
 
 @dataclass(frozen=True)
@@ -115,6 +109,7 @@ class Finding:
     message: str
     fix: Optional[Fix] = None
     note: str = ""  # extra guidance shown under the message (launch commands, behaviour changes)
+    cell: Optional[int] = None  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
     def severity(self) -> Severity:
@@ -170,6 +165,7 @@ def finding_to_dict(f: Finding) -> dict:
         "message": f.message,
         "note": f.note,
         "fix": fix_to_dict(f.fix) if f.fix else None,
+        "cell": f.cell,
     }
 
 
@@ -181,4 +177,5 @@ def finding_from_dict(d: dict) -> Finding:
         message=d["message"],
         fix=fix_from_dict(d["fix"]) if d.get("fix") else None,
         note=d.get("note", ""),
+        cell=d.get("cell"),
     )
