@@ -63,6 +63,51 @@ def _pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _quote_of(start: str) -> str:
+    q = start.lstrip("rRbBuUfFtT")
+    return q
+
+
+class _Requote(cst.CSTTransformer):
+    """Strings inside a replacement placed in an f-string: quotes the f-string does not use (Python < 3.12
+    ends the f-string at its own quote, even inside a replacement field)."""
+
+    def __init__(self, outer: list[str]):
+        super().__init__()
+        self.bad = {_quote_of(q)[0] for q in outer}
+        self.failed = False
+
+    def leave_SimpleString(self, original_node, updated_node):
+        value = updated_node.value
+        prefix = value[: len(value) - len(value.lstrip("rRbBuUfF"))]
+        body = value[len(prefix):]
+        q = body[:3] if body[:3] in ('"""', "'''") else body[0]
+        if q[0] not in self.bad:
+            return updated_node
+        alt = [c for c in "'\"" if c not in self.bad]
+        inner = body[len(q): len(body) - len(q)]
+        if not alt or len(q) == 3 or alt[0] in inner or "\\" in inner:
+            self.failed = True
+            return updated_node
+        return updated_node.with_changes(value=f"{prefix}{alt[0]}{inner}{alt[0]}")
+
+    def leave_FormattedString(self, original_node, updated_node):
+        if _quote_of(updated_node.start)[0] in self.bad:
+            self.failed = True
+        return updated_node
+
+
+def _fit_in_fstring(new: cst.BaseExpression, outer: list[str], edit: Edit) -> cst.BaseExpression:
+    """`new` rewritten to be valid inside the replacement field of the f-strings `outer` on every Python from
+    3.10: other quotes, no backslash, one line."""
+    fixer = _Requote(outer)
+    new = new.visit(fixer)
+    code = cst.Module([]).code_for_node(new)
+    if fixer.failed or "\\" in code or ("\n" in code and not any(_quote_of(q).startswith(("'''", '"""')) for q in outer)):
+        raise ApplyError(f"line {edit.span.line}: the fix cannot be written inside this f-string for Python < 3.12")
+    return new
+
+
 def _has_comments(node: cst.CSTNode) -> bool:
     """Does the clause hold a comment (its header, the pass a removal left, lines carried into it)?"""
     return "#" in cst.Module([]).code_for_node(node)
@@ -82,6 +127,7 @@ class _Applier(cst.CSTTransformer):
         self._emptied: set[int] = set()
         self._dropped: set[int] = set()  # ids of original statements removed
         self._new: set[int] = set()  # ids of expression nodes a fix wrote
+        self._fstrings: list[str] = []  # openings (f", rf''', ...) of the f-strings around the current node
 
     # -- helpers ---------------------------------------------------------------------------------
     def _pos_key(self, node: cst.CSTNode) -> Optional[tuple]:
@@ -120,12 +166,20 @@ class _Applier(cst.CSTTransformer):
         return node
 
     # -- expressions -----------------------------------------------------------------------------
+    def visit_FormattedString(self, node):
+        self._fstrings.append(node.start)
+        return True
+
     def on_leave(self, original_node, updated_node):
+        if isinstance(original_node, cst.FormattedString):
+            self._fstrings.pop()
         if self.expr and isinstance(original_node, cst.BaseExpression):
             k = self._pos_key(original_node)
             edit = self.expr.get(k) if k else None
             if edit is not None:
                 new = cst.parse_expression(edit.text)
+                if self._fstrings:
+                    new = _fit_in_fstring(new, self._fstrings, edit)
                 if getattr(updated_node, "lpar", None) and hasattr(new, "lpar"):
                     new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
                 self.applied.add(k)
