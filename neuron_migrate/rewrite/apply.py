@@ -123,6 +123,7 @@ class _Applier(cst.CSTTransformer):
         for e in edits:
             (self.expr if e.kind == "replace_expr" else self.stmt)[_skey(e.span)] = e
         self.applied: set[tuple] = set()
+        self.unfit: set[tuple] = set()  # edits whose text cannot be written where they go
         self._carry: list[list[cst.EmptyLine]] = []
         self._emptied: set[int] = set()
         self._dropped: set[int] = set()  # ids of original statements removed
@@ -179,7 +180,11 @@ class _Applier(cst.CSTTransformer):
             if edit is not None:
                 new = cst.parse_expression(edit.text)
                 if self._fstrings:
-                    new = _fit_in_fstring(new, self._fstrings, edit)
+                    try:
+                        new = _fit_in_fstring(new, self._fstrings, edit)
+                    except ApplyError:
+                        self.unfit.add(k)  # the fix's text cannot go here: the fix is left out
+                        return super().on_leave(original_node, updated_node)
                 if getattr(updated_node, "lpar", None) and hasattr(new, "lpar"):
                     new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
                 self.applied.add(k)
@@ -428,6 +433,12 @@ def _shift(edit: Edit, delta: int) -> Edit:
     return Edit(edit.kind, Span(sp.line - delta, sp.col, sp.end_line - delta, sp.end_col), edit.text)
 
 
+def _unshift(k: tuple, delta: int, n: int) -> tuple:
+    if k[0] == "unfit":
+        return ("unfit", *_unshift(k[1:], delta, n))
+    return (k[0] + delta, k[1] + n, k[2] + delta, k[3] + n)
+
+
 def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     """Run the applier on `text`; returns the new code and the (unshifted) keys of the edits applied."""
     try:
@@ -437,8 +448,8 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     applier = _Applier(edits)
     new_module = MetadataWrapper(module, unsafe_skip_copy=True).visit(applier)
     if not new_module.body and not new_module.header and not new_module.footer:
-        return "", applier.applied  # libcst writes "\n" for an empty module; a removed chunk leaves nothing
-    return new_module.code, applier.applied
+        return "", applier.applied | {("unfit", *k) for k in applier.unfit}  # libcst writes "\n" for an empty module
+    return new_module.code, applier.applied | {("unfit", *k) for k in applier.unfit}
 
 
 def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
@@ -478,7 +489,7 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
             delta = a - 1
             shifted = [_shift(e, delta) for e in by_chunk[idx]]
             code, keys = _apply_edits(chunk, shifted)
-            applied_keys.update((k[0] + delta, k[1], k[2] + delta, k[3]) for k in keys)
+            applied_keys.update(_unshift(k, delta, 0) for k in keys)
         else:
             # only the innermost function/class holding every edit goes through libcst, dedented
             ra, rb, prefix = region
@@ -488,7 +499,7 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
             shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
                        for e in by_chunk[idx]]
             inner, keys = _apply_edits(body, shifted)
-            applied_keys.update((k[0] + delta, k[1] + n, k[2] + delta, k[3] + n) for k in keys)
+            applied_keys.update(_unshift(k, delta, n) for k in keys)
             inner = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in inner.splitlines(keepends=True))
             code = "".join(lines[a - 1 : ra - 1]) + inner + "".join(lines[rb:b])
         if not code and all(not ln.strip() for ln in gap):
@@ -499,6 +510,11 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
     out.extend(lines[pos:])
     new_text = "".join(out)
     applied = [f for f in fixes if all(_skey(e.span) in applied_keys for e in f.edits)]
+    unfit = {k[1:] for k in applied_keys if k[0] == "unfit"}
+    if unfit:
+        # leave out every fix with an edit that cannot be written (it stays a finding), and redo the rest
+        keep = [f for f in fixes if not any(_skey(e.span) in unfit for e in f.edits)]
+        return apply_fixes(text, keep, tree, helper_import) if keep else (text, [])
     missed = [e for f in fixes for e in f.edits if _skey(e.span) not in applied_keys]
     if missed:
         e = missed[0]
