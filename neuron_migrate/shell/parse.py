@@ -384,16 +384,19 @@ def _yaml(doc: Doc) -> None:
 def _yaml_walk(doc: Doc, node, key: Optional[str]) -> None:
     import yaml
 
+    env_key = (key or "").lower() in _ENV_KEYS  # also SageMaker/CloudFormation `Environment:`
     if isinstance(node, yaml.MappingNode):
-        if key in _ENV_KEYS:
+        if env_key:
             for k, v in node.value:
                 if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode):
                     _yaml_env(doc, k.value, k, v, (k.start_mark.index, v.end_mark.index), "yaml-map", len(node.value))
         for k, v in node.value:
             _yaml_walk(doc, v, k.value if isinstance(k, yaml.ScalarNode) else None)
     elif isinstance(node, yaml.SequenceNode):
+        if key in _ARGV_KEYS and _yaml_argv(doc, node):
+            return
         for item in node.value:
-            if key in _ENV_KEYS and isinstance(item, yaml.MappingNode):
+            if env_key and isinstance(item, yaml.MappingNode):
                 fields = {k.value: v for k, v in item.value if isinstance(k, yaml.ScalarNode)}
                 name, value = fields.get("name"), fields.get("value")
                 if isinstance(name, yaml.ScalarNode) and (value is None or isinstance(value, yaml.ScalarNode)):
@@ -406,6 +409,30 @@ def _yaml_walk(doc: Doc, node, key: Optional[str]) -> None:
                 _yaml_walk(doc, item, key)
     elif isinstance(node, yaml.ScalarNode) and key in _SCRIPT_KEYS:
         _yaml_script(doc, node)
+
+
+_ARGV_KEYS = {"command", "args", "entrypoint", "cmd"}
+
+
+def _yaml_argv(doc: Doc, seq) -> bool:
+    """`command: ["python", "train.py"]` (Kubernetes, compose): one argv word per item, as a command site."""
+    import yaml
+
+    items = seq.value
+    if not items or not all(isinstance(i, yaml.ScalarNode) for i in items) or not re.match(r"^python(3(\.\d+)?)?$", items[0].value):
+        return False
+    words = []
+    for i in items:
+        a, b = i.start_mark.index, i.end_mark.index
+        raw = doc.text[a:b]
+        q = raw[:1] if raw[:1] in "\"'" else ""
+        literal = raw == i.value or (q and raw[1:-1] == i.value)
+        words.append((i.value if literal else None, a, b))
+    style = "yaml-flow" if seq.flow_style else "yaml-block"
+    site = doc.add(TextSite("command", items[0].value, words[0][1], words[-1][2], seq.start_mark.index, seq.end_mark.index,
+                            {"words": words, "style": style, "delete": None, "statement": (seq.start_mark.index, seq.end_mark.index)}))
+    site.data["env_before"] = {}  # filled from the file's env entries by the rules (they come later in the text)
+    return True
 
 
 def _yaml_env(doc: Doc, name: str, name_node, value_node, item: tuple[int, int], form: str, siblings: int) -> None:
