@@ -120,8 +120,9 @@ def xla_env_launcher(site, ctx):
         return ctx.finding(site, f"{site.key} is XLA-only: remove it by hand (removing it here would leave an empty block){extra}")
     fx = ctx.fixer()
     fx.delete(*delete)
-    msg = "becomes torchrun --nproc_per_node" if what == "launch" else "is read only by torch_xla / the XLA flow: removed"
-    return ctx.finding(site, f"{site.key} {msg}{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
+    if what == "launch":
+        return ctx.finding(site, f"{site.key} (the process count of xmp.spawn) is now torchrun --nproc_per_node: removed", fix=fx.build())
+    return ctx.finding(site, f"{site.key} is read only by torch_xla / the XLA flow: removed{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
 
 
 # -- NM502 ---------------------------------------------------------------------------------------------
