@@ -142,7 +142,7 @@ def _deletable(doc: Doc, stmt, m) -> Optional[tuple[int, int]]:
     if parent.type != "program":
         cond = parent.child_by_field_name("condition")
         body = [c for c in parent.named_children if c.type in _STATEMENTS and c != cond]
-        if len(body) < 2:
+        if len(body) < 2 or stmt == cond:
             return None
     a, b = m(stmt.start_byte), m(stmt.end_byte)
     if not doc.alone_on_lines(a, b):
@@ -165,7 +165,7 @@ def _assignment(doc: Doc, n, src: bytes, m, env_seen: dict) -> None:
         form = src[parent.start_byte:parent.end_byte].split()[0].decode()  # export, declare, local, readonly
         assigns = [c for c in parent.named_children if c.type in ("variable_assignment", "variable_name", "word")]
         if len(assigns) == 1:
-            delete = _deletable(doc, _statement_of(parent), m)
+            delete = _deletable(doc, parent, m) if _statement_of(parent) == parent else None  # not inside `a && b`
         else:
             delete = _list_item_range(assigns, n, m)
         stmt = parent
@@ -177,7 +177,7 @@ def _assignment(doc: Doc, n, src: bytes, m, env_seen: dict) -> None:
     else:
         form = "assign"
         stmt = n if parent is None or parent.type != "variable_assignments" else parent
-        delete = _deletable(doc, _statement_of(n), m) if stmt is n else _list_item_range(
+        delete = (_deletable(doc, n, m) if _statement_of(n) == n else None) if stmt is n else _list_item_range(
             [c for c in parent.named_children if c.type == "variable_assignment"], n, m)
     if value is not None and value.type == "array":
         lit = None
@@ -293,7 +293,7 @@ def _docker_env(doc: Doc, kw: str, a: int, b: int, line_start: int, env_seen: di
         return
     # `ENV A=1 B="x y"` has shell word syntax: parse it as an `export` line, mapped back
     buf = "export " + args
-    table = list(range(a - 7, a)) + list(range(a, b))
+    table = [max(0, a - 7 + i) for i in range(7)] + list(range(a, b))
     before = len(doc.sites)
     _shell(doc, buf, [], 0, len(buf), table=table)
     new = doc.sites[before:]
