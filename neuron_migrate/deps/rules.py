@@ -51,6 +51,17 @@ def _family_of(spec: str, conda: bool = False) -> Optional[str]:
     return ""
 
 
+def _allows(spec: str, fam: str) -> bool:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    try:
+        ss = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return False
+    return any(ss.contains(Version(c), prereleases=True) for c in (fam + ".0", fam + ".3.0", fam + ".3.0.100"))
+
+
 def _torch_site(doc):
     return next((s for s in doc.sites if s.kind == "requirement" and s.key in ("torch", "pytorch")), None)
 
@@ -149,11 +160,12 @@ def torch_neuronx_family(site, ctx):
     if nf and not _legacy(nf):
         return None  # native family: NM603 compares it with torch
     if tf in FAMILIES:
-        if nf == "" and site.data["spec"]:
-            return None  # a range (e.g. >=2.13): pip picks within it; NM603 checks what it allows
+        if nf == "" and site.data["spec"] and not _allows(site.data["spec"], tf):
+            return None  # a range without the torch family: NM603
         fx = ctx.fixer()
         fx.replace(a, b, f"=={tf}.*")
-        what = f"XLA-era {site.data['text']}" if nf else "torch-neuronx without a version"
+        what = (f"XLA-era {site.data['text']}" if nf else f"{site.data['text']} (a range that also allows other families)"
+                if site.data["spec"] else "torch-neuronx without a version")
         return ctx.finding(site, f"{what}: pinned to torch-neuronx=={tf}.*, the family built for torch {FAMILIES[tf]} (the torch pin here)",
                            fix=fx.build(), note=f"source: {RELEASE_NOTES}")
     if nf and _legacy(nf) and tf in (None, ""):
@@ -193,6 +205,9 @@ def torch_family_mismatch(site, ctx):
         if nf in FAMILIES and tf in FAMILIES and nf != tf:
             return ctx.finding(site, f"{site.data['text']} is the family built for torch {FAMILIES[nf]}, but torch is pinned to "
                                      f"{tsite.data['text']}: use torch-neuronx=={tf}.* or torch=={FAMILIES[nf]}")
+        if nf == "" and site.data["spec"] and tf in FAMILIES and not _allows(site.data["spec"], tf):
+            return ctx.finding(site, f"{site.data['text']} allows no torch-neuronx built for torch {FAMILIES[tf]} "
+                                     f"({tsite.data['text']}): use torch-neuronx=={tf}.*")
         return None
     if site is not tsite or tf in (None, "") or tf in FAMILIES:
         return None
