@@ -148,8 +148,9 @@ def torch_xla_dependency(site, ctx):
         `torch-neuronx==2.14.*` with torch 2.14.0 ({RELEASE_NOTES}; {INSTALL_DOC}). An XLA-era pin (`2.1.2.2.x` ...
         `2.9.0.2.15.x`, the legacy library that needs torch-xla) is repinned to the family of the file's torch pin
         (safe fix); with no torch pin in the file it is repinned to the newest family, `2.14.*`, as an unsafe fix (pin
-        torch==2.14.0 as well). An unpinned torch-neuronx next to a torch pin gets that family. `neuronx-cc` is kept
-        as it is. A torch-neuronx family that differs from the torch pin is NM603.
+        torch==2.14.0 as well). An unpinned torch-neuronx next to a torch pin gets that family, and so does a range that
+        also allows another family (`torch-neuronx>=2.13` with torch 2.13.0 could install 2.14.x). `neuronx-cc` is
+        kept as it is. A torch-neuronx family that differs from the torch pin is NM603.
     """,
     examples=[("torch==2.13.0\ntorch-neuronx==2.9.0.2.15.32035\n", "torch==2.13.0\ntorch-neuronx==2.13.*\n")],
 )
