@@ -521,9 +521,55 @@ def _plain_print(site, ctx):
     if _inside_test(ctx, stmt, test):
         fx.replace(call, text)
     else:
-        fx.replace(stmt, f"if {test}:\n    {text}\n")
+        block = _block_around(ctx, stmt)
+        i = next(k for k, s_ in enumerate(block) if s_ is stmt)
+        if i > 0 and _plain_print_run_member(ctx, block[i - 1], local):
+            return ctx.finding(site, "xm.master_print: printed under the `if` of the master_print just above it",
+                               fix=fx.build())  # no edits of its own: the first of the run rewrites it
+        run = [stmt]
+        for nxt in block[i + 1:]:
+            if not _plain_print_run_member(ctx, nxt, local):
+                break
+            run.append(nxt)
+        prints = [text] + [_print_text(ctx, r.value) for r in run[1:]]
+        for r in run[1:]:
+            fx.delete(r)
+        fx.replace(stmt, f"if {test}:\n" + "".join(f"    {p}\n" for p in prints))
     return ctx.finding(site, f"xm.master_print: becomes print() on {'rank 0 of each host' if local else 'global rank 0'} (`if {test}:`)",
                        fix=fx.build())
+
+
+def _print_text(ctx, call) -> str:
+    parts = [ctx.src(a) for a in call.args]
+    for kw in call.keywords:
+        if kw.arg == "fd":
+            parts.append(f"file={ctx.src(kw.value)}")
+        elif kw.arg != "local":
+            parts.append(f"{kw.arg}={ctx.src(kw.value)}")
+    return f"print({', '.join(parts)})"
+
+
+def _block_around(ctx, stmt) -> list:
+    parent = ctx.analysis.parent_of.get(stmt) or ctx.analysis.tree
+    for f in ("body", "orelse", "finalbody"):
+        block = getattr(parent, f, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            return block
+    return [stmt]
+
+
+def _plain_print_run_member(ctx, stmt, local) -> bool:
+    """Another `xm.master_print(...)` statement with the same `local` that can share one `if rank == 0:`."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and alone_on_lines(ctx, stmt)):
+        return False
+    call = stmt.value
+    if not isinstance(call.func, (ast.Name, ast.Attribute)) or program(ctx).qualname(call.func) != f"{XM}.master_print":
+        return False
+    if has_star_args(call):
+        return False
+    kw_local = next((kw.value for kw in call.keywords if kw.arg == "local"), None)
+    value = False if kw_local is None else const_value(kw_local, None)
+    return value is (bool(local))
 
 
 def _inside_test(ctx, stmt, test: str) -> bool:
