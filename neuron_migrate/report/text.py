@@ -89,14 +89,14 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
 
     out = []
     for f in findings:
-        loc = f"{f.path}:{f.span.line}:{f.span.col + 1}:"
+        loc = f"{f.path}:{f'cell {f.cell}:' if f.cell else ''}{f.span.line}:{f.span.col + 1}:"
         t = Text()
         t.append(loc, style="bold")
         t.append(" ")
         t.append(f.rule.code, style=SEVERITY_STYLE.get(f.severity.value, ""))
         t.append(f" {fix_label(f)}{f.message}")
         out.append(t)
-        lines = (source_lines or {}).get(f.path)
+        lines = (source_lines or {}).get(f.path) if f.cell is None else None  # notebook frames: lines count per cell
         if concise:
             if show_fixes:
                 out += fix_preview(f, lines)

@@ -35,6 +35,7 @@ def rule(
     examples: Iterable[Union[tuple, Example]] = (),
     trigger_words: Iterable[str] = (),
     opt_in: bool = False,
+    language: str = "python",
 ) -> Callable:
     """Declare a Python rule; the decorated function is its check(site, ctx)."""
 
@@ -53,6 +54,7 @@ def rule(
                 trigger_words=tuple(trigger_words) or _words_from_triggers(triggers),
                 origin=check.__module__,
                 opt_in=opt_in,
+                language=language,
             )
         )
         return check

@@ -50,6 +50,8 @@ class Rule:
     origin: str = ""  # module or YAML file that defines it
     # opinionated advice: runs only when selected by its exact code or name (never by ALL or a prefix)
     opt_in: bool = False
+    # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
+    language: str = "python"
 
     @property
     def category(self) -> str:
@@ -109,6 +111,7 @@ class Finding:
     message: str
     fix: Optional[Fix] = None
     note: str = ""  # extra guidance shown under the message (launch commands, behaviour changes)
+    cell: Optional[int] = None  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
     def severity(self) -> Severity:
@@ -164,6 +167,7 @@ def finding_to_dict(f: Finding) -> dict:
         "message": f.message,
         "note": f.note,
         "fix": fix_to_dict(f.fix) if f.fix else None,
+        "cell": f.cell,
     }
 
 
@@ -175,4 +179,5 @@ def finding_from_dict(d: dict) -> Finding:
         message=d["message"],
         fix=fix_from_dict(d["fix"]) if d.get("fix") else None,
         note=d.get("note", ""),
+        cell=d.get("cell"),
     )
