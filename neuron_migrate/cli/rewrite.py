@@ -114,7 +114,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
             applied[code] += n
         for f in res.applied_findings:
             if f.note:
-                notes.setdefault(f.note, []).append(f"{res.path}:{f.span.line}")
+                notes.setdefault(_note_key(f.note, res.path), []).append((f"{res.path}:{f.span.line}", f.note))
             fixed_list.append((res.path, f))
         remaining.extend(res.findings)
         if res.findings and res.new_text is not None:
@@ -132,6 +132,16 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
 
 
 MAX_NOTE_PLACES = 3
+
+
+def _note_key(note: str, path: str) -> str:
+    """Notes that differ only by the file they name (`Launch with: torchrun ... job7.py`) are one note."""
+    import os
+
+    for name in sorted({path, path.replace(os.sep, "/"), os.path.basename(path)}, key=len, reverse=True):
+        if name and name in note:
+            return note.replace(name, "<script>")
+    return note
 
 
 def _plural(n: int, word: str, plural: str = "") -> str:
@@ -165,8 +175,7 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         level = f"Fixes applied: safe and unsafe (unsafe fixes on by {unsafe_source(run)})"
     else:
         level = "Fixes applied: safe only"
-    if applied or changed:
-        out.print(Text(level + ("." if do_write else " (nothing written yet)."), style="yellow" if unsafe_on else "dim"))
+    out.print(Text(level + ("." if do_write else " (nothing written yet)."), style="yellow" if unsafe_on else "dim"))
     if applied:
         for code, count in sorted(applied.items()):
             r = get_rule(code)
@@ -182,10 +191,11 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         out.print(Text(f"Skipped {run.skipped_note()}.", style="dim"))
     if notes:
         out.print(Text("Notes:", style="bold"))
-        for note, places in notes.items():
-            shown = ", ".join(places[:MAX_NOTE_PLACES])
+        for key, places in notes.items():
+            shown = ", ".join(p for p, _ in places[:MAX_NOTE_PLACES])
             more = f" and {len(places) - MAX_NOTE_PLACES} more" if len(places) > MAX_NOTE_PLACES else ""
-            out.print(f"  - {shown}{more}: {note}", highlight=False)
+            text = places[0][1] if len({n for _, n in places}) == 1 else key
+            out.print(f"  - {shown}{more}: {text}", highlight=False)
     if changed and not do_write and not check and run.stdin is None:
         out.print(Text("Nothing was written: run again with --write to apply.", style="dim"))
     if errors:

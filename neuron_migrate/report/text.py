@@ -16,7 +16,10 @@ def console(stderr: bool = False, color=None):
 
     if color in ("always", True):
         return Console(stderr=stderr, highlight=False, soft_wrap=True, force_terminal=True, no_color=False)
-    if color in ("never", False):
+    import os
+
+    if color in ("never", False) or (color in ("auto", None) and os.environ.get("NO_COLOR")):
+        # NO_COLOR (https://no-color.org): no escape sequences at all, styles included
         return Console(stderr=stderr, highlight=False, soft_wrap=True, no_color=True, color_system=None)
     # auto: rich reads NO_COLOR and FORCE_COLOR from the environment when these are left as None
     return Console(stderr=stderr, highlight=False, soft_wrap=True)

@@ -128,7 +128,7 @@ def test_mark_step_diagnostic_quick_fix_fix_all_noqa_and_hover(tmp_path):
 
 
 def test_unsafe_fix_is_marked_and_config_reload(tmp_path):
-    src = "import torch\n\nx = torch.zeros(3).double()\n"
+    src = "import torch\n\nmodel = torch.compile(model, dynamic=True)\n"
     f = tmp_path / "m.py"
     f.write_text(src)
     uri = f.as_uri()
