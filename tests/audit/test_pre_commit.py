@@ -67,8 +67,9 @@ def _local_config() -> str:
     local = []
     for h in hooks:
         entry = h["entry"].replace("neuron-migrate", f"{sys.executable} -m neuron_migrate", 1)
-        local.append({"id": h["id"], "name": h["name"], "entry": entry, "language": "system",
-                      "types_or": h["types_or"], "require_serial": h["require_serial"]})
+        hook = {"id": h["id"], "name": h["name"], "entry": entry, "language": "system"}
+        hook.update({k: h[k] for k in ("files", "exclude", "types", "types_or", "require_serial") if k in h})
+        local.append(hook)
     return yaml.safe_dump({"repos": [{"repo": "local", "hooks": local}]})
 
 
@@ -109,7 +110,18 @@ def test_hooks_pass_advice_vendored_and_clean_commits_and_block_torch_xla(tmp_pa
     again = _commit(repo, home, "train.py")
     assert again.returncode == 0, again.stdout + again.stderr
 
+    # launchers and dependency lists go through the same hooks; other text files are not passed to them
+    (repo / "launch.sh").write_text("#!/bin/bash\nexport PJRT_DEVICE=NEURON\ntorchrun --nproc_per_node=2 train.py\n")
+    (repo / "requirements.txt").write_text("torch==2.13.0\ntorch-xla==2.9.0\nnumpy\n")
+    (repo / "NOTES.md").write_text("export PJRT_DEVICE=NEURON\n")
+    blocked = _commit(repo, home, "launch.sh", "requirements.txt", "NOTES.md")
+    out = blocked.stdout + blocked.stderr
+    assert blocked.returncode == 1 and "NM501" in out and "NM601" in out and "NOTES.md" not in out, out
+    assert "PJRT_DEVICE" not in (repo / "launch.sh").read_text() and "torch-xla" not in (repo / "requirements.txt").read_text()
+    assert (repo / "NOTES.md").read_text() == "export PJRT_DEVICE=NEURON\n"
 
+
+@pytest.mark.slow  # pre-commit builds its own environment from PyPI (a minute or two)
 def test_readme_snippet_works_from_a_tagged_clone(tmp_path):
     """What a user copies from the README, with the repository URL pointing at a clone tagged as releases are."""
     import tomllib
