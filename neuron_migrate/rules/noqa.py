@@ -10,7 +10,7 @@ import io
 import re
 import tokenize
 
-_NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
+_NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9][A-Za-z0-9]*(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9][A-Za-z0-9]*)*))?", re.IGNORECASE)
 
 
 def _string_interior_lines(text: str) -> set:
@@ -66,7 +66,7 @@ def add_to_text(text: str, codes_by_line: dict) -> tuple[str, int, int]:
         if m and m.group("codes") is None:
             continue  # a bare `# noqa` already covers everything
         if m:
-            have = re.findall(r"[A-Za-z]+[0-9]+", m.group("codes"))
+            have = re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", m.group("codes"))
             new_codes = have + sorted(c for c in codes if c not in {h.upper() for h in have})
             body = body[: m.start()] + "# noqa: " + ", ".join(new_codes) + body[m.end():]
         else:

@@ -13,7 +13,7 @@ from neuron_migrate.rules.registry import RuleSet
 # any case: `# NOQA: nm101` and `# Neuron-Migrate: IGNORE[...]` count (they used to be silently ignored)
 _SUPPRESS = re.compile(
     r"#\s*(?:neuron-migrate:\s*(?P<kind>ignore-file|ignore)\b(?:\[(?P<codes>[^\]]*)\])?"
-    r"|(?P<noqa>noqa)\b(?::[ \t]*(?P<noqa_codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?)",
+    r"|(?P<noqa>noqa)\b(?::[ \t]*(?P<noqa_codes>[A-Za-z]+[0-9][A-Za-z0-9]*(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9][A-Za-z0-9]*)*))?)",
     re.IGNORECASE,
 )
 
@@ -55,7 +55,7 @@ class Suppressions:
                     if raw is None:
                         codes = None  # bare `# noqa`: everything on the line, as flake8 and Ruff do
                     else:
-                        codes = {c.upper() for c in re.findall(r"[A-Za-z]+[0-9]+", raw) if c.upper().startswith("NM")}
+                        codes = {c.upper() for c in re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", raw) if c.upper().startswith("NM")}
                         if not codes:
                             continue  # `# noqa: E501`: another tool's codes
                     s._add(lineno, codes)

@@ -43,7 +43,7 @@ COMMENT_EDIT = "replace_comment"  # a text edit inside one comment: applied by `
         intent is unclear). Codes of other tools in a `# noqa: E501, NM101` are left alone.
         Suppress this finding itself with `NM901` in the same comment.
     """,
-    examples=[("x = 1  # noqa: NM101", "x = 1")],
+    examples=[("x = 1  # noqa: NM3O1",)],  # a typo; with every rule active, a stale code is removed by the fix
 )
 def unused_suppression(site, ctx):
     sup = ctx.suppressions
@@ -107,14 +107,14 @@ def _removal_fix(text: str, line: int, spans, keep):
     if keep:
         body = text[start:end]
         if kind == "noqa":
-            other = [c for c in re.findall(r"[A-Za-z]+[0-9]+", body.split(":", 1)[1]) if not c.upper().startswith("NM")]
+            other = [c for c in re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", body.split(":", 1)[1]) if not c.upper().startswith("NM")]
             new = "# noqa: " + ", ".join(other + keep)
         else:
             new = body[: body.index("[") + 1] + ", ".join(keep) + "]"
         return Fix(FixSafety.SAFE, [Edit(COMMENT_EDIT, Span(line, start, line, end), new)],
                    description="remove the stale codes from the suppression comment")
-    if kind == "noqa" and text[start:end].count(":") and re.search(r"[A-Za-z]+[0-9]+", text[start:end].split(":", 1)[1]):
-        other = [c for c in re.findall(r"[A-Za-z]+[0-9]+", text[start:end].split(":", 1)[1]) if not c.upper().startswith("NM")]
+    if kind == "noqa" and text[start:end].count(":") and re.search(r"[A-Za-z]+[0-9][A-Za-z0-9]*", text[start:end].split(":", 1)[1]):
+        other = [c for c in re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", text[start:end].split(":", 1)[1]) if not c.upper().startswith("NM")]
         if other:  # `# noqa: E501, NM101`: keep the other tool's codes
             return Fix(FixSafety.SAFE, [Edit(COMMENT_EDIT, Span(line, start, line, end), "# noqa: " + ", ".join(other))],
                        description="remove the stale codes from the suppression comment")
