@@ -74,7 +74,8 @@ class DeviceFlow:
 
     def is_dispatch(self, node) -> bool:
         """`node` is in code that dispatches over more than one accelerator backend."""
-        return len(self.dispatch_backends(node) - {"cpu"}) >= 2
+        kinds = {"cuda" if k == "gpu" else k for k in self.dispatch_backends(node)}
+        return len(kinds & _values.ACCELERATORS) >= 2
 
     def is_device_value(self, expr, fn=None) -> Optional[bool]:
         """True: an accelerator device; False: the CPU; None: cannot tell."""
