@@ -36,7 +36,7 @@ def accelerator(ctx) -> bool:
     return ctx.settings.device_style == "accelerator"
 
 
-def agnostic_device(fx, nullable: bool = False, bare: bool = False) -> str:
+def agnostic_device(fx, nullable: bool = False, bare: bool = False, quote: str = '"') -> str:
     """Device-agnostic device expression, plain public API: the accelerator, or the CPU when there is none.
 
     `nullable`: the position accepts None for "stay where you are / default device" (`.to(None)` is a no-op,
@@ -47,13 +47,20 @@ def agnostic_device(fx, nullable: bool = False, bare: bool = False) -> str:
     current = f"{torch}.accelerator.current_accelerator()"
     if nullable:
         return current
-    text = f'{current} or {torch}.device("cpu")'
+    text = f"{current} or {torch}.device({quote}cpu{quote})"
     return text if bare else f"({text})"
 
 
-def agnostic_type(fx) -> str:
+def agnostic_type(fx, quote: str = '"') -> str:
     """The accelerator's device type string ('neuron', 'cuda'), or 'cpu' when there is none."""
-    return f"{agnostic_device(fx)}.type"
+    return f"{agnostic_device(fx, quote=quote)}.type"
+
+
+def device_type_expr(site, ctx, fx) -> str:
+    """Accelerator style, where a device type string is expected: the program's device variable's `.type` when it
+    has one at this point, else the accelerator's type (or 'cpu')."""
+    name = device_flow.facts(ctx.analysis).device_name_at(site.node)
+    return f"{name}.type" if name else agnostic_type(fx, string_quote(site, ctx))
 
 
 # -- device-dispatching code: CUDA rules leave it alone --------------------------------------------------
@@ -219,12 +226,15 @@ def cuda_method(site, ctx):
     index = kwarg(call, "device", 0)
     extra = [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords if k.arg != "device"]
     note = ""
-    if accelerator(ctx):
+    device_name = device_flow.facts(ctx.analysis).device_name_at(call)
+    if device_name and (index is None or const_value(index, 0) == 0):
+        target = device_name  # the program's own device variable, as a hand migration would write
+    elif accelerator(ctx):
         target = agnostic_device(fx, nullable=True)  # .to(None) leaves a CPU tensor where it is
         if index is not None and const_value(index, 0) != 0:
             note = "The device index was dropped: the accelerator's current device is used (select it with torch.accelerator.set_device_index)."
     elif index is None:
-        target = '"neuron"'
+        target = device_flow.facts(ctx.analysis).device_name_at(call) or '"neuron"'
     else:
         target = f'{fx.ref("torch")}.device("neuron", {ctx.src(index)})'
         note = "Under torchrun each process sees one NeuronCore (index 0); check that this index is what you mean."
@@ -253,14 +263,15 @@ def _agnostic_string(site, ctx, node, why, fx):
     """Accelerator-style replacement of one 'cuda' string at a device position."""
     parent = ctx.analysis.parent_of.get(node)
     first_of_device = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and len(parent.args) > 1
+    quote = string_quote(site, ctx)
     if why in _TYPE_POSITIONS or first_of_device:
-        return agnostic_type(fx)
+        return device_type_expr(site, ctx, fx)
     if isinstance(parent, ast.IfExp) and parent.body is node:
         # `"cuda" if use_cuda else "cpu"`: the test already says there is an accelerator
         return f"{fx.ref('torch')}.accelerator.current_accelerator()"
     nullable = (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "to") or (
         isinstance(parent, ast.keyword) and parent.arg == "device")
-    return agnostic_device(fx, nullable=nullable, bare=isinstance(parent, (ast.keyword, ast.Call, ast.Assign)))
+    return agnostic_device(fx, nullable=nullable, bare=isinstance(parent, (ast.keyword, ast.Call, ast.Assign)), quote=quote)
 
 
 # -- NM201 ------------------------------------------------------------------------------------------
@@ -312,6 +323,15 @@ def cuda_device_string(site, ctx):
     if _choice_of_cuda_is_available(node, ctx, site):
         return None  # NM203 rewrites the whole choice
     vs = values.facts(ctx.analysis).set_of(node)
+    parent = ctx.analysis.parent_of.get(node)
+    moves = ((isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "to"
+              and parent.args and parent.args[0] is node) or (isinstance(parent, ast.keyword) and parent.arg == "device"))
+    if moves and isinstance(node, ast.Constant) and node.value == "cuda" and (vs is None or len(vs.members) == 1):
+        device_name = device_flow.facts(ctx.analysis).device_name_at(node)
+        if device_name:
+            fx = ctx.fixer()
+            fx.replace(node, device_name)
+            return ctx.finding(site, f"{ctx.src(node)} names the device: use the program's `{device_name}`", fix=fx.build())
     if not accelerator(ctx):
         if vs is not None:
             return value_set_finding(site, ctx, node, vs, "cuda", "neuron")
@@ -374,7 +394,7 @@ def is_cuda(site, ctx):
     recv = ctx.src(site.node.value)
     if not isinstance(site.node.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         recv = f"({recv})"
-    rhs = agnostic_type(fx) if accelerator(ctx) else f"{string_quote(site, ctx)}neuron{string_quote(site, ctx)}"
+    rhs = device_type_expr(site, ctx, fx) if accelerator(ctx) else f"{string_quote(site, ctx)}neuron{string_quote(site, ctx)}"
     fx.replace(site.node, paren_if_needed(site, f"{recv}.device.type == {rhs}"))
     return ctx.finding(site, "`.is_cuda` is always False on Neuron: test the device type", fix=fx.build())
 
@@ -492,7 +512,7 @@ def _spell(fx, target: str) -> str:
         call of the same meaning (`current_device` -> `current_device_index`). `manual_seed(_all)` has no
         `torch.accelerator` form: it becomes `torch.neuron.manual_seed(_all)` (TorchNeuron's device module has
         is_available, device_count, synchronize, manual_seed(_all), memory_* and empty_cache; research notes
-        from torch-neuronx `neuron.py`). `set_device(i)` becomes `_neuron_set_device(i)`, an inserted helper
+        from torch-neuronx `neuron.py`). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
         that selects the device only when the process sees several: under torchrun TorchNeuron makes each
         process see just its own NeuronCore, so `set_device(local_rank)` would be out of range.
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded
@@ -511,6 +531,12 @@ def cuda_device_module(site, ctx):
     neuron_t, acc_t, default = _DEVICE_CALLS[name]
     fx = ctx.fixer()
     style_acc = accelerator(ctx)
+    if name == "set_device" and not style_acc and site.kind == "call" and site.is_statement:
+        # torchrun + TorchNeuron: each process sees only its own NeuronCore, which is already its current device
+        fx.delete(site.stmt)
+        return ctx.finding(site, "torch.cuda.set_device(): not needed on Neuron, where each torchrun process sees only its own "
+                                 "NeuronCore: removed", fix=fx.build(),
+                           note="If one process really drives several NeuronCores, select one with torch.accelerator.set_device_index(i).")
     target = _spell(fx, acc_t if style_acc else neuron_t)
     safety = "unsafe" if style_acc and acc_t.startswith("torch:") else None
     note = "torch.manual_seed also reseeds the CPU generator." if safety else ""
@@ -524,6 +550,10 @@ def cuda_device_module(site, ctx):
         return ctx.finding(site, f"torch.cuda.{name} used as a value: replaced by a callable using {target}", fix=fx.build(safety))
     call = site.call
     args = call_args_src(call, ctx)
+    if guard and site.is_statement and default == "None":
+        # a statement: guard it with `if`, not a conditional expression
+        fx.replace(site.stmt, f"if {fx.ref('torch')}.accelerator.is_available():\n    {target}({args})")
+        return ctx.finding(site, f"torch.cuda.{name}() needs CUDA: use {target}()", fix=fx.build(safety), note=note)
     text = wrap(f"{target}({args})")
     if guard and (site.is_statement or isinstance(site.parent, (ast.Assign, ast.keyword, ast.Return))):
         text = text[1:-1]

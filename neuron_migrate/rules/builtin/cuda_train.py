@@ -13,7 +13,7 @@ import ast
 
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, agnostic_type, call_args_src
+from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src, device_type_expr
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -42,7 +42,7 @@ def cuda_amp_autocast(site, ctx):
     call = site.call
     fx = ctx.fixer()
     torch = fx.ref("torch")
-    device = agnostic_type(fx) if accelerator(ctx) else '"neuron"'
+    device = device_type_expr(site, ctx, fx) if accelerator(ctx) else '"neuron"'
     args = call_args_src(call, ctx)
     note = ""
     if kwarg(call, "dtype", 1) is None and not has_star_args(call):
