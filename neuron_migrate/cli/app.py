@@ -25,6 +25,7 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "neuron_migrate.cli.rewrite",
     "neuron_migrate.cli.audit",
+    "neuron_migrate.cli.report",
     "neuron_migrate.probe.cli",
     "neuron_migrate.table.cli",
     "neuron_migrate.cli.rules",

@@ -28,7 +28,7 @@ def _code_fingerprint() -> str:
 
     h = hashlib.blake2b(neuron_migrate.__version__.encode(), digest_size=16)
     pkg = Path(neuron_migrate.__file__).parent
-    roots = [pkg / "rules", pkg / "rewrite", pkg / "files", data_dir("rules"), data_dir("compat_table")]
+    roots = [pkg / "rules", pkg / "rewrite", pkg / "files", pkg / "shell", pkg / "deps", data_dir("rules"), data_dir("compat_table")]
     for root in roots:
         if not root.is_dir():
             continue

@@ -41,6 +41,13 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
     shown = display or path
     res = FileResult(shown)
     p = Path(path)
+    from neuron_migrate.files.discover import file_kind
+
+    kind = file_kind(p.name)
+    if kind not in ("python", "notebook", ""):  # launchers, job files, dependency lists: their own rules
+        from neuron_migrate.pipeline.text_files import process_text_file
+
+        return process_text_file(p, kind, res, ruleset, settings, fix, write)
     try:
         src, text, nb = load_for_analysis(p)
     except SourceError as exc:
@@ -65,6 +72,10 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
             res.error = "nesting too deep to process"
             return res
         res.findings, res.suppressed = r.findings, r.suppressed
+        if nb is not None:
+            from neuron_migrate.files.notebook import name_cells
+
+            name_cells(res.findings, text)
         return res
     from neuron_migrate.rewrite.engine import FixError, fix_text
 
@@ -84,6 +95,11 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
         res.error = "nesting too deep to process"
         return res
     res.findings, res.applied, res.applied_findings, res.suppressed = out.remaining, dict(out.applied), out.applied_findings, out.suppressed
+    if nb is not None:
+        from neuron_migrate.files.notebook import name_cells
+
+        name_cells(res.findings, out.text)
+        name_cells(res.applied_findings, text)
     if out.text != text:
         try:
             if nb is not None:

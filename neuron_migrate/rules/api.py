@@ -34,6 +34,7 @@ def rule(
     docs: str,
     examples: Iterable[Union[tuple, Example]] = (),
     trigger_words: Iterable[str] = (),
+    language: str = "python",
 ) -> Callable:
     """Declare a Python rule; the decorated function is its check(site, ctx)."""
 
@@ -51,6 +52,7 @@ def rule(
                 check=check,
                 trigger_words=tuple(trigger_words) or _words_from_triggers(triggers),
                 origin=check.__module__,
+                language=language,
             )
         )
         return check

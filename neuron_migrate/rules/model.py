@@ -48,6 +48,8 @@ class Rule:
     # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
     trigger_words: tuple[str, ...] = ()
     origin: str = ""  # module or YAML file that defines it
+    # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
+    language: str = "python"
 
     @property
     def category(self) -> str:
@@ -107,6 +109,7 @@ class Finding:
     message: str
     fix: Optional[Fix] = None
     note: str = ""  # extra guidance shown under the message (launch commands, behaviour changes)
+    cell: Optional[int] = None  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
     def severity(self) -> Severity:
@@ -162,6 +165,7 @@ def finding_to_dict(f: Finding) -> dict:
         "message": f.message,
         "note": f.note,
         "fix": fix_to_dict(f.fix) if f.fix else None,
+        "cell": f.cell,
     }
 
 
@@ -173,4 +177,5 @@ def finding_from_dict(d: dict) -> Finding:
         message=d["message"],
         fix=fix_from_dict(d["fix"]) if d.get("fix") else None,
         note=d.get("note", ""),
+        cell=d.get("cell"),
     )

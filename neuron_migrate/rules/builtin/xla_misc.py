@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.rules.helpers import HELPERS, Helper
+from neuron_migrate.program import cached
 from neuron_migrate.rules.api import has_star_args, kwarg, rule
 
 PL = "torch_xla.distributed.parallel_loader"
@@ -202,6 +203,73 @@ def xla_checkpoint(site, ctx):
 
 
 # -- NM133 ------------------------------------------------------------------------------------------
+def _scope_body_nodes(scope_node):
+    """Nodes of one scope, not descending into nested functions, lambdas or classes (yielded, not entered)."""
+    stack = list(scope_node.body) if isinstance(scope_node.body, list) else [scope_node.body]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+
+
+def _nested_mentions(scope_node, name: str) -> bool:
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            if any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n)):
+                return True
+    return False
+
+
+def _rng_facts(analysis):
+    """Which xm.get_rng_state() / xm.set_rng_state() calls form save/restore pairs in this file.
+
+    A pair is `state = xm.get_rng_state()` whose name (assigned once in its scope, not seen by nested
+    code) is only ever passed as the first argument of `xm.set_rng_state(...)` in the same scope.
+    """
+    gets = [s for s in analysis.sites if s.kind == "call" and s.key == f"{XM}.get_rng_state"]
+    paired_gets, paired_names, unpaired = set(), set(), 0
+    for g in gets:
+        parent = g.parent
+        ok = False
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+            name = parent.targets[0].id
+            scope_node = g.scope.node
+            stores, loads_ok = 0, True
+            for n in _scope_body_nodes(scope_node):
+                if isinstance(n, ast.Name) and n.id == name:
+                    if isinstance(n.ctx, ast.Store):
+                        stores += 1
+                        continue
+                    call = analysis.parent_of.get(n)
+                    if not (isinstance(call, ast.Call) and call.args and call.args[0] is n and
+                            analysis.resolve(call.func, g.scope, count_use=False) == f"{XM}.set_rng_state"):
+                        loads_ok = False
+            ok = stores == 1 and loads_ok and not _nested_mentions(scope_node, name)
+            if ok:
+                paired_gets.add(g.node)
+                paired_names.add((id(g.scope), name))
+        unpaired += not ok
+    return paired_gets, paired_names, unpaired
+
+
+def _restores_state(seed, site, facts) -> bool:
+    """The set_rng_state argument may be a state saved by an unpaired xm.get_rng_state()."""
+    if not facts[2]:
+        return False
+    if isinstance(seed, ast.Constant):
+        return False
+    if isinstance(seed, ast.Name):
+        for n in _scope_body_nodes(site.scope.node):
+            if (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == seed.id for t in n.targets)
+                    and isinstance(n.value, ast.Call)
+                    and site.analysis.resolve(n.value.func, site.scope, count_use=False) == f"{XM}.get_rng_state"):
+                return True
+        return False
+    return not isinstance(seed, ast.BinOp)
+
+
 @rule(
     code="NM133",
     name="xla-rng-seed",
@@ -219,12 +287,23 @@ def xla_checkpoint(site, ctx):
         `xm.get_rng_state()` returns that int seed, while `torch.neuron.get_rng_state()` returns a ByteTensor
         state: code that stores, compares or broadcasts the value (accelerate keeps `states["xm_seed"]`) is
         reported; use `torch.neuron.get_rng_state()` / `set_rng_state()` as a pair or `torch.random.fork_rng`.
+        The two migrate together or not at all: `state = xm.get_rng_state()` whose name only ever reaches
+        `xm.set_rng_state(state)` in the same function becomes `torch.neuron.get_rng_state()` /
+        `torch.neuron.set_rng_state(state)` (a save/restore of the device generator, as before); while an
+        `xm.get_rng_state()` stays, a `set_rng_state` argument that may hold its value is reported, not seeded.
     """,
     examples=[("xm.set_rng_state(args.seed)", "torch.neuron.manual_seed(args.seed)")],
 )
 def xla_rng_seed(site, ctx):
     short = "xm.get_rng_state" if site.key.endswith("get_rng_state") else "xm.set_rng_state" if site.key.endswith("set_rng_state") else "torch_xla.manual_seed"
+    facts = cached(ctx.analysis, "xla_rng_pairs", _rng_facts)
+    accelerator = ctx.settings.device_style == "accelerator"
     if short == "xm.get_rng_state":
+        if site.kind == "call" and site.node in facts[0] and not accelerator:
+            fx = ctx.fixer()
+            fx.replace(site.call, f"{fx.ref('torch')}.neuron.get_rng_state()")
+            return ctx.finding(site, "xm.get_rng_state() saved the device generator for xm.set_rng_state(): the pair becomes "
+                                     "torch.neuron.get_rng_state() / set_rng_state()", fix=fx.build())
         return ctx.finding(site, "xm.get_rng_state() returns an int seed; torch.neuron.get_rng_state() returns a ByteTensor: "
                                  "save/restore with torch.neuron.get_rng_state()/set_rng_state() as a pair, or use torch.random.fork_rng")
     if site.kind == "ref":
@@ -235,11 +314,68 @@ def xla_rng_seed(site, ctx):
         return ctx.finding(site, f"{short} without a plain seed argument: call torch.neuron.manual_seed(seed) by hand")
     fx = ctx.fixer()
     torch = fx.ref("torch")
-    if ctx.settings.device_style == "accelerator":
+    if short == "xm.set_rng_state" and isinstance(seed, ast.Name) and (id(site.scope), seed.id) in facts[1]:
+        if accelerator:
+            return ctx.finding(site, "xm.set_rng_state() restores a state saved by xm.get_rng_state(): use the device module's "
+                                     "get_rng_state()/set_rng_state() pair (torch.neuron on Neuron) by hand")
+        fx.replace(call, f"{torch}.neuron.set_rng_state({ctx.src(seed)})")
+        return ctx.finding(site, "xm.set_rng_state() restores the state saved by xm.get_rng_state(): the pair becomes "
+                                 "torch.neuron.get_rng_state() / set_rng_state()", fix=fx.build())
+    if short == "xm.set_rng_state" and _restores_state(seed, site, facts):
+        return ctx.finding(site, "xm.set_rng_state() may restore a value saved by xm.get_rng_state(), which stays: migrate the two "
+                                 "together (torch.neuron.get_rng_state() / set_rng_state())")
+    if accelerator:
         fx.replace(call, f"{torch}.manual_seed({ctx.src(seed)})")
         return ctx.finding(site, f"{short}: becomes torch.manual_seed(seed) (also reseeds the CPU generator)", fix=fx.build("unsafe"))
     fx.replace(call, f"{torch}.neuron.manual_seed({ctx.src(seed)})")
     return ctx.finding(site, f"{short}: becomes torch.neuron.manual_seed(seed)", fix=fx.build())
+
+
+# -- NM141 ------------------------------------------------------------------------------------------
+_WRAP = "torch_xla.distributed.fsdp.wrap"
+_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "always_wrap_policy", "lambda_auto_wrap_policy")
+
+
+def _uses_xla_fsdp(analysis) -> bool:
+    """The file uses torch_xla's FSDP wrapper (or its helpers), which stays torch_xla (NM151)."""
+    policies = {f"{_WRAP}.{p}" for p in _POLICIES}
+    return any(q.startswith("torch_xla.distributed.fsdp") and q not in policies for q in analysis.qualnames)
+
+
+@rule(
+    code="NM141",
+    name="xla-fsdp-wrap-policy",
+    summary="torch_xla FSDP auto-wrap policies become torch.distributed.fsdp.wrap policies, unless the XLA FSDP wrapper stays",
+    fix="unsafe",
+    severity="warning",
+    triggers=[(kind, f"{_WRAP}.{p}") for p in _POLICIES for kind in ("call", "ref")],
+    docs="""
+        torch_xla's FSDP copied the auto-wrap policies of torch.distributed.fsdp.wrap. Where the file wraps with
+        native FSDP (`torch.distributed.fsdp.FullyShardedDataParallel`, which TorchNeuron supports in eager
+        mode; FSDP2 `fully_shard` is preferred:
+        https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst),
+        the policy functions are renamed to the native ones. The policy and its wrapper migrate together or
+        not at all: while the file still uses `XlaFullyShardedDataParallel` (reported by NM151, not rewritten),
+        the policy stays torch_xla's, because the XLA wrapper calls it with torch_xla's keywords
+        (`unwrapped_params=`), which the native policy does not take. Unsafe: a policy called directly with
+        `unwrapped_params=` breaks (torch names it `nonwrapped_numel`); `min_num_params=` and
+        `transformer_layer_cls=` are the same.
+    """,
+    examples=[("import torch_xla.distributed.fsdp.wrap as xw\npolicy = functools.partial(xw.transformer_auto_wrap_policy, transformer_layer_cls={Block})",
+               "policy = functools.partial(torch.distributed.fsdp.wrap.transformer_auto_wrap_policy, transformer_layer_cls={Block})")],
+)
+def xla_fsdp_wrap_policy(site, ctx):
+    name = site.key.rsplit(".", 1)[1]
+    if _uses_xla_fsdp(ctx.analysis):
+        return ctx.finding(site, f"`{name}` stays torch_xla's while XlaFullyShardedDataParallel does (it calls the policy with "
+                                 "unwrapped_params=, which the native policy lacks): migrate the wrapper and its policy together (NM151)")
+    fx = ctx.fixer()
+    callee = site.node.func if site.kind == "call" else site.node
+    fx.replace(callee, fx.name(f"torch.distributed.fsdp.wrap.{name}", site.scope))
+    return ctx.finding(site, f"`{name}`: the torch.distributed.fsdp.wrap policy of the same name takes the same keyword arguments",
+                       fix=fx.build(), note="Native policies get (module, recurse, nonwrapped_numel) from FSDP; pass options by keyword "
+                                            "(functools.partial(policy, min_num_params=...)). FSDP2 fully_shard has no auto-wrap: call "
+                                            "fully_shard on each block instead.")
 
 
 # -- NM134 ------------------------------------------------------------------------------------------
