@@ -26,6 +26,7 @@ class Mode(str, Enum):
 
 class Device(str, Enum):
     auto = "auto"
+    emulate = "emulate"
     cpu = "cpu"
     cuda = "cuda"
     neuron = "neuron"
@@ -85,6 +86,15 @@ def parse_fail_on(value: str | None) -> list[str]:
     return items
 
 
+def _parse_precision(value: str | None) -> tuple[str, ...]:
+    from neuron_migrate.probe.precision_kinds import parse_kinds
+
+    try:
+        return parse_kinds(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--emulate-precision") from None
+
+
 def probe(
     ctx: typer.Context,
     target: str = typer.Argument(..., help="path/to/train.py (run as __main__; script args after --), or "
@@ -97,7 +107,10 @@ def probe(
     max_output_mb: float = typer.Option(4.0, "--max-output-mb", min=0, help="Kill the run when it prints more than this (0: no limit; exit 2)."),
     inputs: Optional[str] = typer.Option(None, "--inputs", help="module:fn returning example inputs (tensor, tuple or dict)."),
     optimizer: Opt = typer.Option(Opt.adamw, "--optimizer", help="Optimizer for factory targets."),
-    device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, else cpu."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, "
+                                  "else the emulated neuron device; emulate: the emulated device; cpu: the CPU dispatch trace."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Emulated device: record ops the table calls unsupported "
+                                    "and run them on the host instead of raising as the device would."),
     compile_: bool = typer.Option(False, "--compile", help="Also run through torch.compile with a capturing backend."),
     shapes: List[str] = typer.Option([], "--shapes", help="Input shapes for the recompile count, e.g. --shapes 8x128,16x128 (first tensor input)."),
     numerics: bool = typer.Option(False, "--numerics", help="Compare float64-as-float32 (and neuron vs CPU) results."),
@@ -106,7 +119,7 @@ def probe(
     json_out: Optional[str] = typer.Option(None, "--json-out", help="Also write the JSON report to FILE."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when found: fallback,float64,unsupported,unknown,partial,graph-break,compile."),
     table: Optional[str] = typer.Option(None, "--table", help="Compat table file (default: newest shipped)."),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
     seed: int = typer.Option(0, "--seed"),
     top: int = typer.Option(10, "--top", help="How many fallbacks to list."),
     save_reference: Optional[str] = typer.Option(None, "--save-reference", help="Run here and save a parity reference "
@@ -115,7 +128,9 @@ def probe(
                                           "exit 1 when a gate fails, naming where the divergence starts."),
     emulate_precision: Optional[str] = typer.Option(None, "--emulate-precision", help="Run with the device's precision "
                                                     "emulated: float64 (as float32), int64 (as int32), bf16 (autocast); "
-                                                    "comma-separated."),
+                                                    "comma-separated, e.g. float64,int64,bf16."),
+    parity: bool = typer.Option(False, "--parity", help="Compare a run under --emulate-precision with the same run in "
+                                "this environment's precision, without a saved reference."),
     gates: Optional[str] = typer.Option(None, "--gates", help="Parity gates, e.g. cosine=0.99,output-rtol=0.05,"
                                         "grad-rtol=0.1,grad-floor=0.001,loss-rtol=0.05,act-rtol=0.05."),
 ) -> None:
@@ -127,13 +142,14 @@ def probe(
         fail_list = parse_fail_on(fail_on)
         shape_list = parse_shapes(shapes)
         tgt = parse_target(target, cwd)
+        precision_kinds = list(_parse_precision(emulate_precision))
     except typer.BadParameter as exc:
         typer.echo(f"neuron-migrate probe: {exc.format_message()}", err=True)
         raise typer.Exit(EXIT_ERROR) from None
     if not torch_available():
         typer.echo(INSTALL_HINT, err=True)
         raise typer.Exit(EXIT_ERROR)
-    if save_reference or compare or emulate_precision:
+    if save_reference or compare or parity:
         def given(name):  # the reference's settings win over defaults; an explicit option that differs is noted
             source = ctx.get_parameter_source(name)
             return source is not None and source.name != "DEFAULT"
@@ -142,12 +158,17 @@ def probe(
                                  steps=steps if given("steps") else None,
                                  inputs=inputs,
                                  optimizer=optimizer.value if given("optimizer") else None, device=device.value,
-                                 compile_=compile_, seed=seed, save_reference=save_reference, compare=compare, emulate_precision=emulate_precision,
+                                 compile_=compile_, seed=seed, save_reference=save_reference, compare=compare, emulate_precision=",".join(precision_kinds),
                                  gates=gates, timeout=timeout, fmt=fmt.value, json_out=json_out,
                                  max_output=int(max_output_mb * 1024 * 1024)))
     script_args = list(ctx.args)
     if script_args and tgt["kind"] != "script":
         typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    needs_compile = [f for f in fail_list if f in ("graph-break", "compile")]
+    if needs_compile and not (compile_ and tgt["kind"] == "factory"):
+        typer.echo(f"neuron-migrate probe: --fail-on {','.join(needs_compile)} needs --compile (and a factory target "
+                   "module:fn); without it nothing would be checked", err=True)
         raise typer.Exit(EXIT_ERROR)
     if (compile_ or numerics or shape_list) and tgt["kind"] == "script":
         typer.echo("neuron-migrate probe: note: --compile/--numerics/--shapes need a factory target (module:fn); "
@@ -157,6 +178,7 @@ def probe(
         "time_limit": time_limit, "inputs": inputs, "optimizer": optimizer.value, "device": device.value,
         "compile": compile_ and tgt["kind"] == "factory", "shapes": shape_list if tgt["kind"] == "factory" else [],
         "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
+        "keep_going": keep_going, "emulate_precision": precision_kinds,
     }
     code = run_and_report(spec, timeout=timeout, nproc=nproc_per_node, fmt=fmt.value, report_md=report,
                           json_out=json_out, fail_on=fail_list, table=table, top=top,
@@ -172,10 +194,18 @@ def run_and_report(spec: dict, *, timeout: float, nproc: int | None, fmt: str, r
     from neuron_migrate.probe.runner import run_child
 
     from neuron_migrate.probe.runner import DEFAULT_MAX_OUTPUT
+    from neuron_migrate.probe.tables import choose_table
 
+    table_path, table_warning = choose_table(table)
+    spec = dict(spec, table=table_path)
+    if table_warning:
+        typer.echo(f"neuron-migrate probe: warning: {table_warning}", err=True)
+    prebuild_emulator(spec)
     docs, outcome = run_child(spec, timeout=timeout, nproc=nproc,
                               max_output=DEFAULT_MAX_OUTPUT if max_output is None else max_output)
-    rep = build_report(docs, classifier=Classifier(table), outcome=outcome, spec=spec, fail_on=fail_on, top=top)
+    rep = build_report(docs, classifier=Classifier(table_path), outcome=outcome, spec=spec, fail_on=fail_on, top=top)
+    if table_warning:
+        rep["table_warning"] = table_warning
     if fmt == "json":
         sys.stdout.write(to_json(rep) + "\n")
     else:
@@ -200,12 +230,14 @@ def _parity(tgt: dict, script_args: list[str], *, cwd: str, mode: str | None, st
         typer.echo("neuron-migrate probe: --save-reference and --compare are two runs; give one", err=True)
         return PARITY_ERROR
     if tgt["kind"] != "factory" or script_args:
-        typer.echo("neuron-migrate probe: --save-reference/--compare/--emulate-precision need a factory target "
+        typer.echo("neuron-migrate probe: --save-reference/--compare/--parity need a factory target "
                    "(package.module:fn or path/file.py:fn returning (model, inputs))", err=True)
         return PARITY_ERROR
     spec = {"target": tgt, "cwd": cwd, "mode": mode, "steps": steps, "inputs": inputs, "optimizer": optimizer,
             "device": device, "compile": compile_, "seed": seed, "save_reference": save_reference,
             "compare": compare, "emulate_precision": emulate_precision, "gates": gates}
+    if not save_reference:
+        prebuild_emulator(spec)  # a compare runs on the device (emulated off-Trainium); a reference where it runs today
     doc = run_parity_child(spec, timeout=timeout, max_output=max_output or 1 << 62)
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
@@ -215,6 +247,23 @@ def _parity(tgt: dict, script_args: list[str], *, cwd: str, mode: str | None, st
         with open(json_out, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=1)
     return exit_code(doc)
+
+
+def prebuild_emulator(spec: dict) -> None:
+    """Build the emulated device here, once, before the run (and before torchrun starts N ranks), saying so;
+    without a compiler say it in one line and probe on the CPU trace."""
+    if spec.get("device") not in ("auto", "emulate"):
+        return
+    if spec["device"] == "auto" and importlib.util.find_spec("torch_neuronx") is not None:
+        return  # a Trn host may use TorchNeuron itself; the child decides
+    from neuron_migrate.probe.emulator.build import EmulatorUnavailable, library_path
+
+    try:
+        library_path(log=lambda m: typer.echo(f"neuron-migrate probe: {m}", err=True))
+    except EmulatorUnavailable as exc:
+        typer.echo(f"neuron-migrate probe: {exc}; probing on the CPU trace instead (--device cpu)", err=True)
+        spec["device"] = "cpu"
+        spec["device_note"] = str(exc)
 
 
 def register(app: typer.Typer) -> None:

@@ -526,12 +526,18 @@ def run(spec: dict) -> dict[str, Any]:
         raise ParityError("--save-reference/--compare/--emulate-precision need a factory target (module:fn)")
     seed = int(spec.get("seed", 0))
     torch.manual_seed(seed)
-    device, _tnx, why = resolve_device(spec.get("device", "auto"))
+    requested = spec.get("device") or "auto"
+    if spec.get("save_reference") and requested == "auto":
+        # a reference records the environment the model runs in today, not an emulation of the device
+        import torch.cuda
+
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    device, _tnx, why, kind = resolve_device(requested, spec)
     kinds = parse_kinds(spec.get("emulate_precision"))
     gates = parse_gates(spec.get("gates"))
     model, (args, kwargs) = _load_target(spec)
     initial = copy.deepcopy(model.state_dict())
-    result: dict[str, Any] = {"device": device, "device_reason": why, "torch": torch.__version__,
+    result: dict[str, Any] = {"device": device, "device_kind": kind, "device_reason": why, "torch": str(torch.__version__),
                               "precision": list(kinds), "gates": gates}
     ref = None
     if spec.get("compare"):

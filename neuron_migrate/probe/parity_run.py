@@ -109,7 +109,8 @@ def render_text(doc: dict, cwd: str) -> str:
         return "\n".join(lines)
     against = doc.get("reference_device") or "?"
     prec = ", ".join(doc.get("precision") or []) or "none"
-    lines.append(f"Parity: device {doc['device']} vs reference ({against}); emulated precision: {prec}")
+    device = "neuron (EMULATED on the host)" if doc.get("device_kind") == "emulated" else doc["device"]
+    lines.append(f"Parity: device {device} vs reference ({against}); emulated precision: {prec}")
     for c in doc.get("checks", []):
         mark = "PASS" if c["ok"] else "FAIL"
         rel = ">=" if c["detail"] == "at least" else "<="

@@ -27,7 +27,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-KINDS = ("float64", "int64", "bf16")
+from neuron_migrate.probe.precision_kinds import KINDS, parse_kinds  # noqa: F401 - re-exported
+
 
 _F64_LOW = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 _INT32_MIN, _INT32_SPAN = -(2**31), 2**32
@@ -75,17 +76,6 @@ def op_site(depth: int = 2) -> tuple[str, int] | None:
                 return fn, f.f_lineno
         f = f.f_back
     return None
-
-
-def parse_kinds(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    if not value:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    items = [x.strip().lower() for x in items if x.strip()]
-    bad = [x for x in items if x not in KINDS]
-    if bad:
-        raise ValueError(f"unknown precision {', '.join(bad)}; choose from {', '.join(KINDS)}")
-    return tuple(k for k in KINDS if k in items)
 
 
 def _round_bf16(t: torch.Tensor) -> torch.Tensor:

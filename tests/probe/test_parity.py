@@ -47,7 +47,7 @@ def _culprit_sites(doc):
 
 
 def test_float64_cancellation_is_caught_and_localised():
-    rc, doc = probe_json("models.py:energy", "--emulate-precision", "float64")
+    rc, doc = probe_json("models.py:energy", "--parity", "--emulate-precision", "float64")
     assert rc == 1
     assert not doc["ok"]
     assert doc["origin_module"] == "<model>"  # the cancellation is in Energy.forward, between its children
@@ -60,7 +60,7 @@ def test_float64_cancellation_is_caught_and_localised():
 
 
 def test_int64_overflow_is_caught_and_localised():
-    rc, doc = probe_json("models.py:hash_embed", "--emulate-precision", "int64")
+    rc, doc = probe_json("models.py:hash_embed", "--parity", "--emulate-precision", "int64")
     assert rc == 1
     loc, sites = _culprit_sites(doc)
     assert doc["origin_module"] == "<model>"
@@ -69,7 +69,7 @@ def test_int64_overflow_is_caught_and_localised():
 
 
 def test_bf16_one_pass_variance_is_caught_and_localised():
-    rc, doc = probe_json("models.py:block", "--emulate-precision", "bf16")
+    rc, doc = probe_json("models.py:block", "--parity", "--emulate-precision", "bf16")
     assert rc == 1
     assert doc["origin_module"] == "norm"
     by_name = {m["module"]: m for m in doc["modules"]}
@@ -81,7 +81,7 @@ def test_bf16_one_pass_variance_is_caught_and_localised():
 
 
 def test_clean_model_passes_every_gate_under_all_emulations():
-    rc, doc = probe_json("models.py:clean", "--emulate-precision", "float64,int64,bf16")
+    rc, doc = probe_json("models.py:clean", "--parity", "--emulate-precision", "float64,int64,bf16")
     assert rc == 0, doc
     assert doc["ok"] and doc["checks"] and all(c["ok"] for c in doc["checks"])
     assert {c["gate"] for c in doc["checks"]} >= {"output[0] cosine", "output[0] relative error", "loss curve", "gradients"}
@@ -116,11 +116,11 @@ def test_reference_saved_then_compared(tmp_path):
 
 
 def test_gates_are_configurable_and_checked(tmp_path):
-    rc, doc = probe_json("models.py:clean", "--emulate-precision", "bf16", "--gates", "output-rtol=1e-6")
+    rc, doc = probe_json("models.py:clean", "--parity", "--emulate-precision", "bf16", "--gates", "output-rtol=1e-6")
     assert rc == 1
     failed = [c["gate"] for c in doc["checks"] if not c["ok"]]
     assert failed == ["output[0] relative error"]
-    bad = probe("models.py:clean", "--emulate-precision", "bf16", "--gates", "speed=1")
+    bad = probe("models.py:clean", "--parity", "--emulate-precision", "bf16", "--gates", "speed=1")
     assert bad.returncode == 2 and "bad gate" in bad.stdout
 
 

@@ -385,35 +385,95 @@ def wait_device_ops(site, ctx):
     summary="`with torch_xla.step():` / `with torch_xla.compile():` regions are unwrapped",
     fix="safe",
     severity="warning",
-    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step")],
+    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step"), ("ref", "torch_xla.compile")],
     docs="""
         `torch_xla.step()` (and `torch_xla.compile()` used as a context manager) marks a region whose lazy graph is
         cut at its edges. In eager TorchNeuron the body simply runs: the `with` is removed and its body kept.
-        `torch_xla.compile(fn)` applied to a function becomes `torch.compile(fn, backend="neuron")` (unsafe: Dynamo
-        tracing differs from lazy tracing; `full_graph=` maps to `fullgraph=`).
+        `torch_xla.compile(fn)` applied to a function (also as a decorator) becomes
+        `torch.compile(fn, backend="neuron")` (unsafe: Dynamo tracing differs from lazy tracing; `full_graph=` maps
+        to `fullgraph=`). When the function is a training step this file shows (it calls `zero_grad()`,
+        `backward()` or `optimizer.step()`), `full_graph=True` is not carried over: the lazy tracer captured the
+        whole step, but Dynamo breaks the graph at `backward()` and `fullgraph=True` would refuse it; the note
+        suggests compiling the model instead.
     """,
     examples=[("with torch_xla.step():\n    train_step(batch)", "train_step(batch)")],
 )
 def step_context(site, ctx):
+    from neuron_migrate.rules.builtin.compile import compiled_function, training_calls
+
     parent = site.parent
-    if isinstance(parent, ast.withitem):
+    if site.kind == "ref":
+        if not (isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and site.node in parent.decorator_list):
+            return ctx.finding(site, "torch_xla.compile used as a value: use torch.compile(fn, backend=\"neuron\") by hand")
+    elif isinstance(parent, ast.withitem):
         with_stmt = ctx.analysis.parent_of.get(parent)
         if isinstance(with_stmt, ast.With) and len(with_stmt.items) == 1 and parent.optional_vars is None:
             fx = ctx.fixer()
             fx.unwrap(with_stmt)
             return ctx.finding(site, "XLA step region: unwrapped, the body runs eagerly", fix=fx.build())
         return ctx.finding(site, "XLA step region combined with other context managers: remove it by hand")
-    if site.key.endswith("compile") and site.call.args:
-        fx = ctx.fixer("unsafe")
-        fn = ctx.src(site.call.args[0])
-        full = kwarg(site.call, "full_graph")
-        extra = f", fullgraph={ctx.src(full)}" if full is not None else ""
-        fx.replace(site.node, f'{fx.ref("torch")}.compile({fn}, backend="neuron"{extra})')
-        return ctx.finding(site, "torch_xla.compile(fn): becomes torch.compile(fn, backend=\"neuron\")", fix=fx.build(),
-                           note="Dynamo traces differently from lazy tensors: graph breaks and recompiles show with TORCH_LOGS=graph_breaks,recompiles.")
-    if site.key.endswith("compile") and isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None  # decorator with arguments: handled by hand below
-    return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+    if not site.key.endswith("compile"):
+        return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+    call = site.call
+    decorated = isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and site.node in parent.decorator_list
+    if not decorated and not (call is not None and call.args):
+        return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+    if call is not None and (any(k.arg is None for k in call.keywords) or len(call.args) > (0 if decorated else 1)):
+        return ctx.finding(site, "torch_xla.compile with more arguments than the function: use torch.compile(fn, backend=\"neuron\") by hand")
+    fx = ctx.fixer("unsafe")
+    torch = fx.ref("torch")
+    full = kwarg(call, "full_graph") if call is not None else None
+    fn = compiled_function(site, ctx)
+    train = training_calls(fn, ctx) if fn is not None else []
+    parts = [] if decorated else [ctx.src(call.args[0])]
+    parts.append('backend="neuron"')
+    note = "Dynamo traces differently from lazy tensors: graph breaks and recompiles show with TORCH_LOGS=graph_breaks,recompiles."
+    if full is not None and train and not (isinstance(full, ast.Constant) and not full.value):
+        note = (f"`{fn.name}` calls {'/'.join(c + '()' for c in train)}: Dynamo breaks the graph at backward(), so fullgraph "
+                "is left out (torch_xla traced the whole step lazily); for one forward graph compile the model instead: "
+                "model = torch.compile(model, backend=\"neuron\").")
+    elif full is not None:
+        parts.append(f"fullgraph={ctx.src(full)}")
+    dropped = [k.arg for k in (call.keywords if call is not None else []) if k.arg not in ("f", "full_graph")]
+    if dropped:
+        note += f" Dropped {', '.join(f'{k}=' for k in dropped)} (no torch.compile counterpart)."
+    if decorated:
+        fx.replace(site.node, f"{torch}.compile({', '.join(parts)})")
+    else:
+        fx.replace(site.node, f"{torch}.compile({', '.join(parts)})")
+    return ctx.finding(site, "torch_xla.compile(fn): becomes torch.compile(fn, backend=\"neuron\")", fix=fx.build(), note=note)
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _arguments_text(call: ast.Call, args: ast.expr, fn_src: str, ctx) -> str:
+    """The text between the brackets of `args=(...)`, comments and line breaks kept, for `fn(<text>)`.
+
+    Continuation lines move with the arguments: aligned under the first argument, they stay aligned under
+    it at its new column; in the hanging style they keep their indentation relative to the statement. The
+    fix's text is written relative to the statement's own indentation, which the fix applier adds back.
+    """
+    inner = ctx.src(args)[1:-1]
+    lines = inner.split("\n")
+    if len(lines) == 1 or "\t" in inner:
+        return inner
+    a = ctx.analysis
+    stmt_indent = _indent_of(a.lines[call.lineno - 1])
+    open_line = a.lines[args.lineno - 1]
+    if lines[0].strip():
+        delta = (a.span(call).col + len(fn_src) + 1) - (a.span(args).col + 1)
+    else:
+        delta = stmt_indent - _indent_of(open_line)
+    out = [lines[0]]
+    for i, ln in enumerate(lines[1:], 1):
+        if not ln.strip() and i < len(lines) - 1:
+            out.append("")
+            continue
+        width = max(_indent_of(ln) + delta - stmt_indent, 0)
+        out.append(" " * width + ln.lstrip(" "))
+    return "\n".join(out)
 
 
 @rule(
@@ -428,7 +488,8 @@ def step_context(site, ctx):
         TorchNeuron values exist already, so the closure is called where it was queued. This is unsafe:
         the call now runs earlier (before later code of the same step) and `.item()`/`.cpu()` inside it syncs
         every step. It is right for the usual logging closure; check closures that read parameters updated
-        later in the step. `run_async=True` has no equivalent and is dropped.
+        later in the step. `run_async=True` has no equivalent and is dropped. The arguments keep their own
+        text: comments inside `args=(...)` and its line breaks stay as written.
     """,
     examples=[("xm.add_step_closure(log_fn, args=(loss, step))", "log_fn(loss, step)")],
 )
@@ -444,6 +505,8 @@ def add_step_closure(site, ctx):
         fn_src = f"({fn_src})"
     if args is None:
         text = f"{fn_src}()"
+    elif isinstance(args, (ast.Tuple, ast.List)) and ctx.src(args)[:1] in "([":
+        text = f"{fn_src}({_arguments_text(call, args, fn_src, ctx)})"
     elif isinstance(args, (ast.Tuple, ast.List)):
         text = f"{fn_src}({', '.join(ctx.src(e) for e in args.elts)})"
     else:
