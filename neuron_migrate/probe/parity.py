@@ -150,7 +150,7 @@ def _compile(model, spec):
 
 def run_model(model, args, kwargs, spec: dict, precision: tuple[str, ...] = ()) -> dict[str, Any]:
     """Train (or run forward) `steps` steps; the activations, outputs, loss and gradient norms of every step."""
-    from neuron_migrate.probe.child import loss_of
+    from neuron_migrate.probe.steps import loss_of
 
     train = (spec.get("mode") or "train") == "train"
     steps = max(1, int(spec.get("steps") or 3))
@@ -529,8 +529,6 @@ def run(spec: dict) -> dict[str, Any]:
     requested = spec.get("device") or "auto"
     if spec.get("save_reference") and requested == "auto":
         # a reference records the environment the model runs in today, not an emulation of the device
-        import torch.cuda
-
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     device, _tnx, why, kind = resolve_device(requested, spec)
     kinds = parse_kinds(spec.get("emulate_precision"))
@@ -580,7 +578,7 @@ def run(spec: dict) -> dict[str, Any]:
         ref_run = run_model(ref_model, d_args, d_kwargs, spec)
         ref = {"outputs": ref_run["outputs"], "losses": ref_run["losses"], "grad_norms": ref_run["grad_norms"],
                "order": ref_run["order"], "activations": ref_run["activations"], "modules": ref_run["modules"],
-               "timing": ref_run["timing"], "meta": {"device": device}}
+               "timing": ref_run["timing"], "meta": {"device": "the same device in reference precision"}}
         model.load_state_dict(initial)
     torch.manual_seed(seed)
     fresh = copy.deepcopy(model)
