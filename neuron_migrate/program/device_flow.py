@@ -51,7 +51,8 @@ class DeviceFlow:
         self.a = analysis
         self._fn_of: dict[int, Optional[ast.AST]] = {}
         self._assigns: dict[tuple, list] = {}  # (id(function) or 0, name) -> assigned values
-        self._moved: set = set()  # (id(function) or 0, name) of names moved to the device (`x.to(device)`)
+        self._moved: set = set()  # (id(function) or 0, name) of names whose value goes to the device (`x.to(device)`)
+        self._moved_inplace: set = set()  # ... and that hold the device value afterwards (`model.to(device)`, `x = x.to(device)`)
         self._backends: dict[int, set] = {}  # id(function) or 0 -> backends it tests
         self.dispatch_reasons: dict[int, str] = {}
         self.touches_device = False
@@ -184,7 +185,7 @@ class DeviceFlow:
             return UNKNOWN
         if isinstance(expr, ast.Name):
             key = (self._fid(fn), expr.id)
-            if key in self._moved or (0, expr.id) in self._moved:
+            if key in self._moved_inplace or (0, expr.id) in self._moved_inplace:
                 return DEVICE
             vals = self._assigns.get(key) or []
             places = {self.placement(v, fn, depth + 1) for v in vals if not (isinstance(v, ast.Name) and v.id == expr.id)}
@@ -280,6 +281,7 @@ class DeviceFlow:
                     self._assigns.setdefault((fid, t.id), []).append(node.value)
                     if isinstance(node.value, ast.Call) and self._moves_self(node.value, t.id):
                         self._moved.add((fid, t.id))
+                        self._moved_inplace.add((fid, t.id))  # `x = x.to(device)`: the name now holds the device copy
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             self._assigns.setdefault((fid, node.target.id), []).append(node.value)
         elif isinstance(node, ast.Call):
@@ -294,7 +296,9 @@ class DeviceFlow:
                 if moved:
                     self.touches_device = True
                     if isinstance(func.value, ast.Name):
-                        self._moved.add((fid, func.value.id))
+                        self._moved.add((fid, func.value.id))  # its value goes to the device (a copy, or itself)
+                        if isinstance(self.a.parent_of.get(node), ast.Expr):
+                            self._moved_inplace.add((fid, func.value.id))  # `model.to(device)`: modules move in place
             dev = _kw(node, "device")
             if dev is not None and self.is_device_value(dev, fn):
                 self.touches_device = True
