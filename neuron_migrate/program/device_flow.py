@@ -117,7 +117,7 @@ class DeviceFlow:
             return True if _DEVICE_NAME.match(expr.attr) else None
         return None
 
-    def device_name_at(self, node) -> Optional[str]:
+    def device_name_at(self, node, objects_only: bool = False) -> Optional[str]:
         """A name that holds the program's chosen device at `node`: assigned once, at the top level of the same
         function before `node` (or once at module level, not shadowed), from a device value
         (`device = torch.device("cuda" if ... else "cpu")`). A fix can then write `x.to(device)`, as a hand
@@ -135,7 +135,8 @@ class DeviceFlow:
                         vals = self._assigns.get((self._fid(scope), name), ())
                         if (_DEVICE_NAME.match(name) and vals and all(self.is_device_value(v, scope) is not False for v in vals)
                                 and any(self.is_device_value(v, scope) for v in vals)
-                                and all(v.lineno < node.lineno for v in vals) and scope is fn):
+                                and all(v.lineno < node.lineno for v in vals) and scope is fn
+                                and (not objects_only or all(_is_device_object(v) for v in vals))):
                             return name
                     continue
                 if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
@@ -147,7 +148,8 @@ class DeviceFlow:
                     continue
                 if scope is None and fn is not None and name in {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}:
                     continue
-                if self.is_device_value(stmt.value, scope) and not isinstance(stmt.value, ast.Name):
+                if self.is_device_value(stmt.value, scope) and not isinstance(stmt.value, ast.Name) and (
+                        not objects_only or _is_device_object(stmt.value)):
                     return name
         return None
 
@@ -329,6 +331,17 @@ class DeviceFlow:
                 and func.value.id == name):
             return False
         return self.placement(call) == DEVICE
+
+
+def _is_device_object(expr) -> bool:
+    """The expression makes a `torch.device` (not a device string): `torch.device(...)`, `xm.xla_device()`, ..."""
+    if isinstance(expr, ast.IfExp):
+        return _is_device_object(expr.body) and _is_device_object(expr.orelse)
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        return name in ("device", "xla_device", "current_accelerator")
+    return False
 
 
 def _assigned_on_every_path(stmt: ast.If) -> set:
