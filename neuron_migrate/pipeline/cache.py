@@ -18,7 +18,7 @@ from typing import Optional
 from neuron_migrate.pipeline.process import FileResult
 
 FOLDER = ".neuron-migrate-cache"
-KEEP = 8  # cache files (one per key) kept; older ones are pruned
+KEEP = 32  # cache files (one per key) kept; older ones are pruned
 
 
 def _code_fingerprint() -> str:
@@ -40,7 +40,8 @@ def _code_fingerprint() -> str:
 
 
 def cache_key(codes, settings_kw: dict, fix: bool) -> str:
-    material = json.dumps([_code_fingerprint(), sorted(codes), settings_kw, fix, sys.version_info[:2]], sort_keys=True)
+    material = json.dumps([_code_fingerprint(), [sorted(c) for c in codes] if codes and isinstance(codes[0], (tuple, list)) else sorted(codes),
+                           settings_kw, fix, sys.version_info[:2]], sort_keys=True)
     return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
 
 
