@@ -698,7 +698,8 @@ def all_reduce(site, ctx):
     target = ctx.src(stmt.targets[0])
     dist = fx.ref(DIST, site.scope)
     op = _reduce_op(ctx, kwarg(call, "reduce_type", 0))
-    lines = [f"{target} = {atom(ctx, inputs)}.clone()",
+    copy = ctx.src(inputs) if _fresh_tensor(ctx, inputs) else f"{atom(ctx, inputs)}.clone()"
+    lines = [f"{target} = {copy}",
              f"{dist}.all_reduce({target}{'' if op == 'SUM' else f', op={dist}.ReduceOp.{op}'})"]
     scale = kwarg(call, "scale", 2)
     note = ""
@@ -726,6 +727,23 @@ def _reduce_op(ctx, node):
         if q and q.startswith(XM + ".REDUCE_"):
             value = _REDUCE_CONSTANTS.get(q.rsplit(".", 1)[1])
     return _OPS.get(value) if isinstance(value, str) else None
+
+
+_FRESH_FACTORIES = {"tensor", "ones", "zeros", "full", "empty", "stack", "cat", "rand", "randn", "arange", "ones_like", "zeros_like"}
+_FRESH_METHODS = {"sum", "mean", "norm", "clone", "argmax", "argmin", "count_nonzero", "prod", "std", "var"}
+
+
+def _fresh_tensor(ctx, node) -> bool:
+    """The expression builds a new tensor (a factory, a reduction, arithmetic): reducing it in place needs no clone."""
+    if isinstance(node, ast.BinOp):
+        return _tensor_like(ctx, node)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, (ast.Name, ast.Attribute)):
+        q = program(ctx).qualname(node.func)
+        if q is not None:
+            return q.startswith("torch.") and q.count(".") == 1 and q.split(".")[1] in _FRESH_FACTORIES
+    return isinstance(node.func, ast.Attribute) and node.func.attr in _FRESH_METHODS and not node.args and not node.keywords
 
 
 def _tensor_like(ctx, node, depth: int = 0) -> bool:
@@ -1184,12 +1202,15 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
         `xmp.spawn(fn, args=(...))` started one process per device and called `fn(global_ordinal, *args)` in each;
         `torch_xla.launch(fn, args)` did the same, or under torchrun called `fn(LOCAL_RANK, *args)`. TorchNeuron
         runs one process per NeuronCore started by torchrun ({DIST_GUIDE}), so the call becomes a direct call
-        `fn(int(os.environ.get("RANK", 0)), *args)`: both pass the global ordinal, as torch_xla documents for
-        both (on one host it is also the LOCAL_RANK torch_xla.launch passed under torchrun). Unless the worker
-        always starts the group itself first, the rewrite starts it (`dist.init_process_group("neuron")` when
-        torchrun set `WORLD_SIZE`), since the rewritten collectives need it even when the script's own init is
-        behind a flag; that init is then guarded with `not dist.is_initialized()` (NM126). The group is destroyed
-        after the worker returns; run without torchrun, the script still works as one process. `nprocs`, `join`,
+        `fn(dist.get_rank(), *args)`: both pass the global ordinal, as torch_xla documents for both (on one host
+        it is also the LOCAL_RANK torch_xla.launch passed under torchrun). Unless the worker always starts the
+        group itself first, the rewrite starts it before the call: torchrun's group (`dist.init_process_group(
+        "neuron")` when torchrun set `WORLD_SIZE`), else a group of one process (`store=dist.HashStore(), rank=0,
+        world_size=1`), so the script still runs as one process without torchrun and every rewritten collective,
+        rank and barrier is a plain `torch.distributed` call that works in both. The script's own init (behind a
+        flag, say) is then guarded with `not dist.is_initialized()` (NM126). When the worker always starts the
+        group itself, the index is `int(os.environ.get("RANK", 0))`. The group is destroyed after the worker
+        returns. `nprocs`, `join`,
         `daemon`, `start_method` are dropped (each is a finding on its own line). The finding's note
         gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
         trn2.48xlarge> script.py`. `start_method='fork'` is reported: the Neuron runtime cannot be initialised in
@@ -1199,8 +1220,10 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
     examples=[
         ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
          "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ:  # started by torchrun\n        dist.init_process_group(\"neuron\")\n"
-         "    _mp_fn(int(os.environ.get(\"RANK\", 0)), flags)\n"
-         "    if dist.is_initialized():\n        dist.destroy_process_group()"),
+         "    else:  # one process, as torch_xla ran without a launcher\n"
+         "        dist.init_process_group(\"neuron\", store=dist.HashStore(), rank=0, world_size=1)\n"
+         "    _mp_fn(dist.get_rank(), flags)\n"
+         "    dist.destroy_process_group()"),
     ],
 )
 def xmp_spawn(site, ctx):
@@ -1228,20 +1251,26 @@ def xmp_spawn(site, ctx):
     os_ = fx.ref("os")
     dist = fx.ref(DIST)
     fn_src = atom(ctx, fn) if not isinstance(fn, ast.Lambda) else f"({ctx.src(fn)})"
+    owns_group = program(ctx).launch_needs_init(fn.id if isinstance(fn, ast.Name) else None)
     # torch_xla documents the index as the global ordinal for both (launch wraps xmp.spawn's docs); on one host
     # it equals LOCAL_RANK, which torch_xla.launch passed under torchrun
-    call_args = [f'int({os_}.environ.get("RANK", 0))']
+    call_args = [f"{dist}.get_rank()" if owns_group else f'int({os_}.environ.get("RANK", 0))']
     if isinstance(args, (ast.Tuple, ast.List)):
         call_args += [ctx.src(e) for e in args.elts]
     elif args is not None and not is_none(args):
         call_args.append(f"*{atom(ctx, args)}")
     lines = []
-    owns_group = program(ctx).launch_needs_init(fn.id if isinstance(fn, ast.Name) else None)
-    if owns_group:  # the worker's own init (if any) is conditional: collectives need a group under torchrun
+    if owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
         lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
-                  f'    {dist}.init_process_group("neuron")']
+                  f'    {dist}.init_process_group("neuron")',
+                  "else:  # one process, as torch_xla ran without a launcher",
+                  f'    {dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)']
     lines.append(f"{fn_src}({', '.join(call_args)})")
-    lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
+    destroys = any(q.endswith("destroy_process_group") for q in ctx.analysis.qualnames)
+    if owns_group and not destroys:
+        lines.append(f"{dist}.destroy_process_group()")
+    else:
+        lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
     fx.replace(site.stmt, "\n".join(lines) + "\n")
     if what == "xmp.spawn":
         named = [("nprocs", 2), ("join", 3), ("daemon", 4), ("start_method", 5)]
@@ -1260,7 +1289,8 @@ def xmp_spawn(site, ctx):
             note += f" (nprocs={ctx.src(value)} becomes --nproc_per_node={ctx.src(value)})"
         drops.append((node, f"{name}={ctx.src(value)} (torchrun decides how processes start)"))
     return [ctx.finding(site, f"{what}: becomes a direct call of the worker with its global rank; torchrun starts one process "
-                              "per NeuronCore" + ("; the group is started whenever torchrun runs the script" if owns_group else "")
+                              "per NeuronCore" + ("; a process group is started first (torchrun's, else one of a single process)"
+                                                  if owns_group else "")
                               + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
 
 
