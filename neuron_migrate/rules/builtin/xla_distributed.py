@@ -1220,7 +1220,7 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
     examples=[
         ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
          "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ:  # started by torchrun\n        dist.init_process_group(\"neuron\")\n"
-         "    else:  # one process, as torch_xla ran without a launcher\n"
+         "    else:  # run without torchrun: a group of one process\n"
          "        dist.init_process_group(\"neuron\", store=dist.HashStore(), rank=0, world_size=1)\n"
          "    _mp_fn(dist.get_rank(), flags)\n"
          "    dist.destroy_process_group()"),
@@ -1263,7 +1263,7 @@ def xmp_spawn(site, ctx):
     if owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
         lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
                   f'    {dist}.init_process_group("neuron")',
-                  "else:  # one process, as torch_xla ran without a launcher",
+                  "else:  # run without torchrun: a group of one process",
                   f'    {dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)']
     lines.append(f"{fn_src}({', '.join(call_args)})")
     destroys = any(q.endswith("destroy_process_group") for q in ctx.analysis.qualnames)
@@ -1338,8 +1338,11 @@ def mp_model_wrapper(site, ctx):
         in turn, separated by barriers. Every process must call `.run` the same number of times, as before.
 
         When `X = xmp.MpSerialExecutor()` is only used as `X.run(fn)` (the usual module-level `SERIAL_EXEC`), the
-        assignment goes and each `X.run(fn)` becomes `_neuron_run_serially(fn)`, or `fn()` in a single-device
-        program; this keeps module-level code from calling a helper that is defined further down the file.
+        assignment goes and each `X.run(fn)` becomes `fn()` in a single-device program; after an init that always
+        runs, `result = X.run(fn)` becomes a loop over LOCAL_WORLD_SIZE turns in which the process whose local rank
+        has the turn calls `result = fn()`, with `dist.barrier()` after each turn; elsewhere
+        `_neuron_run_serially(fn)`. This keeps module-level code from calling a helper that is defined further
+        down the file.
     """,
     examples=[("SERIAL_EXEC = xmp.MpSerialExecutor()", "SERIAL_EXEC = _neuron_serial_executor()")],
 )
@@ -1355,12 +1358,24 @@ def mp_serial_executor(site, ctx):
     direct = 0
     for run in runs:
         fn = run.args[0]
-        if facts.group_at(run) is Group.NONE:
+        state = facts.group_at(run)
+        stmt = _stmt_of(ctx.analysis, run)
+        if state is Group.NONE:
             fx.replace(run, f"{atom(ctx, fn)}()")
             direct += 1
+        elif state is Group.ALWAYS and alone_on_lines(ctx, stmt) and (
+                isinstance(stmt, ast.Expr) and stmt.value is run
+                or isinstance(stmt, ast.Assign) and stmt.value is run and all(simple_ref(t) for t in stmt.targets)):
+            # each process of this host in turn, a barrier between turns: what the executor did, written out
+            dist, os_ = fx.ref(DIST, site.scope), fx.ref("os", site.scope)
+            call = ctx.src(stmt)[: run.col_offset - stmt.col_offset] + f"{atom(ctx, fn)}()"
+            fx.replace(stmt, f'for turn in range(int({os_}.environ.get("LOCAL_WORLD_SIZE", 1))):  # one process of this host at a time\n'
+                             f"    if {dist}.get_node_local_rank(fallback_rank=0) == turn:\n"
+                             f"        {call}\n"
+                             f"    {dist}.barrier()\n")
         else:
             fx.replace(run, f"{fx.helper('_neuron_run_serially')}({ctx.src(fn)})")
-    how = "a direct call fn() (single-device program)" if direct == len(runs) else "_neuron_run_serially(fn) (each local rank in turn)"
+    how = "a direct call fn() (single-device program)" if direct == len(runs) else "fn() run by each local rank in turn"
     name = site.stmt.targets[0].id
     return ctx.finding(site, f"xmp.MpSerialExecutor: the executor `{name}` goes and each {name}.run(fn) becomes {how}", fix=fx.build())
 
