@@ -12,7 +12,7 @@ from .helpers import MODELS, marker_lines, rel, run_json  # noqa: E402
 
 
 def _dead(pid: int) -> bool:
-    for _ in range(50):
+    for _ in range(600):  # up to a minute: the kill is sent already, this only waits for it to land
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -31,12 +31,11 @@ def test_model_that_raises():
 
 
 def test_model_that_hangs_is_killed():
-    t0 = time.monotonic()
-    # 20 s: starting torch on a busy 2-core machine can take most of 10
-    rc, rep, _ = run_json([f"{rel('hanging_model.py')}:make", "--timeout", "20"])
+    # no wall-clock assertion: the probe's own --timeout is the event under test, generous enough for torch to
+    # start and reach the hang on a fully loaded machine; run_cli's own limit only catches a probe that hangs
+    rc, rep, _ = run_json([f"{rel('hanging_model.py')}:make", "--timeout", "45"], timeout=600)
     assert rc == 2 and rep["status"] == "timeout"
-    assert time.monotonic() - t0 < 120
-    assert "did not finish within 20 s" in rep["error"]["message"]
+    assert "did not finish within 45 s" in rep["error"]["message"]
     assert rep["outcome"]["timed_out"] and rep["outcome"]["killed"]
     assert any(o["op"] == "aten::addmm.default" for o in rep["ops"])  # partial results kept
     assert rep["ranks"][0]["status"] == "killed"
