@@ -150,6 +150,28 @@ class Ctx:
 
 
 class FixBuilder:
+    """Builds one fix. What the engine does with it (rule modules can rely on this):
+
+    - `replace(node, text)`, `delete(stmt)`, `unwrap(with_stmt)`, `insert_before(stmt, text)`: edits by source
+      range; everything else stays byte-identical. A multi-line `text` is written relative to the
+      indentation of the statement it lands in; build it from `ctx.src_relative(node)` /
+      `ctx.args_src(call)` to keep the user's comments and layout (e.g. `f"{new}({ctx.args_src(call)})"`).
+    - Text that lands inside an f-string is re-quoted (`torch.device('neuron')` in `f"..."`) so the output
+      parses on Python 3.10+; when that is impossible (nested f-strings using both quotes) the fix is left
+      out and its finding stays.
+    - `not <comparison>` where the fix wrote the comparison becomes the negated operator (`!=`, `not in`,
+      `is not`); an `else:`/`elif FLAG:` whose body the fix emptied is dropped; an `if FLAG:` left with `pass`
+      and no else is removed.
+    - `ref(module)` / `name(qualname)`: the local spelling, importing when needed. New imports go where isort
+      puts them (stdlib / third-party / first-party sections of the header, sorted), never a private alias
+      when the plain name is free; an existing import that only comes after the first statement running the
+      fixed code is imported again in the header.
+    - `helper(name)`: inserts a helper from `rules/helpers.py` once per file, below the header imports and
+      before the first module-level statement that runs it (its own imports and helpers before it).
+    - Imports that the applied fixes left unused (used before, unused after) are removed by the engine: a
+      rule need not delete `from torch import float64` itself.
+    """
+
     def __init__(self, ctx: Ctx, safety: FixSafety):
         self.ctx = ctx
         self.safety = safety
