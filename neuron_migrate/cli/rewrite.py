@@ -42,6 +42,7 @@ def rewrite(
     max_file_size: Optional[int] = typer.Option(None, "--max-file-size", help="Refuse files larger than this many bytes (default 20000000)."),
     color: Optional[str] = typer.Option(None, "--color", help="auto (default: colour on a terminal unless NO_COLOR is set), always or never."),
     no_color: bool = typer.Option(False, "--no-color", hidden=True, help="Same as --color never."),
+    helpers_module: Optional[str] = typer.Option(None, "--helpers-module", help="Put inserted helpers into this one module (a .py path, created or extended) and import them from it, instead of pasting them into each file."),
 ) -> None:
     from neuron_migrate.cli.common import Selection, check_color, check_jobs, check_level
 
@@ -53,7 +54,8 @@ def rewrite(
                     device_style=device_style, config=config, max_file_size=max_file_size)
 
     def once() -> int:
-        return _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filename, jobs, quiet, no_cache, color_mode)
+        return _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filename, jobs, quiet, no_cache, color_mode,
+                             helpers_module)
 
     if watch:
         from neuron_migrate.cli.watch import watch_loop
@@ -62,7 +64,8 @@ def rewrite(
     raise typer.Exit(once())
 
 
-def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filename, jobs, quiet, no_cache, color_mode) -> int:
+def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filename, jobs, quiet, no_cache, color_mode,
+                  helpers_module=None) -> int:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, RANK, iterate, prepare, report_no_files
     from neuron_migrate.report.text import console, print_diff, unified_diff
 
@@ -76,6 +79,16 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
         return report_no_files(run, paths)
     out = console(color=color_mode)
     err = console(stderr=True, color=color_mode)
+    shared = None
+    if helpers_module:
+        from pathlib import Path
+
+        from neuron_migrate.rewrite.helpers_module import module_name
+
+        shared = Path(helpers_module if helpers_module.endswith(".py") else helpers_module + ".py")
+        for g in run.groups:
+            g.settings_kw["helpers_module"] = module_name(shared)
+        no_cache = True  # cached results were made without the shared module
     for m in run.messages:
         err.print(f"[red]error[/red]: {m}", highlight=False)
     do_write = write and not check and run.stdin is None
@@ -119,6 +132,8 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
         remaining.extend(res.findings)
         if res.findings and res.new_text is not None:
             source_lines[res.path] = res.new_text.splitlines()
+    if shared is not None:
+        errors += _write_helpers_module(shared, fixed_list, do_write, diff, out, err)
     if not diff:
         _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines,
                  fixed_list if show_fixes else None)
@@ -200,3 +215,38 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         out.print(Text("Nothing was written: run again with --write to apply.", style="dim"))
     if errors:
         err.print(f"[red]{errors} error{'s' if errors != 1 else ''}[/red]")
+
+
+def _write_helpers_module(shared, fixed_list, do_write, diff, out, err) -> int:
+    """Create or extend the --helpers-module file with the helpers the rewritten files import; 1 on error."""
+    from neuron_migrate.report.text import print_diff, unified_diff
+    from neuron_migrate.rewrite.helpers_module import module_name, module_text
+
+    users: dict = {}
+    for path, f in fixed_list:
+        for name, _src in (f.fix.helpers if f.fix else []):
+            users.setdefault(name, set()).add(path)
+    if not users:
+        return 0
+    old = shared.read_text(encoding="utf-8") if shared.exists() else ""
+    try:
+        new = module_text(old, sorted(users))
+    except ValueError as exc:
+        err.print(f"[red]error[/red]: {shared}: {exc}", highlight=False)
+        return 1
+    files = set().union(*users.values())
+    msg = f"{len(files)} file{'s' if len(files) != 1 else ''} use the shared helpers module {module_name(shared)} ({shared})"
+    if new != old:
+        if do_write:
+            shared.parent.mkdir(parents=True, exist_ok=True)
+            if old:
+                from neuron_migrate.files.source import read_source, write_atomic
+
+                write_atomic(read_source(shared), new.encode("utf-8"))
+            else:
+                shared.write_text(new, encoding="utf-8")
+        elif diff:
+            print_diff(out, unified_diff(str(shared), old, new), plain=True)
+    if not diff:
+        out.print(msg, highlight=False)
+    return 0

@@ -62,7 +62,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             break
         chosen, _deferred = select_compatible([f.fix for f in todo])
         try:
-            new_text, applied = apply_fixes(current, chosen, result.analysis.tree)
+            new_text, applied = apply_fixes(current, chosen, result.analysis.tree, getattr(settings, "helpers_module", None))
         except ApplyError as exc:
             raise FixError(str(exc)) from None
         except RecursionError:

@@ -358,8 +358,15 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         for dep in _helper_names(src):
             needed_at[dep] = min(needed_at.get(dep, INF), at)
 
+    # an import nothing will use (a helper's own import when the helper lives in a shared module) is not added
+    used = set().union(*(_all_names(s)[0] for s in body)) if body else set()
+    for _name, src in new_helpers:
+        used |= _helper_names(src)
+    imports = [r for r in imports if _bound_name(r) in used]
     inserts: list[tuple] = []  # (line index, 0 import | 1 helpers, sort key, lines)
+    entries: dict[int, list] = {}  # line -> [(category, key, statement, mode)]
     seen_stmts = set()
+    shared: list[str] = []  # helper names imported from the shared module
     for req in [*imports, *helper_reqs]:
         stmt = req.statement()
         if stmt in seen_stmts:
@@ -370,17 +377,31 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         existing = [(i, s) for i, s in binds.get(name, []) if isinstance(s, (ast.Import, ast.ImportFrom))]
         if any(i < need for i, s in existing if _binds_module(s, req)) or (need == INF and any(_binds_module(s, req) for _, s in existing)):
             continue
-        line, mode = _import_line(lines, header, req, first_party=req in helper_reqs)
+        first_party = req in helper_reqs
+        line, mode = _import_line(lines, header, req, first_party=first_party)
         if mode == "none":  # no imports at all: after the docstring, or before the first statement
             line = body[0].end_lineno if header_end else (starts[0] if body else len(lines))
         if need < len(body) and line > starts[need]:
             line, mode = _with_comments_above(lines, starts[need]), ""
-        text_lines = [stmt + nl]
-        if mode == "after":
-            text_lines = [nl, *text_lines]
-        elif mode == "before":
-            text_lines = [*text_lines, nl]
-        inserts.append((line, 0, _req_key(req), text_lines))
+        if first_party:
+            if shared:
+                continue  # one `from <module> import a, b` for all of them, at the first one's place
+            shared.append(name)
+            stmt = f"from {helper_import} import " + ", ".join(_bound_name(r) for r in helper_reqs)
+        cat = _FIRST if first_party else _module_category(req.module)
+        entries.setdefault(line, []).append((cat, _req_key(req), stmt, mode))
+    for line, group in entries.items():
+        group.sort(key=lambda e: (e[0], e[1]))
+        text_lines: list[str] = []
+        for k, (cat, _key, stmt, mode) in enumerate(group):
+            if k == 0 and mode == "after":
+                text_lines.append(nl)  # a new section below the existing ones
+            elif k and cat != group[k - 1][0] and (mode != "" or group[k - 1][3] != ""):
+                text_lines.append(nl)  # sections are separated by a blank line
+            text_lines.append(stmt + nl)
+        if group[-1][3] == "before":
+            text_lines.append(nl)  # a new section above the existing ones
+        inserts.append((line, 0, (), text_lines))
 
     if new_helpers:
         if helper_at == header_end and header_end:

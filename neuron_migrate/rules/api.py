@@ -89,10 +89,12 @@ def _words_from_triggers(triggers: Iterable[tuple[str, str]]) -> tuple[str, ...]
 class Settings:
     """Options that change what fixes produce."""
 
-    def __init__(self, device_style: str = "neuron", unsafe_fixes: bool = False, table_path: Optional[str] = None):
+    def __init__(self, device_style: str = "neuron", unsafe_fixes: bool = False, table_path: Optional[str] = None,
+                 helpers_module: Optional[str] = None):
         self.device_style = device_style  # "neuron" | "accelerator"
         self.unsafe_fixes = unsafe_fixes
         self.table_path = table_path  # compatibility table for NM3xx rules (None: the newest shipped one)
+        self.helpers_module = helpers_module  # dotted module the helpers are imported from (--helpers-module)
 
 
 class Ctx:
