@@ -88,6 +88,8 @@ def _legacy(fam: str) -> bool:
     examples=[("[project]\ndependencies = [\"torch-xla\"\n", None)],
 )
 def deps_unparsed(doc, ctx):
+    if "torch" not in doc.text:
+        return None
     return [ctx.finding((a, b), f"{what}: this file is not rewritten") for a, b, what in doc.problems[:1]]
 
 
@@ -117,8 +119,7 @@ def torch_xla_dependency(site, ctx):
         return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron; remove it by hand (only entry of its list)")
     fx = ctx.fixer()
     fx.delete(*delete)
-    return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron: removed", fix=fx.build(),
-                       note=f"source: {RELEASE_NOTES}")
+    return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron: removed", fix=fx.build())
 
 
 # -- NM602 --------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from neuron_migrate.rules.text_runner import Doc, TextFixError, check_doc, could_match, fix_doc_text
+from neuron_migrate.rules.text_runner import LANGUAGE, Doc, TextFixError, check_doc, could_match, fix_doc_text
 
 
 def parser_for(kind: str) -> Callable[[str, str], Doc]:
@@ -34,6 +34,7 @@ def process_text_file(path, kind: str, res, ruleset, settings, fix: bool, write:
         if not fix:
             out = check_doc(parse(src.text, res.path), ruleset, settings)
             res.findings, res.suppressed = out.findings, out.suppressed
+            _uncached_if_cross_file(res, kind, src.text)
             return res
         new, applied, applied_findings, remaining, suppressed = fix_doc_text(src.text, res.path, parse, ruleset, settings)
     except (TextFixError, RuleCrash) as exc:
@@ -42,7 +43,11 @@ def process_text_file(path, kind: str, res, ruleset, settings, fix: bool, write:
     except RecursionError:
         res.error = "nesting too deep to process"
         return res
+    except ImportError as exc:  # the shell grammar is a dependency; a broken install is one line, not a traceback
+        res.error = f"cannot parse shell: {exc.name or exc} is not installed (pip install tree-sitter tree-sitter-bash)"
+        return res
     res.findings, res.applied, res.applied_findings, res.suppressed = remaining, applied, applied_findings, suppressed
+    _uncached_if_cross_file(res, kind, src.text)
     if new != src.text:
         try:
             data = src.encode(new)
@@ -57,3 +62,10 @@ def process_text_file(path, kind: str, res, ruleset, settings, fix: bool, write:
             except (SourceError, OSError) as exc:
                 res.error = f"not written: {exc}"
     return res
+
+
+def _uncached_if_cross_file(res, kind: str, text: str) -> None:
+    """A launcher's result can depend on the script it starts (NM505 reads it), which the cache key does not
+    cover: such results are not cached (no digest)."""
+    if LANGUAGE[kind] == "shell" and "python" in text:
+        res.digest = None

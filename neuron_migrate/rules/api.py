@@ -131,10 +131,17 @@ class FixBuilder:
         self.helpers: list[tuple[str, str]] = []
 
     def ref(self, module: str, scope=None) -> str:
-        """The local spelling of `module` (existing alias if any), importing it when needed."""
+        """The local spelling of `module` (existing alias if any), importing it when needed.
+
+        An existing module-level import is reused; the engine still imports the module in the header when
+        that import comes only after the first statement that runs the fixed code (a late `import time`).
+        """
         a = self.ctx.analysis
         bound = a.binding_for(module, scope)
         if bound:
+            found = (scope or a.module_scope).lookup(bound)[1]
+            if found is a.module_scope:
+                self.imports.append(ImportReq(module, None if bound == module else bound))
             return bound
         alias = PREFERRED_ALIAS.get(module)
         if alias and (alias not in a.defined_names or a.binding_for(module) == alias):

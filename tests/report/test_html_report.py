@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = Path(__file__).parent / "probe_report.json"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--disable-extensions", "--disable-default-apps"]
@@ -27,11 +26,16 @@ def report(tmp_path_factory):
     work = base / "xla_repo"
     shutil.copytree(REPO / "examples" / "xla_repo", work)
     (work / "notebook_cfg.sh").write_text('export PJRT_DEVICE=CPU\n')  # something left for manual work
-    out, js = base / "report.html", base / "report.json"
+    out, js, probe = base / "report.html", base / "report.json", base / "fallback_model.json"
+    pytest.importorskip("torch")
+    # a real probe run of the known-answer model: CPU fallbacks, partial/unknown ops and float64 sites
+    p = subprocess.run([sys.executable, "-m", "neuron_migrate", "probe", str(REPO / "examples" / "probe_models" / "fallback_model.py") + ":make",
+                        "--json-out", str(probe)], capture_output=True, text=True, cwd=base, timeout=600)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
     p = subprocess.run([sys.executable, "-m", "neuron_migrate", "report", ".", "-o", str(out), "--json", str(js),
-                        "--probe", str(PROBE)], capture_output=True, text=True, cwd=work, timeout=300)
+                        "--probe", str(probe)], capture_output=True, text=True, cwd=work, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    return out, json.loads(js.read_text()), base
+    return out, json.loads(js.read_text()), base, json.loads(probe.read_text())
 
 
 def test_page_is_self_contained(report):
@@ -78,11 +82,11 @@ def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium); the browser check needs it")
 def test_numbers_in_the_browser_equal_the_json(report):
-    out, data, base = report
+    out, data, base, probe_json = report
     p = _chromium(["--dump-dom", out.as_uri()], base)
     assert p.returncode == 0, p.stderr[-2000:]
     dom = p.stdout
-    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    console = _console_errors(p.stderr)
     assert not console, console
     assert re.search(r'<pre id="nm-js-errors">\s*</pre>', dom), "script errors were written into the page"
     # the inline script ran and found the embedded data consistent
@@ -100,24 +104,41 @@ def test_numbers_in_the_browser_equal_the_json(report):
     assert [int(x) for x in v["rule-manual"]] == [r["manual"] for r in data["by_rule"]]
     assert t["manual"] == 1 and t["error"] == 0
     # probe charts: per status, distinct ops and calls as in the probe JSON
-    probe = json.loads(PROBE.read_text())["summary"]["by_status"]
+    probe = probe_json["summary"]["by_status"]
+    assert probe["cpu_fallback"]["ops"] >= 1  # the known-answer model really has fallbacks
     for s, counts in probe.items():
         assert int(v[f"probe-0-ops-{s}"][0]) == counts["ops"]
         assert int(v[f"probe-0-calls-{s}"][0]) == counts["calls"]
-    f64 = json.loads(PROBE.read_text())["float64"]
+    f64 = probe_json["float64"]
     n64 = len(f64["ops"]) + len(f64["sources"]) + len(f64["tensors"])
-    assert int(v["probe-0-f64"][0]) == n64 == len(v["f64-row-0"])
-    # the SVG bars carry the same values
-    bars = [a for a in nums.attrs_of.get("files-bar", [])]
-    assert bars
+    assert int(v["probe-0-f64"][0]) == n64 == len(v["f64-row-0"]) >= 1
+    assert "fallback_model" in dom
+    # the SVG bar segments carry the same values
+    bar = re.search(r'<svg[^>]*data-testid="files-bar"[^>]*>(.*?)</svg>', dom, re.S).group(1)
+    segments = {k: int(n) for k, n in re.findall(r'data-key="(\w+)" data-value="(\d+)"', bar)}
+    assert segments == {s: t[s] for s in ("migrated", "manual", "clean", "error") if t[s]}
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium); the browser check needs it")
 def test_screenshot(report):
-    out, _data, base = report
+    out, _data, base, _probe = report
     shot_dir = Path(os.environ.get("NM_SCREENSHOT_DIR", base))
     shot_dir.mkdir(parents=True, exist_ok=True)
     shot = shot_dir / "migration-report.png"
     p = _chromium([f"--screenshot={shot}", "--window-size=1280,2000", out.as_uri()], base)
     assert p.returncode == 0, p.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def _console_errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium); the browser check needs it")
+def test_the_console_check_sees_script_errors(tmp_path):
+    """The browser check above could fail: a page with a broken script is caught by the same detection."""
+    page = tmp_path / "broken.html"
+    page.write_text('<html><body><script>console.error("nm-broken"); undefinedFunction();</script></body></html>')
+    p = _chromium(["--dump-dom", page.as_uri()], tmp_path)
+    errors = _console_errors(p.stderr)
+    assert any("nm-broken" in e for e in errors) and any("Uncaught" in e for e in errors), p.stderr[-2000:]
