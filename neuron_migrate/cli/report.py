@@ -25,7 +25,7 @@ def report(
     import json
     from pathlib import Path
 
-    from neuron_migrate.cli.common import EXIT_ERROR, fail, prepare
+    from neuron_migrate.cli.common import EXIT_ERROR, Selection, fail, prepare
     from neuron_migrate.pipeline.parallel import run_files
     from neuron_migrate.report.html import render_html, report_data
 
@@ -35,8 +35,9 @@ def report(
             probes.append((Path(p).stem, json.loads(Path(p).read_text(encoding="utf-8"))))
         except (OSError, ValueError) as exc:
             fail(f"--probe {p}: cannot read a probe JSON report ({exc})")
-    run = prepare(paths or [], select, ignore, config, unsafe_fixes, None, exclude)
-    results = list(run_files(run.items, run.ruleset.codes, run.settings_kw, fix=True, write=False, jobs=jobs))
+    run = prepare(paths or [], Selection(select=select, ignore=ignore, exclude=exclude, unsafe_fixes=unsafe_fixes, config=config))
+    results = [res for g in run.groups
+               for res in run_files(g.items, g.ruleset.spec, g.settings_kw, fix=True, write=False, jobs=jobs)]
     data = report_data(results, run.messages, probes)
     try:
         Path(output).write_text(render_html(data), encoding="utf-8")

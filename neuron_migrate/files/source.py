@@ -41,7 +41,8 @@ def read_source(path: Path) -> SourceFile:
     if not stat.S_ISREG(st.st_mode):
         raise SourceError("not a regular file")
     if st.st_size > MAX_BYTES:
-        raise SourceError(f"file too large ({st.st_size} bytes)")
+        raise SourceError(f"file too large ({st.st_size} bytes; the limit is {MAX_BYTES}: raise `max-file-size` in "
+                          "[tool.neuron-migrate] or pass --max-file-size)")
     try:
         with open(path, "rb") as fh:
             raw = fh.read()

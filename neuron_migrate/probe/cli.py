@@ -108,7 +108,7 @@ def probe(
     fmt: Fmt = typer.Option(Fmt.text, "--format", help="text (rich summary) or json on stdout."),
     report: Optional[str] = typer.Option(None, "--report", help="Also write a Markdown report to FILE.md."),
     json_out: Optional[str] = typer.Option(None, "--json-out", help="Also write the JSON report to FILE."),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when found: fallback,float64,unsupported,unknown,partial,graph-break,compile."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when found (comma separated): fallback, float64, unsupported, unknown, partial, graph-break, compile."),
     table: Optional[str] = typer.Option(None, "--table", help="Compat table file (default: newest shipped)."),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
     seed: int = typer.Option(0, "--seed"),

@@ -74,7 +74,8 @@ class DeviceFlow:
 
     def is_dispatch(self, node) -> bool:
         """`node` is in code that dispatches over more than one accelerator backend."""
-        return len(self.dispatch_backends(node) - {"cpu"}) >= 2
+        kinds = {"cuda" if k == "gpu" else k for k in self.dispatch_backends(node)}
+        return len(kinds & _values.ACCELERATORS) >= 2
 
     def is_device_value(self, expr, fn=None) -> Optional[bool]:
         """True: an accelerator device; False: the CPU; None: cannot tell."""
@@ -113,6 +114,40 @@ class DeviceFlow:
             return True if _DEVICE_NAME.match(expr.id) else None
         if isinstance(expr, ast.Attribute):
             return True if _DEVICE_NAME.match(expr.attr) else None
+        return None
+
+    def device_name_at(self, node) -> Optional[str]:
+        """A name that holds the program's chosen device at `node`: assigned once, at the top level of the same
+        function before `node` (or once at module level, not shadowed), from a device value
+        (`device = torch.device("cuda" if ... else "cpu")`). A fix can then write `x.to(device)`, as a hand
+        migration would."""
+        fn = self.function_of(node)
+        scopes = [fn, None] if fn is not None else [None]
+        for scope in scopes:
+            body = scope.body if scope is not None else self.a.tree.body
+            for stmt in body:
+                if scope is fn and stmt.lineno >= node.lineno:
+                    break
+                if isinstance(stmt, ast.If):
+                    # `if args.device: device = torch.device(args.device) else: device = torch.device(...)`
+                    for name in _assigned_on_every_path(stmt):
+                        vals = self._assigns.get((self._fid(scope), name), ())
+                        if (_DEVICE_NAME.match(name) and vals and all(self.is_device_value(v, scope) is not False for v in vals)
+                                and any(self.is_device_value(v, scope) for v in vals)
+                                and all(v.lineno < node.lineno for v in vals) and scope is fn):
+                            return name
+                    continue
+                if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                    continue
+                name = stmt.targets[0].id
+                if not _DEVICE_NAME.match(name) or len(self._assigns.get((self._fid(scope), name), ())) != 1:
+                    continue
+                if scope is None and fn is not None and (id(fn), name) in self._assigns:
+                    continue
+                if scope is None and fn is not None and name in {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}:
+                    continue
+                if self.is_device_value(stmt.value, scope) and not isinstance(stmt.value, ast.Name):
+                    return name
         return None
 
     def placement(self, expr, fn=None, depth: int = 0) -> str:
@@ -290,6 +325,23 @@ class DeviceFlow:
                 and func.value.id == name):
             return False
         return self.placement(call) == DEVICE
+
+
+def _assigned_on_every_path(stmt: ast.If) -> set:
+    """Names that an if/else assigns (plain `name = ...`) in every branch."""
+
+    def block(stmts) -> set:
+        out: set = set()
+        for st in stmts:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                out.add(st.targets[0].id)
+            elif isinstance(st, ast.If):
+                out |= _assigned_on_every_path(st)
+        return out
+
+    if not stmt.orelse:
+        return set()
+    return block(stmt.body) & block(stmt.orelse)
 
 
 def _kw(call, name):

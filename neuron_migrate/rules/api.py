@@ -34,6 +34,7 @@ def rule(
     docs: str,
     examples: Iterable[Union[tuple, Example]] = (),
     trigger_words: Iterable[str] = (),
+    opt_in: bool = False,
     language: str = "python",
 ) -> Callable:
     """Declare a Python rule; the decorated function is its check(site, ctx)."""
@@ -52,6 +53,7 @@ def rule(
                 check=check,
                 trigger_words=tuple(trigger_words) or _words_from_triggers(triggers),
                 origin=check.__module__,
+                opt_in=opt_in,
                 language=language,
             )
         )

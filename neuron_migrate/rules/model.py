@@ -48,6 +48,8 @@ class Rule:
     # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
     trigger_words: tuple[str, ...] = ()
     origin: str = ""  # module or YAML file that defines it
+    # opinionated advice: runs only when selected by its exact code or name (never by ALL or a prefix)
+    opt_in: bool = False
     # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
     language: str = "python"
 

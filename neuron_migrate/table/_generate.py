@@ -101,8 +101,7 @@ SOURCES: dict[str, dict[str, Any]] = {
         "url": None,
         "kind": "community",
         "confidence": "low",
-        "title": "Beta 2/3 community field reports (torch 2.11-2.12) collected in the project research digest "
-        "(shared/research/torchneuron.md sections 3.4 and 4.1); no single public address recorded",
+        "title": "Beta 2/3 community field reports (torch 2.11-2.12, forum and chat posts); no single public address recorded",
     },
 }
 
