@@ -28,12 +28,14 @@ def audit(
     extend_select: Optional[List[str]] = typer.Option(None, "--extend-select", help="Rule codes or prefixes to add to the selection."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Rule codes or prefixes to skip."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Glob patterns of paths to skip."),
-    table: Optional[str] = typer.Option(None, "--table", help="Compatibility table YAML to check ops against (default: the newest shipped)."),
+    table: Optional[str] = typer.Option(None, "--table", help="Compatibility table YAML to check ops against (default: the table for the installed torch family, else the newest)."),
     config: Optional[str] = typer.Option(None, "--config", help="pyproject.toml to read [tool.neuron-migrate] from."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes (default: all cores)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the result cache."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Text output: findings without code frames and summary only."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Force or disable colour."),
+    min_confidence: str = typer.Option("low", "--min-confidence",
+                                       help="Drop compatibility findings whose table fact is less sure: high | medium | low."),
 ) -> None:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fail, open_cache, prepare
     from neuron_migrate.files.parallel import run_files
@@ -41,6 +43,8 @@ def audit(
     fmt = output_format.lower()
     if fmt not in FORMATS:
         fail(f"--output-format must be one of {', '.join(FORMATS)}, not {output_format!r}")
+    if min_confidence not in ("high", "medium", "low"):
+        fail(f"--min-confidence must be high, medium or low, not {min_confidence!r}")
     run = prepare(paths or [], select, ignore, config, None, None, exclude, extend_select)
     if table is not None:
         from pathlib import Path
@@ -61,6 +65,17 @@ def audit(
         if res.error:
             errors.append((res.path, res.error))
         findings.extend(res.findings)
+    if min_confidence != "low" or (table is None and any(f.confidence for f in findings)):
+        from neuron_migrate.table import TableError, confidence_rank, default_table_path
+
+        floor = confidence_rank(min_confidence)
+        findings = [f for f in findings if not f.confidence or confidence_rank(f.confidence) >= floor]
+        try:
+            warn = default_table_path()[1] if table is None else None
+        except TableError:
+            warn = None
+        if warn and fmt in ("text", "concise"):
+            typer.echo(f"warning: {warn}", err=True)
     findings.sort(key=lambda f: f.sort_key())
     if cache is not None:
         cache.save()  # a cache that cannot be written only costs time

@@ -33,9 +33,15 @@ def _code_fingerprint() -> str:
         if not root.is_dir():
             continue
         for p in sorted(root.rglob("*")):
-            if p.suffix in (".py", ".yaml", ".yml"):
+            if p.suffix in (".py", ".yaml", ".yml", ".json"):
                 st = p.stat()
                 h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
+    try:  # the default table follows the installed torch family (importlib.metadata, no torch import)
+        from neuron_migrate.table import default_table_path
+
+        h.update(default_table_path()[0].name.encode())
+    except Exception:  # noqa: BLE001 - no table: the NM3xx rules say so themselves
+        pass
     return h.hexdigest()
 
 

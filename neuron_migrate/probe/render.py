@@ -80,6 +80,8 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         tt.add_column("note", ratio=2)
         for r in rows:
             note = r.get("note") or ""
+            if r.get("confidence") in ("medium", "low"):  # the table is not sure: say so on the row
+                note = f"[{r['confidence']} confidence, {r.get('source') or 'no source'}] {note}"
             tt.add_row(r["op"], str(r["count"]), _sites(r), note if len(note) <= 110 else note[:107] + "...")
         con.print(tt)
 
@@ -89,8 +91,9 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     rows_table("partial (verify overload/dtype on device)", report["partial"], "magenta")
     unk = report["unknown"]
     if unk:
-        con.print(f"[cyan]unknown[/] (not in the table, verify on device): "
-                  + ", ".join(f"{r['op']} x{r['count']}" for r in unk[:25]) + (" ..." if len(unk) > 25 else ""))
+        con.print(f"[cyan]unknown[/] (needs a backend kernel no source covers: verify on device): "
+                  + ", ".join(f"{r['op']} x{r['count']}" + (f" at {r['sites'][0]['site']}" if r.get("sites") else "")
+                              for r in unk[:25]) + (" ..." if len(unk) > 25 else ""))
 
     f64 = report["float64"]
     if f64["ops"] or f64["tensors"]:

@@ -99,7 +99,9 @@ def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional
                 "region": region,
             }}],
             "partialFingerprints": {"primaryLocationLineHash": f"{digest}:{seen[digest]}"},
-            "properties": {"fixable": f.fix is not None, **({"fix": f.fix.safety.value} if f.fix else {})},
+            "properties": {"fixable": f.fix is not None, **({"fix": f.fix.safety.value} if f.fix else {}),
+                           **({"confidence": f.confidence} if f.confidence else {}),
+                           **({"source": f.source} if f.source else {})},
         })
     return {
         "version": "2.1.0",

@@ -62,6 +62,8 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
         t.append(" ")
         t.append(f.rule.code, style=SEVERITY_STYLE.get(f.severity.value, ""))
         t.append(f" {fix_label(f)}{f.message}")
+        if f.confidence in ("medium", "low"):
+            t.append(f" [{f.confidence} confidence{', ' + f.source if f.source else ''}]", style="dim")
         out.append(t)
         if concise:
             continue

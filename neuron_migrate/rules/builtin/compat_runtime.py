@@ -5,13 +5,13 @@ import ast
 import re
 
 from neuron_migrate.rules.api import const_value, kwarg, rule
-from neuron_migrate.rules.builtin.compat import PRERELEASE, in_compare
+from neuron_migrate.rules.builtin.compat import PRERELEASE, fact, in_compare, sourced
 
 DIST = "torch.distributed"
 DIST_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html"
 DIST_SRC = f"{PRERELEASE}/distributed/backend.py"
 XLA_BACKEND = "https://github.com/pytorch/xla/blob/master/torch_xla/distributed/xla_backend.py"
-COMMUNITY = "beta community reports collected in the project research digest (shared/research/torchneuron.md)"
+COMMUNITY = "unofficial beta community reports (torch-neuronx 2.11-2.12); low confidence"
 
 _P2P = [f"{DIST}.{n}" for n in ("send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp", "recv_object_list", "send_object_list")]
 
@@ -36,7 +36,8 @@ _P2P = [f"{DIST}.{n}" for n in ("send", "recv", "isend", "irecv", "batch_isend_i
 def point_to_point(site, ctx):
     name = site.key.rsplit(".", 1)[1]
     return ctx.finding(site, f"`{name}` (point-to-point) is not implemented by the neuron process group: rewrite the "
-                             "exchange as a collective (all_gather + slice, or all_to_all_single with equal splits)")
+                             "exchange as a collective (all_gather + slice, or all_to_all_single with equal splits)",
+                       **sourced(fact(ctx, f"torch.distributed.{name}")))
 
 
 @rule(
@@ -62,9 +63,11 @@ def uneven_all_to_all(site, ctx):
         if all(s is None or const_value(s, 0) is None and isinstance(s, ast.Constant) for s in splits):
             return None
         return ctx.finding(site, "all_to_all_single with split sizes: TorchNeuron supports equal splits only; pad each "
-                                 "chunk to the same size and drop output_split_sizes/input_split_sizes")
+                                 "chunk to the same size and drop output_split_sizes/input_split_sizes",
+                           **sourced(fact(ctx, "torch.distributed.all_to_all_single")))
     return ctx.finding(site, "all_to_all with a list of tensors: TorchNeuron supports equal-sized chunks only; make every "
-                             "tensor in the lists the same shape (pad), or use all_to_all_single")
+                             "tensor in the lists the same shape (pad), or use all_to_all_single",
+                       **sourced(fact(ctx, "torch.distributed.all_to_all")))
 
 
 _RANKISH = re.compile(r"rank|ordinal|is_main|is_master|main_process|master_process|global_zero", re.I)
@@ -102,11 +105,13 @@ def barrier_subgroup(site, ctx):
     if group is not None and not (isinstance(group, ast.Constant) and group.value is None):
         if not ctx.src(group).endswith("group.WORLD"):
             return ctx.finding(site, "dist.barrier() on a subgroup: TorchNeuron implements barrier on the default group "
-                                     "only; call dist.barrier() on the world group")
+                                     "only; call dist.barrier() on the world group",
+                               **sourced(fact(ctx, "torch.distributed.barrier")))
     cond = _rank_conditional(site)
     if cond is not None:
         return ctx.finding(site, f"dist.barrier() inside `if {ctx.src(cond.test)}:` is reached by only some ranks: it was a "
-                                 "no-op under torch_xla but hangs on TorchNeuron; move it out of the rank-conditional block")
+                                 "no-op under torch_xla but hangs on TorchNeuron; move it out of the rank-conditional block",
+                           **sourced(fact(ctx, "torch.distributed.barrier")))
     return None
 
 
@@ -189,7 +194,7 @@ def device_before_init(site, ctx):
             if use is not None:
                 return ctx.finding(use, f"`{ctx.src(use)}` touches the device before dist.init_process_group (line "
                                         f"{stmt.lineno}): the Neuron runtime must not start before the process group; "
-                                        "call init_process_group first")
+                                        "call init_process_group first", confidence="medium", source="prerelease_dist")
     return None
 
 
@@ -254,7 +259,8 @@ def generator_device(site, ctx):
     if dev is None or (isinstance(dev, ast.Constant) and dev.value in ("cpu", None)):
         return None
     return ctx.finding(site, f"torch.Generator(device={ctx.src(dev)}): a device generator is not available on TorchNeuron; "
-                             "use torch.Generator() (CPU), draw on CPU and move the result with .to(device)")
+                             "use torch.Generator() (CPU), draw on CPU and move the result with .to(device)",
+                       confidence="low", source="community_beta")
 
 
 @rule(
@@ -285,4 +291,4 @@ def channels_last(site, ctx):
     fx = ctx.fixer()
     fx.replace(site.node, f"{fx.ref('torch')}.contiguous_format")
     return ctx.finding(site, f"`{site.key}`: Neuron supports only contiguous/preserve memory format; use "
-                             "torch.contiguous_format", fix=fx.build())
+                             "torch.contiguous_format", fix=fx.build(), confidence="low", source="community_beta")

@@ -63,16 +63,21 @@ def cuda_amp_autocast(site, ctx):
     docs="""
         Loss scaling protects float16 gradients from underflow. `torch.cuda.amp.GradScaler()` on a machine
         without CUDA disables itself with a warning, so on Neuron it does nothing. Train with
-        `torch.autocast("neuron", dtype=torch.bfloat16)`, whose exponent range needs no scaling, and remove the
-        scaler (`scaler.scale(loss).backward()` -> `loss.backward()`, `scaler.step(opt)` -> `opt.step()`, drop
-        `scaler.update()`); if you must keep float16, use `torch.amp.GradScaler("neuron")`. Not rewritten:
-        removing it changes the training loop in several places.
+        `torch.autocast("neuron", dtype=torch.bfloat16)`: bfloat16 has float32's exponent range and needs no
+        scaler (TorchNeuron's autocast follows the CUDA op lists). Remove the scaler
+        (`scaler.scale(loss).backward()` -> `loss.backward()`, `scaler.step(opt)` -> `opt.step()`, drop
+        `scaler.update()`). float16 loss scaling on Neuron is unverified: no TorchNeuron document mentions a
+        `GradScaler("neuron")`, and the ops a scaler runs (`_amp_foreach_non_finite_check_and_unscale_`,
+        `_amp_update_scale_`) have no kernel in the pre-release operator registry, so at best they take the CPU
+        fallback (`neuron-migrate table show torch.amp.GradScaler`). Not rewritten: removing the scaler changes the
+        training loop in several places.
     """,
     examples=[("scaler = torch.cuda.amp.GradScaler()", None)],
 )
 def grad_scaler(site, ctx):
-    return ctx.finding(site, "GradScaler: train in bfloat16 (torch.autocast(\"neuron\", dtype=torch.bfloat16)) and remove the scaler, "
-                             "or use torch.amp.GradScaler(\"neuron\") for float16")
+    return ctx.finding(site, "GradScaler: train in bfloat16 (torch.autocast(\"neuron\", dtype=torch.bfloat16)), which needs no "
+                             "scaler, and remove it; float16 loss scaling on Neuron is unverified (no documented "
+                             "GradScaler(\"neuron\"); its _amp_* ops have no known Neuron kernel)")
 
 
 # -- NM208 ------------------------------------------------------------------------------------------
