@@ -13,6 +13,8 @@ DATA_PACKAGES = {
 setup(
     packages=find_packages(include=["neuron_migrate", "neuron_migrate.*"]) + list(DATA_PACKAGES),
     package_dir=DATA_PACKAGES,
-    package_data={name: ["*.yaml", "*.yml", "*.md", "*.json"] for name in DATA_PACKAGES},
+    package_data={**{name: ["*.yaml", "*.yml", "*.md", "*.json"] for name in DATA_PACKAGES},
+                  # the emulated neuron device's C++ source, compiled on first use
+                  "neuron_migrate.probe.emulator": ["*.cpp"]},
     include_package_data=False,
 )

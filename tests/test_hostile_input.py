@@ -205,7 +205,7 @@ def test_file_changed_during_run_is_not_overwritten(tmp_path, monkeypatch):
 
 def test_a_crashing_rule_is_a_per_file_error(tmp_path):
     """A bug in one rule gives that file an error naming the rule; other files are still processed."""
-    from neuron_migrate.files.process import process_file
+    from neuron_migrate.pipeline.process import process_file
     from neuron_migrate.rules.api import Settings
     from neuron_migrate.rules.model import FixSafety, Rule, Severity
     from neuron_migrate.rules.registry import RuleSet

@@ -19,7 +19,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 import torch.utils._pytree as pytree  # noqa: E402
 
-from neuron_migrate.rewrite.helpers import HELPERS  # noqa: E402
+from neuron_migrate.rules.helpers import HELPERS  # noqa: E402
 from neuron_migrate.rules.builtin import xla_distributed_helpers  # noqa: E402,F401
 
 HAVE_NUMPY = importlib.util.find_spec("numpy") is not None

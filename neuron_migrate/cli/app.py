@@ -1,7 +1,7 @@
 """The `neuron-migrate` command line.
 
-Each stage (table, probe, audit, rewrite) owns its commands in `neuron_migrate/<stage>/cli.py` and adds them
-here through `register(app)`. Those modules must stay light at import time (no torch, no libcst): the CLI
+Each command group lives in a module with a `register(app)` function (`COMMAND_MODULES`, in the order of
+`neuron-migrate --help`): rewrite, audit and rules here in `cli/`, probe and table in their own stages. Those modules must stay light at import time (no torch, no libcst): the CLI
 starts for every pre-commit run.
 """
 from __future__ import annotations
@@ -22,18 +22,19 @@ app = typer.Typer(
 )
 
 # Order is the order of `neuron-migrate --help`.
-STAGES = ("rewrite", "audit", "probe", "table", "rules")
+COMMAND_MODULES = (
+    "neuron_migrate.cli.rewrite",
+    "neuron_migrate.cli.audit",
+    "neuron_migrate.cli.report",
+    "neuron_migrate.probe.cli",
+    "neuron_migrate.table.cli",
+    "neuron_migrate.cli.rules",
+)
 
 
-def _register_stages() -> None:
-    for stage in STAGES:
-        try:
-            module = importlib.import_module(f"neuron_migrate.{stage}.cli")
-        except ModuleNotFoundError as exc:  # a stage not built yet must not break the others
-            if exc.name and exc.name.startswith(f"neuron_migrate.{stage}"):
-                continue
-            raise
-        module.register(app)
+def _register_commands() -> None:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
 
 
 @app.callback()
@@ -51,7 +52,7 @@ def _root(
         raise typer.Exit(2)
 
 
-_register_stages()
+_register_commands()
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ def open_cache(run: Run, fix: bool, no_cache: bool):
     """The result cache for this run, or None when disabled (--no-cache or `cache = false`)."""
     if no_cache or not run.config.cache:
         return None
-    from neuron_migrate.files.cache import ResultCache, cache_folder, cache_key
+    from neuron_migrate.pipeline.cache import ResultCache, cache_folder, cache_key
 
     return ResultCache(cache_folder(run.config.source), cache_key(run.ruleset.codes, run.settings_kw, fix))
 

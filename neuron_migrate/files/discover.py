@@ -8,6 +8,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
+
+
+def file_kind(name: str) -> str:
+    """What a file is, from its name: python, notebook, shell, dockerfile, env, yaml, requirements, pyproject,
+    setup.py, setup.cfg or conda ("" for anything else)."""
+    low = name.lower()
+    if name == "setup.py":
+        return "setup.py"
+    if low.endswith((".py", ".pyi")):
+        return "python"
+    if low.endswith(".ipynb"):
+        return "notebook"
+    if low.endswith((".sh", ".bash", ".slurm", ".sbatch")):
+        return "shell"
+    if name in ("Dockerfile", "Containerfile") or name.startswith(("Dockerfile.", "Containerfile.")) or low.endswith(".dockerfile"):
+        return "dockerfile"
+    if name == ".env" or low.endswith(".env") or name.startswith(".env."):
+        return "env"
+    if name in ("pyproject.toml", "setup.cfg"):
+        return "pyproject" if name == "pyproject.toml" else "setup.cfg"
+    if low.startswith("requirements") and low.endswith((".txt", ".in")) or low.endswith("requirements.txt"):
+        return "requirements"
+    if low.endswith((".yml", ".yaml")):
+        return "conda" if low.startswith("environment") else "yaml"
+    return ""
+
+
+def _wanted(name: str) -> bool:
+    # also launchers, job files and dependency lists: their rules are not Python rules (see file_kind)
+    return name.endswith(SUFFIXES) or bool(file_kind(name))
 ALWAYS_SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache",
                ".pytest_cache", ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 
@@ -195,7 +225,7 @@ def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, me
         try:
             is_dir = entry.is_dir()
         except OSError as exc:  # e.g. ELOOP on a symlink cycle
-            if entry.name.endswith(SUFFIXES):
+            if _wanted(entry.name):
                 messages.append(f"{path}: cannot access ({exc.strerror or exc}; symlink loop?)")
             continue
         if is_dir:
@@ -204,7 +234,7 @@ def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, me
             if respect_gitignore and _ignored(path, True, ignores):
                 continue
             _walk(path, root, ignores, exclude, respect_gitignore, add, messages, visited)
-        elif entry.name.endswith(SUFFIXES):
+        elif _wanted(entry.name):
             if _excluded(rel, entry.name, exclude):
                 continue
             if respect_gitignore and _ignored(path, False, ignores):

@@ -111,3 +111,27 @@ def dump_notebook(nb: Notebook, new_text: str) -> bytes:
         cell["source"] = src.splitlines(keepends=True) if isinstance(orig, list) else src
     out = json.dumps(nb.data, indent=nb.indent, ensure_ascii=False)
     return (out + ("\n" if nb.trailing_newline else "")).encode("utf-8")
+
+
+def name_cells(findings, text: str) -> None:
+    """Re-express findings on the joined text as cell number (1-based, counting every cell as Jupyter lists
+    them) plus line within that cell, so that `train.ipynb:cell 4:10:3` points at what the user sees."""
+    marks = [(i + 1, int(m.group(1))) for i, line in enumerate(text.split("\n")) if (m := _CELL_RE.match(line))]
+    if not marks:
+        return
+    import bisect
+
+    from neuron_migrate.files.span import Span
+
+    lines = [m[0] for m in marks]
+    for f in findings:
+        if f.cell is not None:
+            continue
+        k = bisect.bisect_right(lines, f.span.line) - 1
+        if k < 0:
+            continue
+        mark_line, index = marks[k]
+        s = f.span
+        end_line = s.end_line - mark_line if s.end_line > mark_line else 1
+        f.span = Span(max(1, s.line - mark_line), s.col, max(1, end_line), s.end_col)
+        f.cell = index + 1

@@ -56,13 +56,13 @@ def load_rank_docs(results_dir: str | os.PathLike) -> list[dict]:
         journal = p.with_name(f"{p.stem}.ops.jsonl")
         if journal.is_file():
             ops = doc.setdefault("ops", [])
-            have = {(o["op"], o["phase"], o.get("file"), o.get("line")) for o in ops}
+            have = {_key(o) for o in ops}
             for line in journal.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     o = json.loads(line)
                 except ValueError:
                     continue  # a line cut by the crash
-                key = (o.get("op"), o.get("phase"), o.get("file"), o.get("line"))
+                key = _key(o)
                 if key not in have and o.get("op"):
                     have.add(key)
                     ops.append(dict(o, count=max(1, o.get("count") or 0), count_lower_bound=True))
@@ -70,17 +70,23 @@ def load_rank_docs(results_dir: str | os.PathLike) -> list[dict]:
     return docs
 
 
+def _key(o: dict) -> tuple:
+    return (o.get("op"), o.get("phase"), o.get("file"), o.get("line"), o.get("lib_file"), o.get("lib_line"),
+            o.get("namespace"))
+
+
 def merge_ops(docs: list[dict]) -> list[dict]:
     merged: dict[tuple, dict] = {}
     for d in docs:
         rank = d.get("rank", 0)
         for o in d.get("ops") or []:
-            key = (o["op"], o["phase"], o.get("file"), o.get("line"))
+            key = _key(o)
             m = merged.get(key)
             if m is None:
-                m = merged[key] = dict(o, ranks=[], count=0, in_dtypes=list(o.get("in_dtypes") or []),
+                m = merged[key] = dict(o, ranks=[], count=0, raised=0, in_dtypes=list(o.get("in_dtypes") or []),
                                        out_dtypes=list(o.get("out_dtypes") or []))
             m["count"] += o.get("count", 0)
+            m["raised"] += o.get("raised") or 0
             if rank not in m["ranks"]:
                 m["ranks"].append(rank)
             for k in ("in_dtypes", "out_dtypes"):
@@ -111,6 +117,21 @@ class Classifier:
     def version(self) -> str | None:
         return getattr(self.table, "version", None)
 
+    def namespace_status(self, namespace: str) -> dict:
+        """The table's rating of a namespace (torch.sparse, torch.nested, torch.distributions, torch.func), with
+        confidence and source: Table.classify_module, the verdict audit's NM301 reports too."""
+        v = None
+        if self.table is not None:
+            try:
+                v = self.table.classify_module(namespace)
+            except Exception:  # noqa: BLE001
+                v = None
+        if v is None:
+            return {"status": "unknown", "note": "namespace not in the compat table: verify on device",
+                    "source_url": None, "confidence": None, "source": None}
+        return {"status": v.status.value, "note": v.note or "", "source_url": v.source_url,
+                "confidence": v.confidence, "source": v.source_id}
+
     def classify(self, op: str) -> dict:
         """The table's verdict for a recorded op (Table.classify_op: the same answer audit gives)."""
         c = self._cache.get(op)
@@ -139,9 +160,34 @@ class Classifier:
 # ---------------------------------------------------------------------------------------------- report
 
 
+_SEVERITY = {"native": 0, "unknown": 1, "partial": 2, "cpu_fallback": 3, "unsupported": 4}
+# namespaces seen through the tensors themselves: every op on such a tensor takes the namespace's status
+_LAYOUT_NAMESPACES = ("torch.sparse", "torch.nested")
+_PHASE_ORDER = {"forward": 0, "backward": 1, "init": 2, "optimizer": 3}
+DECOMPOSED_NOTE = "decomposed by the Neuron Dynamo backend"
+
+
+def lib_path(path: str | None, cwd: str) -> str | None:
+    """An installed library's file relative to its site-packages (`transformers/models/vit/modeling_vit.py`)."""
+    if not path:
+        return path
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return _rel(path, cwd)
+
+
+def _loc(file: str | None, line) -> str | None:
+    return f"{file}:{line}" if file else None
+
+
 def _site(o: dict) -> str:
-    if o.get("file"):
-        return f"{o['file']}:{o['line']}"
+    """Where an op ran: the library line and the user's line that led there, or the one there is."""
+    user, lib = _loc(o.get("file"), o.get("line")), _loc(o.get("lib_file"), o.get("lib_line"))
+    if user and lib:
+        return f"{lib} (from {user})"
+    if user or lib:
+        return user or lib
     return {"optimizer": "(optimizer step, no user frame)", "backward": "(autograd engine / probe loss)"}.get(
         o.get("phase"), "(no user frame)")
 
@@ -162,7 +208,14 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
     ops = merge_ops(docs)
     for o in ops:
         o.update(classifier.classify(o["op"]))
+        ns = o.get("namespace")
+        if ns in _LAYOUT_NAMESPACES:
+            n = classifier.namespace_status(ns)
+            if _SEVERITY.get(n["status"], 1) > _SEVERITY.get(o["status"], 1):
+                what = "sparse layout" if ns == "torch.sparse" else "nested tensor"
+                o.update(status=n["status"], note=f"{what} ({ns}): {n['note']}", source_url=n["source_url"])
         o["file"] = _rel(o.get("file"), cwd)
+        o["lib_file"] = lib_path(o.get("lib_file"), cwd)
         o["site"] = _site(o)
 
     run_ops = [o for o in ops if o["phase"] != "init"]
@@ -188,8 +241,10 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
                                           "source_url": o.get("source_url"), "confidence": o.get("confidence"),
                                           "source": o.get("source"), "phases": []})
             r["count"] += o["count"]
-            r["sites"].append({"site": o["site"], "file": o.get("file"), "line": o.get("line"), "phase": o["phase"],
-                               "count": o["count"], "grad_fn": o.get("grad_fn"), "attributed": o.get("attributed")})
+            r["sites"].append({"site": o["site"], "file": o.get("file"), "line": o.get("line"),
+                               "lib_file": o.get("lib_file"), "lib_line": o.get("lib_line"), "phase": o["phase"],
+                               "count": o["count"], "grad_fn": o.get("grad_fn"), "attributed": o.get("attributed"),
+                               "namespace": o.get("namespace")})
             if o["phase"] not in r["phases"]:
                 r["phases"].append(o["phase"])
         out = sorted(rows.values(), key=lambda r: (-r["count"], r["op"]))
@@ -201,7 +256,8 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
     f64_rows: dict[tuple, dict] = {}
     for o in float64_ops:
         r = f64_rows.setdefault((o["op"], o["site"]), {"op": o["op"], "site": o["site"], "file": o.get("file"),
-                                                       "line": o.get("line"), "count": 0, "phases": [],
+                                                       "line": o.get("line"), "lib_file": o.get("lib_file"),
+                                                       "lib_line": o.get("lib_line"), "count": 0, "phases": [],
                                                        "dtypes": []})
         r["count"] += o["count"]
         if o["phase"] not in r["phases"]:
@@ -224,6 +280,7 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
         if d.get("error"):
             e = dict(d["error"], rank=d.get("rank", 0))
             e["file"] = _rel(e.get("file"), cwd)
+            e["lib_file"] = lib_path(e.get("lib_file"), cwd)
             first_error = first_error or e
     status = "ok"
     if outcome.get("timed_out"):
@@ -237,6 +294,8 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
         "args": spec.get("args") or [],
         "mode": spec.get("mode"),
         "device": next((d.get("device") for d in docs if d.get("device")), None),
+        "device_kind": next((d.get("device_kind") for d in docs if d.get("device_kind")), None),
+        "emulate_precision": any(d.get("emulate_precision") for d in docs),
         "device_reason": next((d.get("device_reason") for d in docs if d.get("device_reason")), None),
         "torch_version": next((d.get("torch_version") for d in docs if d.get("torch_version")), None),
         "table_version": classifier.version,
@@ -255,7 +314,10 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
         "unsupported": group("unsupported"),
         "partial": group("partial"),
         "unknown": group("unknown"),
-        "float64": {"ops": sorted(f64_rows.values(), key=lambda r: (-r["count"], r["site"])),
+        "namespaces": _namespace_section(ops, docs, classifier, cwd),
+        # the user's own forward/backward lines first: optimizer rows (one per parameter) would hide them
+        "float64": {"ops": sorted(f64_rows.values(), key=lambda r: (min(_PHASE_ORDER.get(p, 9) for p in r["phases"]),
+                                                                     -r["count"], r["site"])),
                     "sources": float64_sources, "tensors": list(f64_tensors.values())},
         "construction": sorted({o["op"] for o in init_ops if o["status"] in ("cpu_fallback", "unsupported")}),
         "timing": _timing(docs),
@@ -275,21 +337,56 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
     return report
 
 
+def _namespace_section(ops: list[dict], docs: list[dict], classifier: Classifier, cwd: str) -> list[dict]:
+    """Namespace use seen at run time (sparse layouts, nested tensors, torch.distributions code, torch.func
+    transforms), each with the table's status for the namespace and where it happened."""
+    uses: dict[str, dict] = {}
+
+    def add(ns: str, how: str, site: str, count: int, phase: str) -> None:
+        u = uses.get(ns)
+        if u is None:
+            u = uses[ns] = {"namespace": ns, **classifier.namespace_status(ns), "count": 0, "how": [], "sites": {}}
+        u["count"] += count
+        if how not in u["how"]:
+            u["how"].append(how)
+        s = u["sites"].setdefault(site, {"site": site, "count": 0, "phases": []})
+        s["count"] += count
+        if phase not in s["phases"]:
+            s["phases"].append(phase)
+
+    for o in ops:
+        ns = o.get("namespace")
+        if ns:
+            add(ns, f"op {o['op']}", o["site"], o["count"], o["phase"])
+    for d in docs:
+        for c in d.get("namespace_calls") or []:
+            c = dict(c, file=_rel(c.get("file"), cwd), lib_file=lib_path(c.get("lib_file"), cwd))
+            add(c["namespace"], f"call {c['api']}", _site(c), c.get("count", 1), c.get("phase") or "forward")
+    out = []
+    for u in uses.values():
+        sites = sorted(u["sites"].values(), key=lambda x: -x["count"])
+        u["sites"] = sites
+        u["how"] = u["how"][:12]
+        out.append(u)
+    return sorted(out, key=lambda u: (-_SEVERITY.get(u["status"], 1), u["namespace"]))
+
+
 def _timing(docs: list[dict]) -> dict:
     t = next((d.get("timing") for d in docs if d.get("timing")), None) or {}
     device = next((d.get("device") for d in docs if d.get("device")), "cpu")
+    kind = next((d.get("device_kind") for d in docs if d.get("device_kind")), device)
     out = dict(t)
-    out["device"] = device
+    out["device"] = "neuron (emulated)" if kind == "emulated" else device
     # First-call (compile) time only means something on a Neuron device (eager kernels and NEFFs compile on
-    # first use); elsewhere only the steady-state time of the probed run is reported.
-    out["first_call_reported"] = device == "neuron"
+    # first use); elsewhere (the emulated device included) only the steady-state time of the probed run.
+    out["first_call_reported"] = kind == "neuron"
     out["note"] = "times include the recorder's overhead"
     return out
 
 
 def _compile_section(comp: dict, classifier: Classifier, cwd: str) -> dict:
     out = dict(comp)
-    blockers = []
+    blockers, decomposed = [], []
     for g in comp.get("graphs") or []:
         for o in g.get("ops") or []:
             if "::" not in o["op"]:
@@ -297,31 +394,46 @@ def _compile_section(comp: dict, classifier: Classifier, cwd: str) -> dict:
             c = classifier.classify(o["op"])
             o.update(status=c["status"], file=_rel(o.get("file"), cwd))
             if c["status"] in ("cpu_fallback", "unsupported"):
-                blockers.append({"graph": g["index"], "kind": g["kind"], "op": o["op"], "status": c["status"],
-                                 "file": o.get("file"), "line": o.get("line"), "note": c["note"]})
+                row = {"graph": g["index"], "kind": g["kind"], "op": o["op"], "status": c["status"],
+                       "file": o.get("file"), "line": o.get("line"), "note": c["note"]}
+                # the table's own note: in eager a host fallback, under torch.compile decomposed into native ops
+                (decomposed if DECOMPOSED_NOTE in (c["note"] or "") else blockers).append(row)
     out["cannot_lower"] = blockers
+    out["decomposed"] = decomposed
     ex = comp.get("explain") or {}
     for b in ex.get("breaks") or []:
         b["file"] = _rel(b.get("file"), cwd)
+        b["lib_file"] = lib_path(b.get("lib_file"), cwd)
+        b["site"] = _site(b) if (b.get("file") or b.get("lib_file")) else "(no frame outside torch)"
+    if ex:
+        # dynamo's count and its list of reasons can disagree (a break counted once, listed per frame)
+        ex["graph_break_count"] = max(int(ex.get("graph_break_count") or 0), len(ex.get("breaks") or []))
     return out
 
 
 def _measured_section(measured: list[dict], run_ops: list[dict]) -> dict:
-    fallback, executed, errors = set(), set(), []
+    emulated = any(m.get("emulated") for m in measured)
+    fallback, executed, unsupported, errors = set(), set(), set(), []
+    counts: dict[str, int] = {}
     for m in measured:
         if m.get("error"):
             errors.append(m["error"])
         fallback |= {base_name(x) for x in m.get("fallback_ops") or []}
         executed |= {base_name(x) for x in m.get("executed_ops") or []}
+        unsupported |= {base_name(x) for x in m.get("unsupported_ops") or []}
+        for k, v in (m.get("fallback_counts") or {}).items():
+            counts[k] = counts.get(k, 0) + int(v)
     rows: dict[str, dict] = {}
     for o in run_ops:
         b = base_name(o["op"])
         r = rows.setdefault(b, {"op": b, "predicted": o["status"], "count": 0})
         r["count"] += o["count"]
     for b, r in rows.items():
-        if b in fallback:
+        if b in unsupported:
+            m = "unsupported"
+        elif b in fallback:
             m = "cpu_fallback"
-        elif b in HOST_UNTRACKED_OPS:
+        elif b in HOST_UNTRACKED_OPS and not emulated:
             m = "host_untracked"
         elif b in executed:
             m = "native"
@@ -332,12 +444,17 @@ def _measured_section(measured: list[dict], run_ops: list[dict]) -> dict:
         if m == "not_tracked" or p in ("unknown", "partial"):
             r["agree"] = None
         else:
-            r["agree"] = (p == "native") == (m == "native")
+            r["agree"] = (p == "native") == (m == "native") and (p == "unsupported") == (m == "unsupported")
     recorded = set(rows)
     return {
+        "source": "emulated neuron device (kernel set from the compat table)" if emulated else "torch_neuronx op tracking",
+        "emulated": emulated,
+        "unsupported_ops": sorted(unsupported),
+        "fallback_counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        "device": next((m.get("device") for m in measured if m.get("device")), None),
         "fallback_ops": sorted(fallback),
         "executed_ops": sorted(executed),
-        "host_untracked": sorted(recorded & HOST_UNTRACKED_OPS),
+        "host_untracked": [] if emulated else sorted(recorded & HOST_UNTRACKED_OPS),
         "fallback_not_recorded": sorted(fallback - recorded),
         "comparison": sorted(rows.values(), key=lambda r: (r["agree"] is not False, r["op"])),
         "disagreements": sum(1 for r in rows.values() if r["agree"] is False),
@@ -351,7 +468,8 @@ def _failed_checks(report: dict, fail_on: list[str]) -> list[str]:
     s = report["summary"]["by_status"]
     checks = {
         "fallback": s["cpu_fallback"]["ops"] > 0 or bool((report.get("measured") or {}).get("fallback_ops")),
-        "unsupported": s["unsupported"]["ops"] > 0,
+        "unsupported": s["unsupported"]["ops"] > 0 or any(u["status"] == "unsupported" for u in report["namespaces"])
+        or bool((report.get("measured") or {}).get("unsupported_ops")),
         "unknown": s["unknown"]["ops"] > 0,
         "partial": s["partial"]["ops"] > 0,
         "float64": bool(report["float64"]["ops"] or report["float64"]["tensors"]),

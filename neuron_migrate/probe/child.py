@@ -41,6 +41,7 @@ class Writer:
                 doc["ops"] = self.recorder.ops()
                 doc["float64_tensors"] = self.recorder.float64_state()
                 doc["optimizer_steps"] = self.recorder.optimizer_steps
+                doc["namespace_calls"] = self.recorder.namespaces()
             tmp = f"{self.path}.tmp{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(doc, fh, default=str)
@@ -51,6 +52,9 @@ def _error_record(exc: BaseException, phase: str) -> dict:
     from neuron_migrate.probe.recorder import site_of_traceback
 
     site = site_of_traceback(exc.__traceback__)
+    from neuron_migrate.probe.recorder import lib_site_of_traceback
+
+    lib = lib_site_of_traceback(exc.__traceback__)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if len(tb) > _TB_LIMIT:
         tb = tb[:2000] + "\n...\n" + tb[-(_TB_LIMIT - 2000):]
@@ -60,6 +64,8 @@ def _error_record(exc: BaseException, phase: str) -> dict:
         "phase": phase,
         "file": site[0] if site else None,
         "line": site[1] if site else None,
+        "lib_file": lib[0] if lib and lib != site else None,
+        "lib_line": lib[1] if lib and lib != site else None,
         "traceback": tb,
     }
 
@@ -113,41 +119,6 @@ def _to_device(tree, device):
     return pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tree)
 
 
-def forward_backward(model, args, kwargs, train: bool):
-    """One forward (and, when training, backward) pass outside the recorder; returns (outputs, loss)."""
-    import torch
-
-    if not train:
-        with torch.no_grad():
-            return model(*args, **kwargs), None
-    out = model(*args, **kwargs)
-    loss = loss_of(out)
-    if loss is not None:
-        loss.backward()
-    return out, loss
-
-
-def loss_of(out):
-    """A scalar to call backward on: `.loss` / `["loss"]` if the model returns one, else the sum of every
-    floating output (real part of complex ones)."""
-    import torch
-    import torch.utils._pytree as pytree
-
-    if isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point():
-        return out
-    loss = getattr(out, "loss", None)
-    if loss is None and isinstance(out, dict):
-        loss = out.get("loss")
-    if isinstance(loss, torch.Tensor):
-        return loss
-    total = None
-    for leaf in pytree.tree_leaves(out if not hasattr(out, "to_tuple") else out.to_tuple()):
-        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()) and leaf.requires_grad:
-            s = (leaf.real if leaf.is_complex() else leaf).sum()
-            total = s if total is None else total + s
-    return total
-
-
 def _sync(device: str) -> None:
     import torch
 
@@ -192,21 +163,56 @@ def neuron_available() -> tuple[bool, Any, str]:
     return False, torch_neuronx, "torch_neuronx imported but no neuron device is available"
 
 
-def resolve_device(requested: str) -> tuple[str, Any, str]:
+CPU_TRACE_NOTE = "CPU dispatch trace: ops as the CPU dispatches them, not the neuron device's dispatch path"
+
+
+def _emulate(spec: dict, why_not_real: str | None) -> tuple[str, Any, str, str]:
+    from neuron_migrate.probe import emulator
+    from neuron_migrate.table import load_table
+
+    table = None
+    if spec.get("table"):
+        try:
+            table = load_table(spec["table"])
+        except Exception:  # noqa: BLE001 - the parent reports a bad table; the device then has no native kernels
+            table = None
+    emulator.install(table, keep_going=bool(spec.get("keep_going")),
+                     log=lambda m: sys.stderr.write(f"neuron-migrate probe: {m}\n"))
+    why = "emulated neuron device (PrivateUse1 on the host; kernel set from the compat table)"
+    if why_not_real:
+        why += f"; {why_not_real}"
+    return "neuron", emulator, why, "emulated"
+
+
+def resolve_device(requested: str, spec: dict | None = None) -> tuple[str, Any, str, str]:
+    """(torch device type, op tracker module or None, reason, kind: neuron|emulated|cpu|cuda)."""
     import torch
 
+    spec = spec or {}
     if requested in ("auto", "neuron"):
         ok, tnx, why = neuron_available()
         if ok:
-            return "neuron", tnx, why
+            return "neuron", tnx, why, "neuron"
         if requested == "neuron":
             raise RuntimeError(f"--device neuron: {why}")
-        return "cpu", None, why
+        requested, not_real = "emulate", why
+    else:
+        not_real = None
+    if requested == "emulate":
+        from neuron_migrate.probe.emulator import EmulatorUnavailable
+
+        try:
+            return _emulate(spec, not_real)
+        except EmulatorUnavailable as exc:
+            sys.stderr.write(f"neuron-migrate probe: {exc}; using the CPU trace instead\n")
+            return "cpu", None, f"{CPU_TRACE_NOTE} (emulated device unavailable: {exc})", "cpu"
     if requested == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("--device cuda: torch.cuda.is_available() is False")
-        return "cuda", None, "requested"
-    return "cpu", None, "requested"
+        return "cuda", None, "requested", "cuda"
+    if spec.get("device_note"):  # the parent could not build the emulated device
+        return "cpu", None, f"{CPU_TRACE_NOTE} (emulated device unavailable: {spec['device_note']})", "cpu"
+    return "cpu", None, f"{CPU_TRACE_NOTE} (--device cpu)", "cpu"
 
 
 def _measure_start(tnx) -> None:
@@ -215,14 +221,22 @@ def _measure_start(tnx) -> None:
 
 
 def _measure_end(tnx, writer: Writer) -> None:
+    """The device's own op tracking: torch_neuronx on a Trn host, the same API on the emulated device."""
     if tnx is None:
         return
     try:
-        writer.state["measured"] = {
+        m = {
             "fallback_ops": sorted(str(o) for o in tnx.get_fallback_ops()),
             "executed_ops": sorted(str(o) for o in tnx.get_executed_ops()),
             "module_file": getattr(tnx, "__file__", None),
+            "emulated": bool(getattr(tnx, "EMULATED", False)),
         }
+        if m["emulated"]:
+            m["unsupported_ops"] = sorted(str(o) for o in tnx.get_unsupported_ops())
+            m["fallback_counts"] = tnx.op_counts("fallback")
+            m["unsupported_counts"] = tnx.op_counts("unsupported")
+            m["device"] = tnx.summary()
+        writer.state["measured"] = m
     except Exception as exc:  # noqa: BLE001
         writer.state["measured"] = {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -318,6 +332,7 @@ def _run_factory(spec: dict, writer: Writer, rec, device: str, tnx) -> tuple[Any
     import torch
 
     from neuron_migrate.probe.recorder import ProbeStop
+    from neuron_migrate.probe.steps import loss_of, set_mode
 
     model, (args, kwargs) = _load_factory(spec, writer, rec)
     dev = torch.device(device)
@@ -335,9 +350,8 @@ def _run_factory(spec: dict, writer: Writer, rec, device: str, tnx) -> tuple[Any
                 writer.flush(status="running", phase=f"step {step + 1}/{steps}")
                 t0 = time.perf_counter()
                 rec.phase = "forward"
+                set_mode(model, train)
                 if train:
-                    if hasattr(model, "train"):
-                        model.train()
                     out = model(*args, **kwargs)
                     rec.paused += 1
                     try:
@@ -426,11 +440,16 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(int(spec.get("seed", 0)))
     try:
-        device, tnx, why = resolve_device(spec.get("device", "auto"))
+        device, tnx, why, kind = resolve_device(spec.get("device", "auto"), spec)
     except Exception as exc:  # noqa: BLE001
         writer.flush(status="error", error=_error_record(exc, "setup"))
         return 2
-    writer.state.update(device=device, device_reason=why, torch_version=torch.__version__)
+    writer.state.update(device=device, device_kind=kind, device_reason=why, torch_version=torch.__version__)
+    if spec.get("emulate_precision"):
+        from neuron_migrate.probe.numerics import Float64AsFloat32
+
+        rec.extra_modes.append(Float64AsFloat32())
+        writer.state["emulate_precision"] = True
     if tnx is not None:
         writer.state["torch_neuronx_version"] = getattr(tnx, "__version__", None)
 

@@ -25,6 +25,7 @@ class Mode(str, Enum):
 
 class Device(str, Enum):
     auto = "auto"
+    emulate = "emulate"
     cpu = "cpu"
     cuda = "cuda"
     neuron = "neuron"
@@ -96,7 +97,11 @@ def probe(
     max_output_mb: float = typer.Option(4.0, "--max-output-mb", min=0, help="Kill the run when it prints more than this (0: no limit; exit 2)."),
     inputs: Optional[str] = typer.Option(None, "--inputs", help="module:fn returning example inputs (tensor, tuple or dict)."),
     optimizer: Opt = typer.Option(Opt.adamw, "--optimizer", help="Optimizer for factory targets."),
-    device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, else cpu."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, "
+                                  "else the emulated neuron device; emulate: the emulated device; cpu: the CPU dispatch trace."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="Emulated device: record ops the table calls unsupported "
+                                    "and run them on the host instead of raising as the device would."),
+    emulate_precision: bool = typer.Option(False, "--emulate-precision", help="Compute float64 as float32 during the run, as TorchNeuron does."),
     compile_: bool = typer.Option(False, "--compile", help="Also run through torch.compile with a capturing backend."),
     shapes: List[str] = typer.Option([], "--shapes", help="Input shapes for the recompile count, e.g. --shapes 8x128,16x128 (first tensor input)."),
     numerics: bool = typer.Option(False, "--numerics", help="Compare float64-as-float32 (and neuron vs CPU) results."),
@@ -105,7 +110,7 @@ def probe(
     json_out: Optional[str] = typer.Option(None, "--json-out", help="Also write the JSON report to FILE."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when found: fallback,float64,unsupported,unknown,partial,graph-break,compile."),
     table: Optional[str] = typer.Option(None, "--table", help="Compat table file (default: newest shipped)."),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
     seed: int = typer.Option(0, "--seed"),
     top: int = typer.Option(10, "--top", help="How many fallbacks to list."),
 ) -> None:
@@ -127,6 +132,11 @@ def probe(
     if script_args and tgt["kind"] != "script":
         typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
         raise typer.Exit(EXIT_ERROR)
+    needs_compile = [f for f in fail_list if f in ("graph-break", "compile")]
+    if needs_compile and not (compile_ and tgt["kind"] == "factory"):
+        typer.echo(f"neuron-migrate probe: --fail-on {','.join(needs_compile)} needs --compile (and a factory target "
+                   "module:fn); without it nothing would be checked", err=True)
+        raise typer.Exit(EXIT_ERROR)
     if (compile_ or numerics or shape_list) and tgt["kind"] == "script":
         typer.echo("neuron-migrate probe: note: --compile/--numerics/--shapes need a factory target (module:fn); "
                    "ignored for a script", err=True)
@@ -135,6 +145,7 @@ def probe(
         "time_limit": time_limit, "inputs": inputs, "optimizer": optimizer.value, "device": device.value,
         "compile": compile_ and tgt["kind"] == "factory", "shapes": shape_list if tgt["kind"] == "factory" else [],
         "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
+        "keep_going": keep_going, "emulate_precision": emulate_precision,
     }
     code = run_and_report(spec, timeout=timeout, nproc=nproc_per_node, fmt=fmt.value, report_md=report,
                           json_out=json_out, fail_on=fail_list, table=table, top=top,
@@ -150,10 +161,18 @@ def run_and_report(spec: dict, *, timeout: float, nproc: int | None, fmt: str, r
     from neuron_migrate.probe.runner import run_child
 
     from neuron_migrate.probe.runner import DEFAULT_MAX_OUTPUT
+    from neuron_migrate.probe.tables import choose_table
 
+    table_path, table_warning = choose_table(table)
+    spec = dict(spec, table=table_path)
+    if table_warning:
+        typer.echo(f"neuron-migrate probe: warning: {table_warning}", err=True)
+    prebuild_emulator(spec)
     docs, outcome = run_child(spec, timeout=timeout, nproc=nproc,
                               max_output=DEFAULT_MAX_OUTPUT if max_output is None else max_output)
-    rep = build_report(docs, classifier=Classifier(table), outcome=outcome, spec=spec, fail_on=fail_on, top=top)
+    rep = build_report(docs, classifier=Classifier(table_path), outcome=outcome, spec=spec, fail_on=fail_on, top=top)
+    if table_warning:
+        rep["table_warning"] = table_warning
     if fmt == "json":
         sys.stdout.write(to_json(rep) + "\n")
     else:
@@ -166,6 +185,23 @@ def run_and_report(spec: dict, *, timeout: float, nproc: int | None, fmt: str, r
     if rep["status"] != "ok":
         return EXIT_ERROR
     return EXIT_FAIL_ON if rep["failed_checks"] else EXIT_OK
+
+
+def prebuild_emulator(spec: dict) -> None:
+    """Build the emulated device here, once, before the run (and before torchrun starts N ranks), saying so;
+    without a compiler say it in one line and probe on the CPU trace."""
+    if spec.get("device") not in ("auto", "emulate"):
+        return
+    if spec["device"] == "auto" and importlib.util.find_spec("torch_neuronx") is not None:
+        return  # a Trn host may use TorchNeuron itself; the child decides
+    from neuron_migrate.probe.emulator.build import EmulatorUnavailable, library_path
+
+    try:
+        library_path(log=lambda m: typer.echo(f"neuron-migrate probe: {m}", err=True))
+    except EmulatorUnavailable as exc:
+        typer.echo(f"neuron-migrate probe: {exc}; probing on the CPU trace instead (--device cpu)", err=True)
+        spec["device"] = "cpu"
+        spec["device_note"] = str(exc)
 
 
 def register(app: typer.Typer) -> None:

@@ -40,7 +40,7 @@ def _op_name(target) -> str:
 
 
 def _run(model, args, kwargs, train: bool):
-    from neuron_migrate.probe.child import forward_backward
+    from neuron_migrate.probe.steps import forward_backward
 
     forward_backward(model, args, kwargs, train)
 
@@ -54,15 +54,30 @@ def _explain(model, args, kwargs) -> dict:
     for br in ex.break_reasons:
         reason = str(getattr(br, "reason", br))
         first = reason.strip().splitlines()[0] if reason.strip() else reason
-        f, line = None, None
-        for fs in getattr(br, "user_stack", []) or []:
-            a = os.path.abspath(fs.filename)
-            from neuron_migrate.probe.recorder import _EXCLUDED
+        f, line, lib_f, lib_line = None, None, None, None
+        for fs in getattr(br, "user_stack", []) or []:  # outermost first
+            kind = _frame_kind(fs.filename)
+            if kind == "user":
+                f, line = os.path.abspath(fs.filename), fs.lineno
+            if kind in ("user", "lib"):
+                lib_f, lib_line = os.path.abspath(fs.filename), fs.lineno
+        if (lib_f, lib_line) == (f, line):
+            lib_f, lib_line = None, None
+        breaks.append({"reason": first[:500], "detail": reason[:2000], "file": f, "line": line,
+                       "lib_file": lib_f, "lib_line": lib_line})
+    # dynamo can count fewer breaks than it lists reasons for; a listed break is a break
+    count = max(int(ex.graph_break_count or 0), len(breaks))
+    return {"graph_count": ex.graph_count, "graph_break_count": count, "breaks": breaks}
 
-            if not a.startswith(_EXCLUDED) and "site-packages" not in a:
-                f, line = a, fs.lineno
-        breaks.append({"reason": first[:500], "detail": reason[:2000], "file": f, "line": line})
-    return {"graph_count": ex.graph_count, "graph_break_count": ex.graph_break_count, "breaks": breaks}
+
+def _frame_kind(filename: str) -> str:
+    from neuron_migrate.probe.recorder import _LIB, _USER, _classify
+
+    class _Code:  # _classify caches per code object; a filename stands in for one here
+        co_filename = filename
+
+    kind = _classify(_Code)[0]
+    return {_USER: "user", _LIB: "lib"}.get(kind, "skip")
 
 
 def _capture(model, args, kwargs, train: bool) -> list[dict]:
@@ -95,20 +110,40 @@ def _capture(model, args, kwargs, train: bool) -> list[dict]:
 
 
 def _reshape_inputs(args, kwargs, shape: list[int]):
-    """Replace the first tensor input by one of `shape` (same dtype; random values in the original range)."""
-    done = False
+    """New inputs for `shape`, given for the first tensor input: every tensor input whose leading dimensions
+    match the first one's (labels, attention masks, ...) gets the same new leading dimensions, so the inputs
+    stay consistent (same dtypes; random values in each original's range)."""
+    import torch.utils._pytree as pytree
+
+    leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if not leaves:
+        return args, kwargs
+    ref = list(leaves[0].shape)
+
+    def new_shape(t) -> list[int]:
+        old = list(t.shape)
+        if t is leaves[0]:
+            return list(shape)
+        out = list(old)
+        for i in range(min(len(old), len(ref), len(shape))):
+            if old[i] != ref[i]:
+                break
+            out[i] = shape[i]
+        return out
 
     def swap(t):
-        nonlocal done
-        if done or not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor):
             return t
-        done = True
+        shp = new_shape(t)
+        if shp == list(t.shape):
+            return t
         if t.is_floating_point() or t.is_complex():
-            return torch.randn(shape, dtype=t.dtype)
+            return torch.randn(shp, dtype=t.dtype)
+        if t.dtype == torch.bool:
+            return torch.ones(shp, dtype=t.dtype)
+        lo = int(t.min().item()) if t.numel() else 0
         hi = int(t.max().item()) + 1 if t.numel() else 2
-        return torch.randint(0, max(hi, 1), shape, dtype=t.dtype)
-
-    import torch.utils._pytree as pytree
+        return torch.randint(min(lo, 0) if lo < 0 else lo, max(hi, lo + 1), shp, dtype=t.dtype)
 
     return pytree.tree_map(swap, (args, kwargs))
 
@@ -146,11 +181,15 @@ def _recompiles(model, args, kwargs, shapes: list[list[int]], train: bool) -> di
     finally:
         if old_limit is not None:
             torch._dynamo.config.recompile_limit = old_limit
-    first = per_shape[0]["new_compiles"] if per_shape else 0
+    ok = [p for p in per_shape if not p["error"]]
+    compiles = sum(p["new_compiles"] for p in ok)
     return {
         "shapes": per_shape,
-        "total_compiles": count["n"],
-        "recompilations": max(0, count["n"] - first),
+        "total_compiles": compiles,
+        # recompilations: compiles after the first, for shapes that ran (a shape the model rejects is an error,
+        # not a recompilation)
+        "recompilations": max(0, compiles - (ok[0]["new_compiles"] if ok else 0)),
+        "failed_shapes": len(per_shape) - len(ok),
         "dynamic": False,
     }
 

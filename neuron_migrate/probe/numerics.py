@@ -98,7 +98,7 @@ def _diff(ref, other) -> dict[str, Any]:
 
 
 def _run_once(model, args, kwargs, seed: int, train: bool, mode=None) -> dict[str, Any]:
-    from neuron_migrate.probe.child import forward_backward
+    from neuron_migrate.probe.steps import forward_backward
 
     torch.manual_seed(seed)
     ctx = mode if mode is not None else _Null()

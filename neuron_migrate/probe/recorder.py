@@ -3,16 +3,24 @@
 Technique (verified on torch 2.13, see shared design notes section 4):
 
 - a `TorchDispatchMode` sees every aten overload executed: forward, backward (the autograd engine runs CPU
-  work on the calling thread) and the optimizer step;
-- the user's call site is the first frame outside torch, site-packages, the standard library and this package;
-- a `TorchFunctionMode` (it sits above autograd) tags `out.grad_fn.metadata["nm_site"]` with the forward call
-  site; during backward `torch._C._current_autograd_node()` is the node being run, so backward ops are
-  attributed to the forward line that created that node;
+  work on the calling thread) and the optimizer step; on the emulated `neuron` device it sees the ops the
+  device's dispatcher receives (native_dropout, _foreach_*, device-type branches in libraries);
+- each op gets two locations from one walk of the Python stack: the innermost frame outside torch, the stdlib
+  and this package (an installed library such as transformers counts: `lib_file`), and the innermost frame
+  in the user's own files (`file`); the first is what points into `modeling_vit.py:545`, the second is the
+  user's line that led there;
+- a `TorchFunctionMode` (it sits above autograd) tags `out.grad_fn.metadata["nm_site"]` with the forward
+  locations; during backward `torch._C._current_autograd_node()` is the node being run, so backward ops are
+  attributed to the forward call that created that node;
+- namespace use is seen at run time: sparse layouts and nested tensors on an op's inputs or outputs (or in
+  its name), ops run from torch.distributions code, calls of the torch.func transforms (wrapped while the
+  recorder is installed);
 - global optimizer step hooks mark the optimizer phase; global module hooks find parameters and buffers
   held in float64 and where they were registered.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -27,65 +35,122 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 _F64 = {torch.float64, torch.complex128}
+_STRIDED = torch.strided
+_Tensor = torch.Tensor
 
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
+# torch-internal folders whose code on the stack means the op came from that namespace
+_TORCH_NAMESPACES = (
+    (os.path.join(_TORCH_DIR, "distributions") + os.sep, "torch.distributions"),
+    (os.path.join(_TORCH_DIR, "_functorch") + os.sep, "torch.func"),
+    (os.path.join(_TORCH_DIR, "func") + os.sep, "torch.func"),
+    (os.path.join(_TORCH_DIR, "nested") + os.sep, "torch.nested"),
+    (os.path.join(_TORCH_DIR, "sparse") + os.sep, "torch.sparse"),
+)
+# the public torch.func transforms, wrapped while the recorder is installed
+_FUNC_TRANSFORMS = ("vmap", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "linearize",
+                    "functional_call", "functionalize", "stack_module_state")
 
-def _excluded_prefixes() -> tuple[str, ...]:
-    prefixes = {_PROBE_DIR, _TORCH_DIR}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+
+def _lib_prefixes() -> tuple[str, ...]:
+    out = set()
+    for key in ("purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:
-            prefixes.add(os.path.abspath(p))
+            out.add(os.path.abspath(p) + os.sep)
     for p in sys.path:
         if p and ("site-packages" in p or "dist-packages" in p):
-            prefixes.add(os.path.abspath(p))
-    return tuple(sorted(prefixes))
+            out.add(os.path.abspath(p) + os.sep)
+    return tuple(sorted(out))
 
 
-_EXCLUDED = _excluded_prefixes()
-_code_is_user: dict[Any, bool] = {}
+def _stdlib_prefixes() -> tuple[str, ...]:
+    out = set()
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            out.add(os.path.abspath(p) + os.sep)
+    return tuple(sorted(out))
+
+
+_LIB_PREFIXES = _lib_prefixes()
+_STDLIB_PREFIXES = _stdlib_prefixes()
+# everything that is not the user's own code (kept for compile_probe)
+_EXCLUDED = tuple(sorted({_PROBE_DIR, _TORCH_DIR, *(p.rstrip(os.sep) for p in _LIB_PREFIXES + _STDLIB_PREFIXES)}))
+
+_SKIP, _LIB, _USER = 0, 1, 2
+_code_info: dict[Any, tuple[int, str | None, str]] = {}
+
+
+def _classify(code) -> tuple[int, str | None, str]:
+    """(kind, torch namespace tag, absolute file) for a code object, cached."""
+    info = _code_info.get(code)
+    if info is not None:
+        return info
+    fn = code.co_filename
+    if fn.startswith("<"):
+        info = (_SKIP, None, fn)
+    else:
+        a = os.path.abspath(fn)
+        if a.startswith(_TORCH_DIR + os.sep):
+            tag = next((t for p, t in _TORCH_NAMESPACES if a.startswith(p)), None)
+            info = (_SKIP, tag, a)
+        elif a.startswith(_PROBE_DIR + os.sep):
+            info = (_SKIP, None, a)
+        elif a.startswith(_LIB_PREFIXES) or "site-packages" in a or "dist-packages" in a:
+            info = (_LIB, None, a)
+        elif a.startswith(_STDLIB_PREFIXES):
+            info = (_SKIP, None, a)
+        else:
+            info = (_USER, None, a)
+    _code_info[code] = info
+    return info
 
 
 def _is_user_code(code) -> bool:
-    r = _code_is_user.get(code)
-    if r is None:
-        fn = code.co_filename
-        if fn.startswith("<"):
-            r = False
+    return _classify(code)[0] == _USER
+
+
+def _module_init(f) -> bool:
+    if f.f_code.co_name != "__init__":
+        return False
+    try:
+        return isinstance(f.f_locals.get("self"), torch.nn.Module)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def locate(f, want_init: bool = False):
+    """(user site, library site, torch namespace tag, inside an nn.Module.__init__) from frame `f` outward.
+
+    The library site is the innermost frame outside torch, the stdlib and the probe (the user's own file when
+    no installed library is in between); the user site is the innermost frame in the user's files."""
+    lib = None
+    tag = None
+    init = False
+    while f is not None:
+        code = f.f_code
+        kind, t, path = _classify(code)
+        if want_init and not init and code.co_name == "__init__":
+            init = _module_init(f)
+        if kind == _SKIP:
+            if t is not None and tag is None:
+                tag = t
         else:
-            fn = os.path.abspath(fn)
-            r = not (
-                fn.startswith(_EXCLUDED)
-                or "site-packages" in fn
-                or "dist-packages" in fn
-            )
-        _code_is_user[code] = r
-    return r
+            site = (path, f.f_lineno)
+            if lib is None:
+                lib = site
+            if kind == _USER:
+                return site, lib, tag, init
+        f = f.f_back
+    return None, lib, tag, init
 
 
 def user_site(depth: int = 1) -> tuple[str, int] | None:
-    """(file, line) of the first frame outside torch, site-packages, the stdlib and the probe."""
-    f = sys._getframe(depth)
-    while f is not None:
-        if _is_user_code(f.f_code):
-            return (os.path.abspath(f.f_code.co_filename), f.f_lineno)
-        f = f.f_back
-    return None
-
-
-def _in_module_init(f) -> bool:
-    """True when an `nn.Module.__init__` is on the stack (model construction, usually on the CPU)."""
-    while f is not None:
-        if f.f_code.co_name == "__init__":
-            try:
-                if isinstance(f.f_locals.get("self"), torch.nn.Module):
-                    return True
-            except Exception:  # noqa: BLE001
-                pass
-        f = f.f_back
-    return False
+    """(file, line) of the innermost frame in the user's files."""
+    return locate(sys._getframe(depth))[0]
 
 
 def site_of_traceback(tb) -> tuple[str, int] | None:
@@ -93,6 +158,17 @@ def site_of_traceback(tb) -> tuple[str, int] | None:
     found = None
     while tb is not None:
         if _is_user_code(tb.tb_frame.f_code):
+            found = (os.path.abspath(tb.tb_frame.f_code.co_filename), tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def lib_site_of_traceback(tb) -> tuple[str, int] | None:
+    """The innermost frame outside torch/stdlib/probe of a traceback (a library's line, or the user's)."""
+    found = None
+    while tb is not None:
+        kind = _classify(tb.tb_frame.f_code)[0]
+        if kind != _SKIP:
             found = (os.path.abspath(tb.tb_frame.f_code.co_filename), tb.tb_lineno)
         tb = tb.tb_next
     return found
@@ -106,18 +182,49 @@ def op_name(func) -> str:
         return str(func)
 
 
-def _dtypes(tree) -> list[str]:
-    out = []
-    for t in pytree.tree_leaves(tree):
-        if isinstance(t, torch.Tensor):
-            s = str(t.dtype).replace("torch.", "")
-            if s not in out:
-                out.append(s)
-    return out
+_dtype_names: dict[Any, str] = {}
 
 
-def _any_f64(tree) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.dtype in _F64 for t in pytree.tree_leaves(tree))
+def _dtype_name(dt) -> str:
+    s = _dtype_names.get(dt)
+    if s is None:
+        s = _dtype_names[dt] = str(dt).replace("torch.", "")
+    return s
+
+
+def _tensors(x, out: list) -> None:
+    """Tensors in an op's arguments or results (one level of lists/tuples, dict values): cheaper than pytree."""
+    if isinstance(x, _Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            if isinstance(y, _Tensor):
+                out.append(y)
+            elif isinstance(y, (list, tuple)):
+                out.extend(z for z in y if isinstance(z, _Tensor))
+    elif isinstance(x, dict):
+        for y in x.values():
+            _tensors(y, out)
+
+
+def _layout_namespace(tensors: list) -> str | None:
+    for t in tensors:
+        try:
+            if t.layout is not _STRIDED:
+                return "torch.sparse"
+            if t.is_nested:
+                return "torch.nested"
+        except Exception:  # noqa: BLE001
+            continue
+    return None
+
+
+def _name_namespace(name: str) -> str | None:
+    if "sparse" in name:
+        return "torch.sparse"
+    if "nested" in name:
+        return "torch.nested"
+    return None
 
 
 class ProbeStop(BaseException):
@@ -130,6 +237,7 @@ class Recorder:
 
     def __init__(self, on_tick: Callable[[], None] | None = None, tick_s: float = 0.5):
         self.records: dict[tuple, dict] = {}
+        self.namespace_calls: dict[tuple, dict] = {}
         self.phase = "forward"
         self.paused = 0
         self.lock = threading.Lock()
@@ -145,11 +253,13 @@ class Recorder:
         self.deadline: float | None = None
         self.max_steps: int | None = None
         self.stop_reason: str | None = None
+        self.extra_modes: list = []  # dispatch modes entered below the recorder (e.g. float64 as float32)
         self._hooks: list = []
         self._modes: list = []
+        self._patched: list[tuple[Any, str, Any]] = []
 
     # ------------------------------------------------------------------ recording
-    def record(self, func, args, kwargs, out) -> None:
+    def record(self, func, args, kwargs, out, raised: bool = False) -> None:
         if self.paused:
             return
         name = op_name(func)
@@ -158,6 +268,8 @@ class Recorder:
         node = torch._C._current_autograd_node()
         attributed = False
         node_name = None
+        tag = None
+        frame = sys._getframe(2)
         if node is not None:
             phase = "backward"
             node_name = node.name()
@@ -168,17 +280,23 @@ class Recorder:
                 site = None
             if site is not None:
                 attributed = True
+                user, lib, tag = site
             else:
-                site = user_site(3)
+                user, lib, tag, _ = locate(frame)
         else:
             phase = self.phase
-            site = user_site(3)
-            if phase == "forward" and _in_module_init(sys._getframe(2)):
+            user, lib, tag, init = locate(frame, want_init=phase == "forward")
+            if init:
                 phase = "init"
-        ins = _dtypes((args, kwargs))
-        outs = _dtypes(out)
-        f64 = _any_f64((args, kwargs)) or _any_f64(out)
-        key = (name, phase, site)
+        ins: list = []
+        _tensors(args, ins)
+        if kwargs:
+            _tensors(kwargs, ins)
+        outs: list = []
+        if out is not None:
+            _tensors(out, outs)
+        ns = _layout_namespace(ins) or _layout_namespace(outs) or _name_namespace(name) or tag
+        key = (name, phase, user, lib, ns)
         with self.lock:
             rec = self.records.get(key)
             if rec is None:
@@ -186,11 +304,15 @@ class Recorder:
                 rec = self.records[key] = {
                     "op": name,
                     "phase": phase,
-                    "file": site[0] if site else None,
-                    "line": site[1] if site else None,
+                    "file": user[0] if user else None,
+                    "line": user[1] if user else None,
+                    "lib_file": lib[0] if lib and lib != user else None,
+                    "lib_line": lib[1] if lib and lib != user else None,
+                    "namespace": ns,
                     "attributed": attributed,
                     "grad_fn": node_name,
                     "count": 0,
+                    "raised": 0,
                     "in_dtypes": [],
                     "out_dtypes": [],
                     "float64": False,
@@ -204,17 +326,43 @@ class Recorder:
                     except Exception:  # noqa: BLE001
                         pass
             rec["count"] += 1
-            for d in ins:
-                if d not in rec["in_dtypes"]:
-                    rec["in_dtypes"].append(d)
-            for d in outs:
-                if d not in rec["out_dtypes"]:
-                    rec["out_dtypes"].append(d)
-            if f64:
+            if raised:
+                rec["raised"] += 1
+            f64_in = False
+            for t in ins:
+                dt = t.dtype
+                if dt in _F64:
+                    f64_in = True
+                s = _dtype_name(dt)
+                if s not in rec["in_dtypes"]:
+                    rec["in_dtypes"].append(s)
+            f64_out = False
+            for t in outs:
+                dt = t.dtype
+                if dt in _F64:
+                    f64_out = True
+                s = _dtype_name(dt)
+                if s not in rec["out_dtypes"]:
+                    rec["out_dtypes"].append(s)
+            if f64_in or f64_out:
                 rec["float64"] = True
-                if not _any_f64((args, kwargs)):
+                if not f64_in:
                     rec["float64_source"] = True
         self._maybe_tick()
+
+    def note_namespace(self, namespace: str, api: str, depth: int = 2) -> None:
+        """A call of a namespace API seen by a wrapper (torch.func transforms)."""
+        user, lib, _, _ = locate(sys._getframe(depth))
+        key = (namespace, api, user, lib)
+        with self.lock:
+            r = self.namespace_calls.get(key)
+            if r is None:
+                r = self.namespace_calls[key] = {
+                    "namespace": namespace, "api": api, "file": user[0] if user else None,
+                    "line": user[1] if user else None, "lib_file": lib[0] if lib and lib != user else None,
+                    "lib_line": lib[1] if lib and lib != user else None, "count": 0, "phase": self.phase}
+                self._new_keys = True
+            r["count"] += 1
 
     def _maybe_tick(self) -> None:
         now = time.monotonic()
@@ -232,6 +380,10 @@ class Recorder:
                 pass
 
     # ------------------------------------------------------------------ float64 state
+    def _f64_entry(self, kind, name, t, site) -> dict:
+        return {"kind": kind, "name": name, "dtype": _dtype_name(t.dtype), "shape": list(t.shape),
+                "file": site[0] if site else None, "line": site[1] if site else None}
+
     def _note_module(self, module) -> None:
         if id(module) in self.seen_modules:
             return
@@ -242,15 +394,7 @@ class Recorder:
             for name, t in items:
                 if t is not None and t.dtype in _F64:
                     site = self.registration_sites.get((id(module), name))
-                    key = (id(module), name)
-                    self.float64_tensors[key] = {
-                        "kind": kind,
-                        "name": f"{cls}.{name}",
-                        "dtype": str(t.dtype).replace("torch.", ""),
-                        "shape": list(t.shape),
-                        "file": site[0] if site else None,
-                        "line": site[1] if site else None,
-                    }
+                    self.float64_tensors[(id(module), name)] = self._f64_entry(kind, f"{cls}.{name}", t, site)
 
     def scan_model(self, model) -> None:
         """Full names for a root model known to the harness (factory targets)."""
@@ -262,17 +406,33 @@ class Recorder:
                 for name, t in items:
                     if t is not None and t.dtype in _F64:
                         site = self.registration_sites.get((id(mod), name))
-                        self.float64_tensors[(id(mod), name)] = {
-                            "kind": kind,
-                            "name": f"{mname}.{name}" if mname else name,
-                            "dtype": str(t.dtype).replace("torch.", ""),
-                            "shape": list(t.shape),
-                            "file": site[0] if site else None,
-                            "line": site[1] if site else None,
-                        }
+                        self.float64_tensors[(id(mod), name)] = self._f64_entry(
+                            kind, f"{mname}.{name}" if mname else name, t, site)
             self.seen_modules.add(id(mod))
 
     # ------------------------------------------------------------------ install / remove
+    def _wrap_transforms(self) -> None:
+        import torch.func as tfunc
+
+        rec = self
+        for owner, prefix in ((tfunc, "torch.func"), (torch, "torch")):
+            for name in _FUNC_TRANSFORMS:
+                orig = getattr(owner, name, None)
+                if orig is None or getattr(orig, "_nm_wrapped", False):
+                    continue
+
+                def make(orig=orig, api=f"{prefix}.{name}"):
+                    @functools.wraps(orig)
+                    def wrapper(*a, **k):
+                        rec.note_namespace("torch.func", api, depth=2)
+                        return orig(*a, **k)
+
+                    wrapper._nm_wrapped = True
+                    return wrapper
+
+                self._patched.append((owner, name, orig))
+                setattr(owner, name, make())
+
     def install(self) -> None:
         from torch.nn.modules import module as mm
         from torch.optim import optimizer as om
@@ -310,7 +470,9 @@ class Recorder:
             om.register_optimizer_step_pre_hook(_opt_pre),
             om.register_optimizer_step_post_hook(_opt_post),
         ]
-        self._modes = [_SiteTagger(self), _OpMode(self)]
+        self._wrap_transforms()
+        # dispatch modes: the last entered runs first, so the recorder sees each op before the extra modes
+        self._modes = [_SiteTagger(self), *self.extra_modes, _OpMode(self)]
         for m in self._modes:
             m.__enter__()
 
@@ -324,6 +486,9 @@ class Recorder:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for owner, name, orig in reversed(self._patched):
+            setattr(owner, name, orig)
+        self._patched = []
 
     def __enter__(self):
         self.install()
@@ -339,6 +504,10 @@ class Recorder:
             return [dict(r, in_dtypes=list(r["in_dtypes"]), out_dtypes=list(r["out_dtypes"]))
                     for r in self.records.values()]
 
+    def namespaces(self) -> list[dict]:
+        with self.lock:
+            return [dict(r) for r in self.namespace_calls.values()]
+
     def float64_state(self) -> list[dict]:
         return list(self.float64_tensors.values())
 
@@ -350,13 +519,19 @@ class _OpMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except ProbeStop:
+            raise
+        except BaseException:
+            self.rec.record(func, args, kwargs, None, raised=True)
+            raise
         self.rec.record(func, args, kwargs, out)
         return out
 
 
 class _SiteTagger(TorchFunctionMode):
-    """Tags each new autograd node with the user line that created it."""
+    """Tags each new autograd node with the locations of the forward call that created it."""
 
     def __init__(self, rec: Recorder):
         super().__init__()
@@ -365,16 +540,27 @@ class _SiteTagger(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         try:
-            site = None
-            for t in pytree.tree_leaves(out):
-                if isinstance(t, torch.Tensor):
-                    g = t.grad_fn
-                    if g is not None:
-                        md = g.metadata
-                        if "nm_site" not in md:
-                            if site is None:
-                                site = user_site(2)
-                            md["nm_site"] = site
+            if isinstance(out, _Tensor):
+                g = out.grad_fn
+                if g is not None:
+                    md = g.metadata
+                    if "nm_site" not in md:
+                        md["nm_site"] = locate(sys._getframe(1))[:3]
+            elif isinstance(out, (tuple, list)):
+                site = None
+                for t in out:
+                    if isinstance(t, _Tensor):
+                        g = t.grad_fn
+                        if g is not None:
+                            md = g.metadata
+                            if "nm_site" not in md:
+                                if site is None:
+                                    site = locate(sys._getframe(1))[:3]
+                                md["nm_site"] = site
         except Exception:  # noqa: BLE001 - tagging is best effort
             pass
         return out
+
+
+__all__ = ["Recorder", "ProbeStop", "locate", "user_site", "site_of_traceback", "lib_site_of_traceback", "op_name",
+           "pytree"]

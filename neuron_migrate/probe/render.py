@@ -36,6 +36,22 @@ def _sites(row: dict, n: int = 3) -> str:
     return "; ".join(parts)
 
 
+def _device_line(report: dict) -> str:
+    kind = report.get("device_kind")
+    label = {"emulated": "neuron (EMULATED on the host)", "cpu": "cpu (CPU dispatch trace)"}.get(kind or "",
+                                                                                               report.get("device") or "?")
+    return label + (", float64 computed as float32" if report.get("emulate_precision") else "")
+
+
+def _unknown_line(rows: list[dict], n: int = 25) -> str:
+    parts = []
+    for r in rows[:n]:
+        where = r["sites"][0]["site"] if r.get("sites") else ""
+        more = f" +{len(r['sites']) - 1}" if len(r.get("sites") or []) > 1 else ""
+        parts.append(f"{r['op']} x{r['count']}" + (f" at {where}{more}" if where else ""))
+    return "; ".join(parts) + (" ..." if len(rows) > n else "")
+
+
 def _headline(report: dict) -> str:
     st = report["status"]
     if st == "timeout":
@@ -55,10 +71,13 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     if not con.is_terminal or con.width < 120:
         con.width = max(con.width, 140)
     con.rule(f"[bold]neuron-migrate probe[/]: {_target(report)}")
-    dev = report.get("device") or "?"
-    con.print(f"device [bold]{dev}[/] ({report.get('device_reason') or ''}); torch {report.get('torch_version')}; "
+    con.print(f"device [bold]{_device_line(report)}[/]: ", end="")
+    con.print(f"{report.get('device_reason') or ''}", markup=False, end="")
+    con.print(f"; torch {report.get('torch_version')}; "
               f"table {report.get('table_version') or 'none: ' + str(report.get('table_error'))}; "
-              f"ranks {report.get('world_size')}; mode {report.get('mode')}")
+              f"ranks {report.get('world_size')}; mode {report.get('mode')}", markup=False)
+    if report.get("table_warning"):
+        con.print(f"[yellow]warning:[/] {report['table_warning']}")
     head = _headline(report)
     con.print(f"[bold {'green' if report['status'] == 'ok' else 'red'}]{head}[/]", markup=True)
 
@@ -91,9 +110,21 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     rows_table("partial (verify overload/dtype on device)", report["partial"], "magenta")
     unk = report["unknown"]
     if unk:
-        con.print(f"[cyan]unknown[/] (needs a backend kernel no source covers: verify on device): "
-                  + ", ".join(f"{r['op']} x{r['count']}" + (f" at {r['sites'][0]['site']}" if r.get("sites") else "")
-                              for r in unk[:25]) + (" ..." if len(unk) > 25 else ""))
+        con.print("[cyan]unknown[/] (not in the table, verify on device): ", end="")
+        con.print(_unknown_line(unk), markup=False)
+    ns = report.get("namespaces") or []
+    if ns:
+        tt = Table(title="namespaces used at run time")
+        tt.add_column("namespace", no_wrap=True)
+        tt.add_column("status")
+        tt.add_column("uses", justify="right")
+        tt.add_column("where", ratio=3)
+        tt.add_column("note", ratio=2)
+        for u in ns:
+            where = "; ".join(f"{x['site']} x{x['count']}" for x in u["sites"][:3])
+            tt.add_row(u["namespace"], f"[{_STATUS_STYLE.get(u['status'], '')}]{u['status']}[/]", str(u["count"]),
+                       where, (u.get("note") or "")[:110])
+        con.print(tt)
 
     f64 = report["float64"]
     if f64["ops"] or f64["tensors"]:
@@ -123,16 +154,22 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         else:
             con.print(f"graphs {ex.get('graph_count')}, graph breaks {ex.get('graph_break_count')}")
             for b in ex.get("breaks") or []:
-                con.print(f"  break at {b.get('file')}:{b.get('line')}: {b['reason']}")
+                con.print(f"  break at {b.get('site') or '(no frame outside torch)'}: {b['reason']}", markup=False)
         if c.get("graphs_error"):
             con.print(f"[red]capture failed:[/] {c['graphs_error']}")
         for b in c.get("cannot_lower") or []:
             con.print(f"  [red]cannot lower[/] {b['op']} ({b['status']}) in {b['kind']} graph {b['graph']} "
                       f"from {b.get('file')}:{b.get('line')}")
+        for b in c.get("decomposed") or []:
+            con.print(f"  decomposed under compile: {b['op']} ({b['status']} in eager) from {b.get('file')}:{b.get('line')}",
+                      markup=False)
         rc = c.get("recompiles")
         if rc:
             con.print(f"dynamic=False over {len(rc['shapes'])} shapes: {rc['total_compiles']} compiles, "
                       f"{rc['recompilations']} recompilations")
+            for sh in rc["shapes"]:
+                if sh.get("error"):
+                    con.print(f"  shape {'x'.join(map(str, sh['shape']))} failed: {sh['error']}", markup=False)
 
     if "numerics" in report:
         con.rule("numerics")
@@ -149,16 +186,18 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
 
     if "measured" in report:
         m = report["measured"]
-        con.rule("measured on device (torch_neuronx op tracking) vs predicted (table)")
-        con.print(f"tracked fallbacks: {', '.join(m['fallback_ops']) or 'none'}")
+        con.rule(f"measured on device ({m.get('source', 'torch_neuronx op tracking')}) vs predicted (table)")
+        con.print(f"tracked fallbacks: {', '.join(m['fallback_ops']) or 'none'}", markup=False)
+        if m.get("unsupported_ops"):
+            con.print(f"[red]unsupported ops called[/]: {', '.join(m['unsupported_ops'])}")
         if m["host_untracked"]:
             con.print(f"computed on host, not tracked: {', '.join(m['host_untracked'])}")
         tt = Table()
         for col in ("op", "predicted", "measured", "agree"):
             tt.add_column(col)
         for r in m["comparison"]:
-            if r["predicted"] == "native" and r["measured"] == "native":
-                continue
+            if r["predicted"] == "native" and r["measured"] in ("native", "not_tracked"):
+                continue  # as predicted, or a view/copy the device's core kernels do
             tt.add_row(r["op"], r["predicted"], r["measured"], {True: "yes", False: "[red]NO[/]", None: "-"}[r["agree"]])
         con.print(tt)
 
@@ -174,7 +213,7 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     if report["status"] != "ok":
         e = report.get("error") or {}
         if e.get("traceback"):
-            con.print("[dim]" + e["traceback"][-3000:] + "[/]", markup=False)
+            con.print(e["traceback"][-3000:], markup=False, style="dim")
         for stream in ("stdout", "stderr"):
             s = out.get(stream) or {}
             if s.get("bytes"):
@@ -188,7 +227,7 @@ def to_markdown(report: dict, *, top: int = 10) -> str:
     L: list[str] = []
     L.append(f"# neuron-migrate probe: `{_target(report)}`\n")
     L.append(f"- status: **{_headline(report)}**")
-    L.append(f"- device: {report.get('device')} ({report.get('device_reason')}); torch {report.get('torch_version')}")
+    L.append(f"- device: {_device_line(report)} ({report.get('device_reason')}); torch {report.get('torch_version')}")
     L.append(f"- compat table: {report.get('table_version') or report.get('table_error')}")
     L.append(f"- ranks: {report.get('world_size')}; mode: {report.get('mode')}\n")
     L.append("## Ops by status\n\n| status | distinct ops | calls |\n|---|---:|---:|")
@@ -207,9 +246,17 @@ def to_markdown(report: dict, *, top: int = 10) -> str:
     section(f"CPU fallbacks (top {top})", report["cpu_fallback"][:top])
     section("Unsupported", report["unsupported"])
     section("Partial", report["partial"])
+    if report.get("table_warning"):
+        L.append(f"> warning: {report['table_warning']}\n")
     if report["unknown"]:
         L.append("## Unknown (verify on device)\n")
-        L.append(", ".join(f"`{r['op']}` x{r['count']}" for r in report["unknown"]) + "\n")
+        L.append(_unknown_line(report["unknown"], n=200) + "\n")
+    if report.get("namespaces"):
+        L.append("## Namespaces used at run time\n\n| namespace | status | uses | where | note |\n|---|---|---:|---|---|")
+        for u in report["namespaces"]:
+            where = "; ".join(f"{x['site']} x{x['count']}" for x in u["sites"][:5])
+            L.append(f"| {u['namespace']} | {u['status']} | {u['count']} | {where} | {(u.get('note') or '').replace('|', '/')} |")
+        L.append("")
     f64 = report["float64"]
     L.append("## float64\n")
     if not (f64["ops"] or f64["tensors"]):
@@ -227,9 +274,11 @@ def to_markdown(report: dict, *, top: int = 10) -> str:
         L.append("## torch.compile\n")
         L.append(f"- graphs: {ex.get('graph_count')}, graph breaks: {ex.get('graph_break_count')}")
         for b in ex.get("breaks") or []:
-            L.append(f"  - {b.get('file')}:{b.get('line')}: {b['reason']}")
+            L.append(f"  - {b.get('site') or '(no frame outside torch)'}: {b['reason']}")
         for b in c.get("cannot_lower") or []:
             L.append(f"- cannot lower `{b['op']}` ({b['status']}) in {b['kind']} graph {b['graph']} from {b.get('file')}:{b.get('line')}")
+        for b in c.get("decomposed") or []:
+            L.append(f"- decomposed under compile: `{b['op']}` ({b['status']} in eager) from {b.get('file')}:{b.get('line')}")
         if c.get("recompiles"):
             r = c["recompiles"]
             L.append(f"- dynamic=False over {len(r['shapes'])} shapes: {r['total_compiles']} compiles, {r['recompilations']} recompilations")

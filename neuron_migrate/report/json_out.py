@@ -37,7 +37,8 @@ def finding_dict(f: Finding) -> dict:
         "message": f.message,
         "severity": f.severity.value,
         "location": {"path": f.path.replace("\\", "/"), **_pos(f.span.line, f.span.col),
-                     "end": _pos(f.span.end_line, f.span.end_col)},
+                     "end": _pos(f.span.end_line, f.span.end_col),
+                     **({"cell": f.cell} if f.cell else {})},  # notebooks: rows count within this (1-based) cell
         "fix": fix,
         "fixable": f.fix is not None,
         "note": f.note or None,

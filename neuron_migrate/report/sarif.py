@@ -80,7 +80,7 @@ def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional
     results = []
     for f in findings:
         uri = artifact_uri(f.path, root)
-        text = " ".join(_line_text(f.path, f.span.line, lines).split())
+        text = " ".join(_line_text(f.path, f.span.line, lines).split()) if f.cell is None else f"cell {f.cell}:{f.span.line}"
         digest = hashlib.sha256(f"{f.rule.code}\0{uri}\0{text}".encode()).hexdigest()[:16]
         seen[digest] = seen.get(digest, 0) + 1
         region = {"startLine": f.span.line, "startColumn": f.span.col + 1}
@@ -97,11 +97,12 @@ def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": uri, **({"uriBaseId": "%SRCROOT%"} if not uri.startswith("file:") else {})},
                 "region": region,
-            }}],
+            }, **({"logicalLocations": [{"name": f"cell {f.cell}", "kind": "notebookCell"}]} if f.cell else {})}],
             "partialFingerprints": {"primaryLocationLineHash": f"{digest}:{seen[digest]}"},
             "properties": {"fixable": f.fix is not None, **({"fix": f.fix.safety.value} if f.fix else {}),
                            **({"confidence": f.confidence} if f.confidence else {}),
-                           **({"source": f.source} if f.source else {})},
+                           **({"source": f.source} if f.source else {}),
+                           **({"cell": f.cell} if f.cell else {})},
         })
     return {
         "version": "2.1.0",

@@ -56,7 +56,7 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
 
     out = []
     for f in findings:
-        loc = f"{f.path}:{f.span.line}:{f.span.col + 1}:"
+        loc = f"{f.path}:{f'cell {f.cell}:' if f.cell else ''}{f.span.line}:{f.span.col + 1}:"
         t = Text()
         t.append(loc, style="bold")
         t.append(" ")
@@ -67,7 +67,7 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
         out.append(t)
         if concise:
             continue
-        lines = (source_lines or {}).get(f.path)
+        lines = (source_lines or {}).get(f.path) if f.cell is None else None  # notebook frames: lines count per cell
         if lines and 0 < f.span.line <= len(lines):
             text = lines[f.span.line - 1].rstrip("\r\n")
             out.append(Text(f"  {f.span.line:>5} | {text}", style="dim"))

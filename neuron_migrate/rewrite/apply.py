@@ -13,7 +13,8 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from neuron_migrate.rules.model import Edit, Fix, ImportReq, Span
+from neuron_migrate.rewrite.insert import InsertError, insert_support
+from neuron_migrate.rules.model import Edit, Fix, Span
 
 
 class ApplyError(Exception):
@@ -62,6 +63,11 @@ def _pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _has_comments(node: cst.CSTNode) -> bool:
+    """Does the clause hold a comment (its header, the pass a removal left, lines carried into it)?"""
+    return "#" in cst.Module([]).code_for_node(node)
+
+
 class _Applier(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
@@ -75,6 +81,7 @@ class _Applier(cst.CSTTransformer):
         self._carry: list[list[cst.EmptyLine]] = []
         self._emptied: set[int] = set()
         self._dropped: set[int] = set()  # ids of original statements removed
+        self._new: set[int] = set()  # ids of expression nodes a fix wrote
 
     # -- helpers ---------------------------------------------------------------------------------
     def _pos_key(self, node: cst.CSTNode) -> Optional[tuple]:
@@ -122,8 +129,33 @@ class _Applier(cst.CSTTransformer):
                 if getattr(updated_node, "lpar", None) and hasattr(new, "lpar"):
                     new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
                 self.applied.add(k)
+                self._new.add(id(new))
                 return new
+        if isinstance(updated_node, cst.UnaryOperation):
+            return self._negate(updated_node)
         return super().on_leave(original_node, updated_node)
+
+    _NEGATED = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal, cst.In: cst.NotIn, cst.NotIn: cst.In,
+                cst.Is: cst.IsNot, cst.IsNot: cst.Is}
+
+    def _negate(self, node: cst.UnaryOperation):
+        """`not <a == b>` where a fix wrote the comparison: `a != b` (no double negative in the output)."""
+        inner = node.expression
+        if not isinstance(node.operator, cst.Not) or id(inner) not in self._new or not isinstance(inner, cst.Comparison):
+            return node
+        if len(inner.comparisons) != 1:
+            return node
+        target = inner.comparisons[0]
+        flip = self._NEGATED.get(type(target.operator))
+        if flip is None:
+            return node
+        op = target.operator
+        kwargs = {"whitespace_before": op.whitespace_before, "whitespace_after": op.whitespace_after}
+        if flip in (cst.NotIn, cst.IsNot):
+            kwargs["whitespace_between"] = cst.SimpleWhitespace(" ")
+        new = inner.with_changes(comparisons=[target.with_changes(operator=flip(**kwargs))], lpar=node.lpar, rpar=node.rpar)
+        self._new.add(id(new))
+        return new
 
     # -- blocks ----------------------------------------------------------------------------------
     def visit_Module(self, node):
@@ -252,6 +284,13 @@ class _Applier(cst.CSTTransformer):
                 return cst.FlattenSentinel([*stmts, updated_node.with_changes(leading_lines=[])])
             stmts[0] = stmts[0].with_changes(leading_lines=updated_node.leading_lines)
             return cst.FlattenSentinel(stmts)
+        orelse = getattr(updated_node, "orelse", None)
+        if isinstance(orelse, cst.Else) and id(orelse.body) in self._emptied and not _has_comments(orelse):
+            # an `else:` whose body a fix removed is noise: drop it rather than leave `else: pass`
+            updated_node = updated_node.with_changes(orelse=None)
+        elif isinstance(orelse, cst.If) and id(orelse.body) in self._emptied and orelse.orelse is None \
+                and _pure(orelse.test) and not _has_comments(orelse):
+            updated_node = updated_node.with_changes(orelse=None)  # an `elif FLAG:` left empty
         if isinstance(updated_node, cst.If) and id(updated_node.body) in self._emptied and updated_node.orelse is None and _pure(updated_node.test):
             return self._drop(original_node)
         return self._with_carry(updated_node)
@@ -348,7 +387,8 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     return new_module.code, applier.applied
 
 
-def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None) -> tuple[str, list[Fix]]:
+def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
+                helper_import: Optional[str] = None) -> tuple[str, list[Fix]]:
     """Apply `fixes` to `text`. Returns the new text and the fixes actually applied.
 
     libcst is paid only for the top-level statements that contain an edit: each is parsed and transformed
@@ -412,51 +452,9 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None) 
     imports = list(dict.fromkeys(req for f in applied for req in f.imports))
     helpers = list(dict.fromkeys(h for f in applied for h in f.helpers))
     if imports or helpers:
-        new_text = _insert_top(new_text, imports, helpers)
+        try:
+            new_text = insert_support(new_text, imports, helpers, helper_import)
+        except InsertError as exc:
+            raise ApplyError(str(exc)) from None
     return new_text, applied
 
-
-def _newline_of(text: str) -> str:
-    i = text.find("\n")
-    return "\r\n" if i > 0 and text[i - 1] == "\r" else "\n"
-
-
-def _insert_top(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]]) -> str:
-    """Add imports after the module's last top-level import (or docstring) and helper functions below them."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError) as exc:
-        raise ApplyError(f"rewrite produced invalid Python before adding imports: {exc}") from None
-    nl = _newline_of(text)
-    lines = text.splitlines(keepends=True)
-    existing = {ast.unparse(s) for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))}
-    defined = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    new_imports = [r.statement() for r in imports if r.statement() not in existing]
-    new_helpers = [src for name, src in helpers if name not in defined]
-    if not new_imports and not new_helpers:
-        return text
-    at = 0  # insert before this line index (0-based)
-    body = tree.body
-    last_import = [s for s in body if isinstance(s, (ast.Import, ast.ImportFrom))]
-    if last_import:
-        at = last_import[-1].end_lineno
-    elif body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-        at = body[0].end_lineno
-    elif body:
-        first = body[0]
-        at = min([first.lineno, *[d.lineno for d in getattr(first, "decorator_list", [])]]) - 1
-    else:
-        at = len(lines)
-    if at > 0 and at <= len(lines) and not lines[at - 1].endswith(("\n", "\r")):
-        lines[at - 1] += nl  # the file ended without a newline right where we insert
-    block = [line + nl for line in new_imports]
-    rest = lines[at:]
-    if new_helpers:
-        for src in new_helpers:
-            block += [nl, nl] + [ln + nl for ln in src.rstrip("\n").split("\n")]
-        # two blank lines between the inserted functions and the code that follows, as PEP 8 has it
-        while rest and not rest[0].strip():
-            rest.pop(0)
-        if rest:
-            block += [nl, nl]
-    return "".join(lines[:at] + block + rest)

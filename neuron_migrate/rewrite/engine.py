@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
+from neuron_migrate.rewrite.prune import unused_import_fixes
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety
 from neuron_migrate.rules.registry import RuleSet
-from neuron_migrate.files.names import AnalysisError
+from neuron_migrate.names.analysis import AnalysisError
 from neuron_migrate.rules.runner import RuleCrash, check_text
 
 MAX_ROUNDS = 12
@@ -79,5 +80,12 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         current = new_text
     else:
         raise FixError(f"fixes did not converge after {MAX_ROUNDS} rounds; file left unchanged")
+    if outcome.applied and current != text:
+        prune = unused_import_fixes(text, current)
+        if prune:
+            try:
+                current, _ = apply_fixes(current, prune)
+            except ApplyError as exc:
+                raise FixError(f"removing imports the rewrite left unused: {exc}") from None
     outcome.text = current
     return outcome

@@ -34,6 +34,7 @@ def rule(
     docs: str,
     examples: Iterable[Union[tuple, Example]] = (),
     trigger_words: Iterable[str] = (),
+    language: str = "python",
 ) -> Callable:
     """Declare a Python rule; the decorated function is its check(site, ctx)."""
 
@@ -51,6 +52,7 @@ def rule(
                 check=check,
                 trigger_words=tuple(trigger_words) or _words_from_triggers(triggers),
                 origin=check.__module__,
+                language=language,
             )
         )
         return check
@@ -131,10 +133,17 @@ class FixBuilder:
         self.helpers: list[tuple[str, str]] = []
 
     def ref(self, module: str, scope=None) -> str:
-        """The local spelling of `module` (existing alias if any), importing it when needed."""
+        """The local spelling of `module` (existing alias if any), importing it when needed.
+
+        An existing module-level import is reused; the engine still imports the module in the header when
+        that import comes only after the first statement that runs the fixed code (a late `import time`).
+        """
         a = self.ctx.analysis
         bound = a.binding_for(module, scope)
         if bound:
+            found = (scope or a.module_scope).lookup(bound)[1]
+            if found is a.module_scope:
+                self.imports.append(ImportReq(module, None if bound == module else bound))
             return bound
         alias = PREFERRED_ALIAS.get(module)
         if alias and (alias not in a.defined_names or a.binding_for(module) == alias):
@@ -157,7 +166,7 @@ class FixBuilder:
         return f"{self.ref(module, scope)}.{attr}"
 
     def helper(self, name: str) -> str:
-        from neuron_migrate.rewrite.helpers import HELPERS
+        from neuron_migrate.rules.helpers import HELPERS
 
         spec = HELPERS[name]
         for dep in spec.requires:

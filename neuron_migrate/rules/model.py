@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Optional
 
+from neuron_migrate.files.span import Span  # noqa: F401 - re-exported: part of the rule data model
+
 
 class FixSafety(str, Enum):
     SAFE = "safe"  # behaviour preserved: applied by default
@@ -46,6 +48,8 @@ class Rule:
     # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
     trigger_words: tuple[str, ...] = ()
     origin: str = ""  # module or YAML file that defines it
+    # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
+    language: str = "python"
 
     @property
     def category(self) -> str:
@@ -58,16 +62,6 @@ class Rule:
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
         return (_rule_by_code, (self.code,))
-
-
-@dataclass(frozen=True)
-class Span:
-    """A source range: 1-based lines, 0-based columns counted in characters (not bytes)."""
-
-    line: int
-    col: int
-    end_line: int
-    end_col: int
 
 
 @dataclass(frozen=True)
@@ -119,6 +113,7 @@ class Finding:
     # and the table source id it comes from; rendered by every output format, filtered by --min-confidence
     confidence: str = ""
     source: str = ""
+    cell: Optional[int] = None  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
     def severity(self) -> Severity:
@@ -175,6 +170,7 @@ def finding_to_dict(f: Finding) -> dict:
         "note": f.note,
         "fix": fix_to_dict(f.fix) if f.fix else None,
         **({"confidence": f.confidence, "source": f.source} if f.confidence or f.source else {}),
+        "cell": f.cell,
     }
 
 
@@ -188,4 +184,5 @@ def finding_from_dict(d: dict) -> Finding:
         note=d.get("note", ""),
         confidence=d.get("confidence", ""),
         source=d.get("source", ""),
+        cell=d.get("cell"),
     )

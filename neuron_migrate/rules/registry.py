@@ -13,6 +13,10 @@ class RuleError(Exception):
     pass
 
 
+# rules for files that are not Python (language "shell", "deps"), defined next to their parsers
+OTHER_RULE_MODULES = ("neuron_migrate.shell.rules", "neuron_migrate.deps.rules")
+
+
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[Rule, ...]:
     from neuron_migrate.rules import api, builtin
@@ -20,6 +24,8 @@ def all_rules() -> tuple[Rule, ...]:
 
     for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
         importlib.import_module(f"{builtin.__name__}.{info.name}")
+    for module in OTHER_RULE_MODULES:
+        importlib.import_module(module)
     rules = list(api.defined_rules()) + load_yaml_rules()
     seen_codes: dict[str, str] = {}
     seen_names: dict[str, str] = {}
@@ -60,9 +66,13 @@ class RuleSet:
     """The active rules, indexed by (site kind, key) for the runner."""
 
     def __init__(self, rules: Iterable[Rule]):
-        from neuron_migrate.files.names import Wanted
+        from neuron_migrate.names.analysis import Wanted
 
         self.rules = tuple(rules)
+        # rules for other file kinds, by language; the Python index below holds only Python rules
+        self.by_language: dict[str, list[Rule]] = {}
+        for r in self.rules:
+            self.by_language.setdefault(r.language, []).append(r)
         self.exact: dict[tuple[str, str], list[Rule]] = {}
         self.prefix: dict[str, list[tuple[str, Rule]]] = {}
         self.module_rules: list[Rule] = []
@@ -70,7 +80,7 @@ class RuleSet:
         prefixes: dict[str, set] = {}
         any_kinds: set = set()
         words: set = set()
-        for r in self.rules:
+        for r in self.by_language.get("python", ()):
             words.update(r.trigger_words)
             for kind, key in r.triggers:
                 if kind == "module":

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.files.names import Analysis, AnalysisError, Site
+from neuron_migrate.names.analysis import Analysis, AnalysisError, Site
 from neuron_migrate.rules.api import Ctx, Settings
 from neuron_migrate.rules.model import Finding
 from neuron_migrate.rules.registry import RuleSet

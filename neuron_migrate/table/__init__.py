@@ -379,12 +379,11 @@ class Table:
         return agg
 
     def op(self, name: str) -> Entry | None:
-        """Entry for an aten op. Accepts "aten::atan2", "aten::atan2.default", "atan2", "aten.atan2.out".
+        """The table's own entry for an aten op. Accepts "aten::atan2", "aten::atan2.default", "atan2", "aten.atan2.out".
 
-        Lookup order: the exact overload; the base name (default overload); the status derived from torch's
-        dispatcher (a composite kernel and what it calls, see `classify_op`); else, when other overloads of the
+        Lookup order: the exact overload; the base name (default overload); else, when other overloads of the
         same op are listed, an entry aggregated over them (status: theirs if they agree, else partial). None when
-        nothing is known."""
+        the table lists nothing for it: `classify_op` then also derives a status from torch's dispatcher."""
         try:
             base, ovl = normalize_op_name(name)
         except Exception:  # pragma: no cover - defensive
@@ -392,12 +391,19 @@ class Table:
         e = self._explicit_op(base, ovl)
         if e is not None:
             return e
-        v = self.classify_op(name)
-        if v.via in ("derived", "namespace"):
-            return Entry(name=_full_op(base, ovl), kind="aten_op", status=v.status, note=v.note,
-                         source_id=v.source_id, source_url=v.source_url,
-                         source_kind=(self.sources.get(v.source_id or "") or {}).get("kind"), confidence=v.confidence)
         return self._aggregate_for(base)
+
+    def derived_entry(self, name: str) -> Entry | None:
+        """`op(name)`, else the status `classify_op` derives (composite kernel, namespace) as an Entry."""
+        e = self.op(name)
+        if e is not None:
+            return e
+        v = self.classify_op(name)
+        if v.via not in ("derived", "namespace"):
+            return None
+        return Entry(name=v.name, kind="aten_op", status=v.status, note=v.note, source_id=v.source_id,
+                     source_url=v.source_url, source_kind=(self.sources.get(v.source_id or "") or {}).get("kind"),
+                     confidence=v.confidence)
 
     @staticmethod
     def _aggregate(base: str, siblings: list[Entry]) -> Entry:
@@ -586,7 +592,7 @@ class Table:
         entries: list[Entry] = []
         worst = Status.NATIVE
         for op in ops:
-            oe = self.op(op)
+            oe = self.derived_entry(op)
             if oe is None:
                 v = self.classify_op(op)
                 oe = Entry(name=op, kind="aten_op", status=Status.UNKNOWN, note=v.note or "not in the compatibility table")

@@ -47,3 +47,15 @@ def test_hooks_block_torch_xla_and_pass_clean_code(tmp_path):
     assert "neuron-migrate-audit" in blocked.stdout and "NM101" in blocked.stdout
     # the rewrite hook fixed the working copy, which is why the commit stops too
     assert "mark_step" not in bad.read_text()
+
+    # launchers and dependency lists go through the same hooks; other text files are not passed to them
+    _git(repo, "add", "train.py")  # the rewrite above, staged (pre-commit rolls hook fixes back over unstaged edits)
+    (repo / "launch.sh").write_text("#!/bin/bash\nexport PJRT_DEVICE=NEURON\ntorchrun --nproc_per_node=2 train.py\n")
+    (repo / "requirements.txt").write_text("torch==2.13.0\ntorch-xla==2.9.0\nnumpy\n")
+    (repo / "NOTES.md").write_text("export PJRT_DEVICE=NEURON\n")
+    _git(repo, "add", "launch.sh", "requirements.txt", "NOTES.md")
+    blocked = _try_repo(repo, home)
+    assert blocked.returncode == 1, blocked.stdout + blocked.stderr
+    assert "NM501" in blocked.stdout and "NM601" in blocked.stdout and "NOTES.md" not in blocked.stdout
+    assert "PJRT_DEVICE" not in (repo / "launch.sh").read_text() and "torch-xla" not in (repo / "requirements.txt").read_text()
+    assert (repo / "NOTES.md").read_text() == "export PJRT_DEVICE=NEURON\n"

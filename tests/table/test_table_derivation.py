@@ -58,7 +58,8 @@ def test_composite_of_native_ops_is_native_with_their_confidence(derived):
     v = derived.classify_op("aten::ones")
     assert (v.status, v.via, v.confidence, v.source_id) == (Status.NATIVE, "derived", "medium", "pre")
     assert "CompositeExplicitAutograd" in v.note and "aten::fill_.Scalar" in v.note
-    assert derived.op("ones").status is Status.NATIVE  # op() answers with the derived entry too
+    assert derived.op("ones") is None  # op() is the table's own entries only (the emulator's kernel set)
+    assert derived.derived_entry("ones").status is Status.NATIVE
 
 
 def test_composite_takes_the_worst_child_and_its_confidence(derived):

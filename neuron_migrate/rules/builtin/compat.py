@@ -151,8 +151,10 @@ def unsupported_namespace(site, ctx):
     docs=f"""
         The 2.33 release notes say only some `torch.fft` transforms run on Neuron, without a list in the text
         available to this tool; the compatibility table marks each transform `partial` until a device run says
-        otherwise (`neuron-migrate probe`, or `neuron-migrate table build` against the released wheel). An FFT that is
-        not supported fails a compiled graph and falls back to the CPU in eager. Check the transform on a device,
+        otherwise (`neuron-migrate probe`, or `neuron-migrate table build` against the released wheel). FFTs are
+        complex-valued: 2.33 decomposes complex ops before lowering by default (`TORCH_NEURONX_COMPLEX_DECOMPOSE`,
+        on for torch >= 2.13), and on a beta without it an eager `irfft` raised "complex dtypes are not supported
+        natively on Neuron" instead of falling back to the CPU. Check the transform on a device,
         or compute it on CPU deliberately (`torch.fft.rfft(x.cpu()).to(x.device)`). Source: {RN}
     """,
     examples=[("spec = torch.fft.rfft(signal)",)],
@@ -220,34 +222,150 @@ _F64 = {"torch.float64": "torch.float32", "torch.double": "torch.float32", "torc
         tensors (twice the memory, extra casts). Write float32 (or bfloat16 under autocast) explicitly; when an
         algorithm really needs float64, run that part on CPU (`x.cpu().double()`). The fix (unsafe: numerics change
         where the code also runs on CPU/GPU) replaces the dtype with `torch.float32` (`torch.complex64`) and
-        `.double()` with `.float()`. Dtype tests (`x.dtype == torch.float64`) are not reported. Source: {RN}
+        `.double()` with `.float()`. Dtype tests (`x.dtype == torch.float64`) are not reported. The fix applies only
+        where the tensor is on, or goes to, the device (`neuron_migrate.program.device_flow`: `.to(device)`,
+        `device=device`, a name moved to the device); float64 on the host (after `.cpu()`, `device="cpu"`, a float64
+        reference to check a device kernel) computes in float64 and is not reported; where the tool cannot tell, it
+        is reported without a fix. A `from torch import float64` whose every use is fixed is removed. Source: {RN}
     """,
-    examples=[("x = torch.zeros(3, dtype=torch.float64)", "x = torch.zeros(3, dtype=torch.float32)"),
-              ("y = x.double()", "y = x.float()")],
+    examples=[("x = torch.zeros(3, dtype=torch.float64, device=device)", "x = torch.zeros(3, dtype=torch.float32, device=device)"),
+              ("y = x.double().to(device)", "y = x.float().to(device)")],
 )
 def float64(site, ctx):
-    fx = ctx.fixer()
+    from neuron_migrate.program import device_flow
+
+    flow = device_flow.facts(ctx.analysis)
     if site.kind == "method":
         call = site.call
         if call.args or call.keywords:
             return None
+        where = _float64_where(flow, call.func.value, call)
+        if where == "cpu":
+            return None  # a float64 reference on the host: runs in float64 there
+        msg = "`.double()` gives float64, which executes as float32 on Neuron: use `.float()` (or do the float64 part on CPU)"
+        if where != "device":
+            return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device",
+                               **sourced(fact(ctx, "torch.float64")))
+        fx = ctx.fixer()
         fx.replace(call, f"{ctx.src(call.func.value)}.float()")
-        return ctx.finding(site, "`.double()` gives float64, which executes as float32 on Neuron: use `.float()` "
-                                 "(or do the float64 part on CPU)", fix=fx.build(), **sourced(fact(ctx, "torch.float64")))
+        return ctx.finding(site, msg, fix=fx.build(), **sourced(fact(ctx, "torch.float64")))
     if in_compare(site):
         return None
     call = enclosing_call(site)
-    if call is not None and ctx.analysis.resolve(call.func, site.scope, count_use=False) in ("torch.finfo", "torch.iinfo"):
+    callee = ctx.analysis.resolve(call.func, site.scope, count_use=False) if call is not None else None
+    if callee in ("torch.finfo", "torch.iinfo"):
         return None
     target = _F64[site.key]
-    fx.replace(site.node, f"{fx.ref('torch')}.{target.split('.')[1]}")
     what = site.key
-    if call is not None and ctx.analysis.resolve(call.func, site.scope, count_use=False) == "torch.set_default_dtype":
+    if callee == "torch.set_default_dtype":
+        where = "device" if flow.touches_device else "unknown"
         msg = (f"torch.set_default_dtype({what}) makes every new float tensor float64, which executes as float32 on "
                f"Neuron: keep the default (float32)")
     else:
+        where = _dtype_call_where(flow, call, site) if call is not None else "unknown"
         msg = f"`{what}` executes as float32 on Neuron (with a warning): use `{target}`, or compute this part on CPU"
-    return ctx.finding(site, msg, fix=fx.build(), **sourced(fact(ctx, "torch.float64")))
+    if where == "cpu":
+        return None
+    if where != "device":
+        return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device",
+                               **sourced(fact(ctx, "torch.float64")))
+    fix = _float64_fix(site, ctx, flow, target)
+    return ctx.finding(site, msg, fix=fix, **sourced(fact(ctx, "torch.float64")))
+
+
+def _float64_where(flow, receiver, call) -> str:
+    """'device' when the tensor is on, or goes to, the device; 'cpu' when it stays on the host; else 'unknown'."""
+    fate = flow.fate(call)
+    if fate == "device":
+        return "device"
+    place = flow.placement(receiver)
+    if place == "device":
+        return "device"
+    return "cpu" if "cpu" in (place, fate) else "unknown"
+
+
+def _dtype_call_where(flow, call, site) -> str:
+    """Placement of the tensor made or converted by the call that takes the float64 dtype."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in ("to", "type"):
+        target = kwarg(call, "device")
+        if target is None and call.args and call.args[0] is not site.node:
+            target = call.args[0]
+        if target is not None:
+            v = flow.is_device_value(target, flow.function_of(call))
+            if v:
+                return "device"
+            if v is False:
+                return "cpu"
+        return _float64_where(flow, func.value, call)
+    dev = kwarg(call, "device")
+    if dev is not None:
+        v = flow.is_device_value(dev, flow.function_of(call))
+        if v is False:
+            return "cpu"
+        if v:
+            return "device"
+    fate = flow.fate(call)
+    return fate if fate == "device" else "unknown"
+
+
+def _float64_fix(site, ctx, flow, target: str):
+    """Replace the dtype; a `from torch import float64` name whose every use is fixed loses its import too."""
+    node = site.node
+    fx = ctx.fixer()
+    name = f"{fx.ref('torch')}.{target.split('.')[1]}"
+    if not isinstance(node, ast.Name):
+        fx.replace(node, name)
+        return fx.build()
+
+    def build(_analysis):
+        uses = [s for s in ctx.analysis.sites if s.kind == "ref" and s.key == site.key and isinstance(s.node, ast.Name)
+                and s.node.id == node.id]
+        fixable = all(_use_fixable(s, ctx, flow) for s in uses)
+        group = ctx.fixer()
+        spelled = f"{group.ref('torch')}.{target.split('.')[1]}"
+        for s in (uses if fixable else [site]):
+            group.replace(s.node, spelled)
+        if fixable:
+            drop_import_name(group, ctx.analysis, "torch", node.id)
+        return group.build()
+
+    return cached_fix(ctx, f"float64-name:{node.id}:{site.key}", build)
+
+
+def _use_fixable(s, ctx, flow) -> bool:
+    if in_compare(s):
+        return False
+    call = enclosing_call(s)
+    if call is None:
+        return False
+    callee = ctx.analysis.resolve(call.func, s.scope, count_use=False)
+    if callee in ("torch.finfo", "torch.iinfo"):
+        return False
+    if callee == "torch.set_default_dtype":
+        return flow.touches_device
+    return _dtype_call_where(flow, call, s) == "device"
+
+
+def cached_fix(ctx, key: str, build):
+    from neuron_migrate.program import cached
+
+    return cached(ctx.analysis, f"fix:{ctx.rule.code}:{key}", build)
+
+
+def drop_import_name(fx, analysis, module: str, name: str) -> None:
+    """Remove `name` from the module-level `from <module> import ...` that binds it (the whole line when alone)."""
+    for stmt in analysis.tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == module and stmt.level == 0:
+            names = [a for a in stmt.names if (a.asname or a.name) == name]
+            if not names:
+                continue
+            rest = [a for a in stmt.names if a not in names]
+            if rest:
+                fx.replace(stmt, f"from {module} import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in rest))
+            else:
+                fx.delete(stmt)
+            return
 
 
 # ===================================================================================== numpy float64
@@ -322,6 +440,11 @@ def numpy_float64(site, ctx):
         return None
     if not _np_float64(call.args[0], ctx, site.scope):
         return None
+    from neuron_migrate.program import device_flow
+
+    flow = device_flow.facts(ctx.analysis)
+    if flow.fate(call, fallback=False) == "cpu" or (kwarg(call, "device") is not None and flow.is_device_value(kwarg(call, "device")) is False):
+        return None  # float64 data that stays on the host computes in float64 there
     fn = site.key.split(".")[-1]
     return ctx.finding(site, f"torch.{fn}() of a numpy float64 array makes a float64 tensor (float32 on Neuron): convert "
                              f"with `.astype(np.float32)` first" + (" or pass dtype=torch.float32" if fn != "from_numpy" else ""),

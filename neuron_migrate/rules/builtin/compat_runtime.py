@@ -275,20 +275,57 @@ def generator_device(site, ctx):
         Beta reports show TorchNeuron convolutions rejecting `channels_last` inputs ("Neuron only supports
         contiguous/preserve memory format"; {COMMUNITY}). `memory_format=torch.channels_last` is a GPU tensor-core
         optimisation with no benefit here. The fix (unsafe: layout, and so GPU performance, changes) uses
-        `torch.contiguous_format`. Queries (`x.is_contiguous(memory_format=torch.channels_last)`, comparisons)
+        `torch.contiguous_format`, where the tensor or module is on or goes to the device (host tensors may keep
+        any layout; unknown placement is reported without a fix). Queries (`x.is_contiguous(memory_format=torch.channels_last)`, comparisons)
         are not reported.
     """,
-    examples=[("model = model.to(memory_format=torch.channels_last)", "model = model.to(memory_format=torch.contiguous_format)")],
+    examples=[("model = model.to(device, memory_format=torch.channels_last)", "model = model.to(device, memory_format=torch.contiguous_format)")],
 )
 def channels_last(site, ctx):
     if in_compare(site):
         return None
     parent = site.parent
+    call = None
     if isinstance(parent, ast.keyword):
         call = ctx.analysis.parent_of.get(parent)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "is_contiguous":
             return None
-    fx = ctx.fixer()
-    fx.replace(site.node, f"{fx.ref('torch')}.contiguous_format")
-    return ctx.finding(site, f"`{site.key}`: Neuron supports only contiguous/preserve memory format; use "
-                             "torch.contiguous_format", fix=fx.build(), confidence="low", source="community_beta")
+    from neuron_migrate.program import device_flow
+    from neuron_migrate.rules.builtin.compat import cached_fix, drop_import_name
+
+    flow = device_flow.facts(ctx.analysis)
+
+    def where(s) -> str:
+        p = s.parent
+        c = ctx.analysis.parent_of.get(p) if isinstance(p, ast.keyword) else None
+        if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)):
+            return "unknown"
+        fate, place = flow.fate(c), flow.placement(c.func.value)
+        return "device" if "device" in (fate, place) else "cpu" if "cpu" in (fate, place) else "unknown"
+
+    here = where(site)
+    msg = f"`{site.key}`: Neuron supports only contiguous/preserve memory format; use torch.contiguous_format"
+    if here == "cpu":
+        return None  # host tensors may use any layout
+    if here != "device":
+        return ctx.finding(site, msg + "; not rewritten: this tensor is not seen to reach the device",
+                           confidence="low", source="community_beta")
+    node = site.node
+    if not isinstance(node, ast.Name):
+        fx = ctx.fixer()
+        fx.replace(node, f"{fx.ref('torch')}.contiguous_format")
+        return ctx.finding(site, msg, fix=fx.build(), confidence="low", source="community_beta")
+
+    def build(_analysis):
+        uses = [s for s in ctx.analysis.sites if s.kind == "ref" and s.key == site.key and isinstance(s.node, ast.Name)
+                and s.node.id == node.id]
+        every = all(where(s) == "device" for s in uses)
+        fx = ctx.fixer()
+        for s in (uses if every else [site]):
+            fx.replace(s.node, f"{fx.ref('torch')}.contiguous_format")
+        if every:
+            drop_import_name(fx, ctx.analysis, "torch", node.id)
+        return fx.build()
+
+    return ctx.finding(site, msg, fix=cached_fix(ctx, f"channels-last:{node.id}", build), confidence="low",
+                       source="community_beta")

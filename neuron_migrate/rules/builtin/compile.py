@@ -1,4 +1,4 @@
-"""torch.compile on TorchNeuron: dynamic shapes, modes, backends, graph breaks, shape variation (NM401-NM405)."""
+"""torch.compile on TorchNeuron: dynamic shapes, modes, backends, graph breaks, shape variation, training steps (NM401-NM406)."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +8,37 @@ from neuron_migrate.rules.builtin.compat import COMPILE_REF, RN
 
 COMPILE_ABOUT = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/about-torch-compile.html"
 TORCH_INDEX = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
+
+
+_TRAIN_METHODS = ("zero_grad", "backward", "step")
+
+
+def compiled_function(site, ctx):
+    """The function definition a torch.compile / torch_xla.compile site compiles, when this file shows it:
+    the decorated def, or the first positional argument naming a def of this module (defined once)."""
+    node = site.node
+    parent = site.parent
+    if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and node in parent.decorator_list:
+        return parent
+    call = site.call
+    if call is None or not call.args or not isinstance(call.args[0], ast.Name):
+        return None
+    name = call.args[0].id
+    defs = [n for n in ast.walk(ctx.analysis.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    return defs[0] if len(defs) == 1 else None
+
+
+def training_calls(fn: ast.AST, ctx, scope=None) -> list[str]:
+    """Names of the training-step calls (zero_grad, backward, optimizer step) in a function's body."""
+    found = []
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Call):
+            continue
+        if isinstance(n.func, ast.Attribute) and n.func.attr in _TRAIN_METHODS and n.func.attr not in found:
+            found.append(n.func.attr)
+        elif isinstance(n.func, ast.Attribute) and n.func.attr == "optimizer_step" and "step" not in found:
+            found.append("step")
+    return found
 
 
 def _is_decorator_ref(site) -> bool:
@@ -132,6 +163,9 @@ def compile_graph_breaks(site, ctx):
             return None
         if not site.call.args and not _is_decorator_ref_call(site):
             return None
+    fn = compiled_function(site, ctx)
+    if fn is not None and training_calls(fn, ctx):
+        return None  # a training step breaks at backward(): fullgraph=True would refuse it (NM406)
     return ctx.finding(site, "torch.compile without fullgraph: graph breaks on Neuron split the model into separately "
                              "compiled pieces with eager Python between them; run once with fullgraph=True (or "
                              "TORCH_LOGS=graph_breaks) and move .item()/print/data-dependent branches out")
@@ -171,3 +205,40 @@ def compile_static_shapes(site, ctx):
             return None
     return ctx.finding(site, "torch.compile on Neuron recompiles for every new input shape: pass dynamic=False and pad or "
                              "bucket inputs (drop_last=True, fixed sequence lengths) so that few shapes occur")
+
+
+@rule(
+    code="NM406",
+    name="compile-train-step",
+    summary="torch.compile(fullgraph=True) of a function that runs backward() or optimizer.step() is refused by Dynamo",
+    fix="safe",
+    severity="error",
+    triggers=[("call", "torch.compile")],
+    trigger_words=("compile",),
+    docs=f"""
+        A training step (`optimizer.zero_grad()`, `loss.backward()`, `optimizer.step()`) cannot be one graph:
+        Dynamo breaks the graph at `backward()`, so `torch.compile(step_fn, fullgraph=True)` raises on its first
+        call, on every backend. This is what a rewrite of `torch_xla.compile(step_fn, full_graph=True)` would
+        produce (the lazy-tensor tracer captured the whole step; Dynamo does not). The fix sets
+        `fullgraph=False`: the forward and loss are compiled, backward runs through AOTAutograd's compiled
+        backward, and the optimizer step is compiled as its own graph. For one forward graph, compile the model
+        instead (`model = torch.compile(model, backend="neuron")`) and call the step eagerly ({COMPILE_ABOUT}).
+    """,
+    examples=[("@torch.compile(backend=\"neuron\", fullgraph=True)\ndef step(x, y):\n    opt.zero_grad()\n    loss_fn(model(x), y).backward()\n    opt.step()",
+               "@torch.compile(backend=\"neuron\", fullgraph=False)\ndef step(x, y):\n    opt.zero_grad()\n    loss_fn(model(x), y).backward()\n    opt.step()")],
+)
+def compile_train_step(site, ctx):
+    fg = kwarg(site.call, "fullgraph")
+    if not (isinstance(fg, ast.Constant) and fg.value is True):
+        return None
+    fn = compiled_function(site, ctx)
+    calls = training_calls(fn, ctx) if fn is not None else []
+    if not calls:
+        return None
+    fx = ctx.fixer()
+    fx.replace(fg, "False")
+    what = "/".join(f"{c}()" for c in calls)
+    return ctx.finding(site, f"torch.compile(fullgraph=True) of `{fn.name}`, which calls {what}: Dynamo breaks the graph at "
+                             "backward() and fullgraph=True refuses that; compile without fullgraph, or compile the model",
+                       fix=fx.build(), note=f"`{fn.name}` is compiled with graph breaks at backward(); for one forward graph "
+                                             "compile the model instead: model = torch.compile(model, backend=\"neuron\")")

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.program import cached
+from neuron_migrate.program import values
+from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.xla_core import device_string_context
 
@@ -69,6 +71,68 @@ def string_quote(site, ctx) -> str:
             text = ctx.src(anc).lstrip("rRfFbBuU")
             return "'" if text.startswith('"') else '"'
     return '"'
+
+
+# -- value sets: strings that flow into one comparison migrate together ---------------------------------
+CONFIG_ROLES = {"cli-default", "choice", "field", "default", "dict-value", "env-default"}
+_ROLE_TEXT = {"device": "device argument", "compare": "comparison", "choice": "argparse choice", "cli-default": "argparse default",
+              "field": "config field", "default": "parameter default", "assign": "assignment", "dict-key": "dict key",
+              "dict-value": "dict value", "element": "table entry", "env-default": "environment default",
+              "return": "return value", "argument": "call argument", "other": "value"}
+
+
+def string_member(site):
+    """The literal a device-name string site stands for (an f-string head names its f-string), or None."""
+    node = site.node
+    if site.key.endswith(":"):
+        joined = site.parent
+        if not isinstance(joined, ast.JoinedStr) or joined.values[0] is not node:
+            return None
+        return joined
+    return node
+
+
+def lines_text(lines: list[int]) -> str:
+    return ("line " if len(lines) == 1 else "lines ") + ", ".join(str(n) for n in lines)
+
+
+def set_fix(ctx, vs, kind: str, text_for):
+    """One fix that rewrites every `kind` string of the value set: shared by the findings of all its members,
+    so the set is applied whole or not at all."""
+
+    def build(_analysis):
+        fx = ctx.fixer()
+        for m in vs.of_kind(kind):
+            fx.replace(m.node, text_for(m, fx))
+        return fx.build()
+
+    return cached(ctx.analysis, f"set-fix:{ctx.rule.code}:{id(vs)}", build)
+
+
+def value_set_finding(site, ctx, node, vs, kind: str, new: str):
+    """Finding (and shared fix) for a string that belongs to a value set, following the set's plan."""
+    members = vs.of_kind(kind)
+    member = next(m for m in members if m.node is node)
+    raw = ctx.src(node)
+    lines = vs.lines()
+    plan = vs.plan()
+    if plan == "keep" or (plan == "free" and not any(m.devicey or m.direct_sink for m in members)):
+        if plan == "free":
+            if isinstance(ctx.analysis.parent_of.get(node), (ast.keyword, ast.List, ast.Tuple)):
+                return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+            return None
+        if member.role not in CONFIG_ROLES and member is not members[0]:
+            return None
+        return ctx.finding(site, f"{raw} is a configuration value ({_ROLE_TEXT[member.role]}) read together with the strings at "
+                                 f"{lines_text(lines)}: all are kept, so that configs and callers passing {kind!r} keep "
+                                 f"working; rename them together by hand if you want {new!r}")
+    fix = set_fix(ctx, vs, kind, lambda m, fx: ctx.src(m.node).replace(kind, new, 1))
+    note = ""
+    if len(members) > 1 or vs.external:
+        note = f"One value with the strings at {lines_text(lines)}: every {kind!r} becomes {new!r} together."
+        if vs.external:
+            note += f" Values from {', '.join(vs.external)} must now say {new!r}."
+    return ctx.finding(site, f"{raw} names the device ({_ROLE_TEXT[member.role]}): becomes {new!r}", fix=fix, note=note)
 
 
 # -- NM200 ------------------------------------------------------------------------------------------

@@ -68,7 +68,120 @@ def remove_unused_import(site, ctx, prefix: str, what: str):
     examples=[("import torch_xla.core.xla_model as xm\nimport torch", "import torch")],
 )
 def torch_xla_import(site, ctx):
+    if import_probe(site, ctx) is not None:
+        return None  # NM107: the import answers "is torch_xla installed?" and stays
+    guard = _dead_import_guard(site, ctx)
+    if guard is not None:
+        if guard is False:
+            return None  # the guard is removed by the finding for its first import
+        fx = ctx.fixer()
+        fx.delete(guard)
+        return ctx.finding(site, f"unused torch_xla import `{site.key}`: remove it (with the try/except ImportError around it)", fix=fx.build())
     return remove_unused_import(site, ctx, "torch_xla", "torch_xla")
+
+
+def _bound_name(stmt, alias) -> str:
+    return alias.asname or (alias.name.split(".")[0] if isinstance(stmt, ast.Import) else alias.name)
+
+
+def _dead_import_guard(site, ctx):
+    """The `try: import torch_xla... / except ImportError: xm = None` statement when every import in it is
+    unused torch_xla and the handlers only pass or reset those names: it goes as a whole rather than
+    leaving `try: pass`. False when this import is not the guard's first (its first import's finding
+    removes it); None when the import is not such a guard's."""
+    try_stmt = site.parent
+    if not isinstance(try_stmt, ast.Try) or site.node not in try_stmt.body or try_stmt.orelse or try_stmt.finalbody:
+        return None
+    names = set()
+    for stmt in try_stmt.body:
+        if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return None
+        for a in stmt.names:
+            module = a.name if isinstance(stmt, ast.Import) else stmt.module or ""
+            if not module.startswith("torch_xla") or a.name == "*" or ctx.analysis.uses_of(site.scope, _bound_name(stmt, a)):
+                return None
+            names.add(_bound_name(stmt, a))
+    if not all(_catches_import_error(h) for h in try_stmt.handlers):
+        return None
+    for h in try_stmt.handlers:
+        for stmt in h.body:
+            if isinstance(stmt, ast.Pass):
+                continue
+            if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is None
+                    and all(isinstance(t, ast.Name) and t.id in names for t in stmt.targets)):
+                continue
+            return None
+    return try_stmt if (try_stmt.body[0], try_stmt.body[0].names[0]) == (site.node, site.alias) else False
+
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def _catches_import_error(handler: ast.excepthandler) -> bool:
+    if handler.type is None:
+        return True
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any((t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else "") in _IMPORT_ERRORS for t in types)
+
+
+def _constant_answer(stmt: ast.stmt) -> bool:
+    """`FLAG = True`, `self.flag = 1`, `return True`: a statement that records that the import worked."""
+    if isinstance(stmt, ast.Return):
+        return isinstance(stmt.value, ast.Constant)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        return isinstance(stmt.value, ast.Constant) and stmt.value.value is not None
+    return False
+
+
+def import_probe(site, ctx) -> ast.Try | None:
+    """The try statement when this unused torch_xla import is a feature probe, else None.
+
+    A probe is `try: import torch_xla...` followed, in the try body or its else block, by a constant answer
+    (`return True`, `HAVE_XLA = True`) and caught by an ImportError handler: removing the import would turn
+    the answer into a constant "yes". Guards whose body only imports (the handler binds the names to None)
+    are not probes: their import goes once nothing uses it.
+    """
+    alias = site.alias
+    bound = alias.asname or (alias.name.split(".")[0] if isinstance(site.node, ast.Import) else alias.name)
+    if ctx.analysis.uses_of(site.scope, bound):
+        return None
+    try_stmt = site.parent
+    if not isinstance(try_stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))) or site.node not in try_stmt.body:
+        return None
+    if not any(_catches_import_error(h) for h in try_stmt.handlers):
+        return None
+    if any(_constant_answer(s) for s in [*try_stmt.body, *try_stmt.orelse]):
+        return try_stmt
+    return None
+
+
+@rule(
+    code="NM107",
+    name="torch-xla-import-probe",
+    summary="`try: import torch_xla ... except ImportError:` that tests whether torch_xla is installed is kept",
+    fix="none",
+    severity="info",
+    triggers=[("import", "torch_xla*")],
+    docs="""
+        A feature probe such as `try: import torch_xla; return True / except ImportError: return False` or
+        `try: import torch_xla.core.xla_model as xm; HAVE_XLA = True / except ImportError: HAVE_XLA = False`
+        answers "is torch_xla installed?". Removing its import (NM100) would make the answer a constant yes, and
+        code behind the flag would then import torch_xla on machines without it. The probe is left as it is:
+        on a TorchNeuron install without torch-xla it answers no, as it should. Reported so that the code
+        behind the flag can be collapsed to the native branch by hand.
+    """,
+    examples=[("def has_xla():\n    try:\n        import torch_xla\n        return True\n    except ImportError:\n        return False", None)],
+)
+def torch_xla_import_probe(site, ctx):
+    try_stmt = import_probe(site, ctx)
+    if try_stmt is None:
+        return None
+    xla_aliases = [(s, a) for s in try_stmt.body if isinstance(s, (ast.Import, ast.ImportFrom)) for a in s.names
+                   if (a.name if isinstance(s, ast.Import) else s.module or "").startswith("torch_xla")]
+    if xla_aliases[0] != (site.node, site.alias):
+        return None  # one finding per probe
+    return ctx.finding(site, "torch_xla import probe kept: it tests whether torch_xla is installed (no on a TorchNeuron install); "
+                             "collapse the code behind the answer to the native branch")
 
 
 def _unused_alias(a, stmt, site, ctx, prefix: str) -> bool:
@@ -209,30 +322,38 @@ def device_string_context(site, ctx) -> str | None:
 @rule(
     code="NM103",
     name="xla-device-string",
-    summary="the string 'xla' naming a device becomes 'neuron'",
+    summary="the string 'xla' naming a device becomes 'neuron', together with every string of the same value",
     fix="safe",
     severity="warning",
-    triggers=[("string", "xla")],
+    triggers=[("string", "xla"), ("string", "xla:")],
     docs="""
         Scripts name the XLA device with strings as often as with `xm.xla_device()`: `.to('xla')`,
         `device='xla'`, `torch.device('xla', i)`, `x.device.type == 'xla'`, `torch.autocast('xla')`,
-        `str(d).startswith('xla')`, `device = 'xla'`. Where the string flows into a device position it becomes
-        `'neuron'` (an index such as `'xla:1'` is kept). A string that may be configuration (an argparse
-        `choices`/`default`, a config dict) is left alone and reported, since user configs may pass it.
+        `str(d).startswith('xla')`, `f"xla:{i}"`. Strings that flow into one comparison are one value
+        (`neuron_migrate.program.values`): a dataclass field `device: str = "xla"`, an argparse `default=`/`choices=`,
+        a parameter default and the `if requested == "xla":` that reads them. A value that reaches a torch device
+        position (`torch.device(cfg.device)`) must say `'neuron'`, so all its 'xla' strings change together,
+        argparse choices included (the note says which inputs must now pass 'neuron'). A value only compared as a
+        label, which configuration or callers may pass in, keeps 'xla' everywhere (reported at its configuration
+        sites), since the branch it selects is migrated anyway. Labels used only inside the file change together
+        where one of them names a device variable. An index such as `'xla:1'` is kept.
     """,
     examples=[("x = x.to('xla')", "x = x.to('neuron')"), ("if t.device.type == 'xla':\n    pass", "if t.device.type == 'neuron':\n    pass")],
 )
 def xla_device_string(site, ctx):
-    raw = ctx.src(site.node)
-    why = device_string_context(site, ctx)
-    if why is None:
-        parent = site.parent
-        if isinstance(parent, ast.keyword) or isinstance(site.parent, (ast.List, ast.Tuple)):
-            return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+    from neuron_migrate.program import values
+    from neuron_migrate.rules.builtin.cuda_device import string_member, value_set_finding
+
+    node = string_member(site)
+    if node is None:
         return None
-    fx = ctx.fixer()
-    fx.replace(site.node, raw.replace("xla", "neuron", 1))
-    return ctx.finding(site, f"'xla' as a device ({why}): becomes 'neuron'", fix=fx.build())
+    vs = values.facts(ctx.analysis).set_of(node)
+    if vs is not None:
+        return value_set_finding(site, ctx, node, vs, "xla", "neuron")
+    raw = ctx.src(node)
+    if isinstance(site.parent, (ast.keyword, ast.List, ast.Tuple)):
+        return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+    return None
 
 
 @rule(
@@ -264,35 +385,95 @@ def wait_device_ops(site, ctx):
     summary="`with torch_xla.step():` / `with torch_xla.compile():` regions are unwrapped",
     fix="safe",
     severity="warning",
-    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step")],
+    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step"), ("ref", "torch_xla.compile")],
     docs="""
         `torch_xla.step()` (and `torch_xla.compile()` used as a context manager) marks a region whose lazy graph is
         cut at its edges. In eager TorchNeuron the body simply runs: the `with` is removed and its body kept.
-        `torch_xla.compile(fn)` applied to a function becomes `torch.compile(fn, backend="neuron")` (unsafe: Dynamo
-        tracing differs from lazy tracing; `full_graph=` maps to `fullgraph=`).
+        `torch_xla.compile(fn)` applied to a function (also as a decorator) becomes
+        `torch.compile(fn, backend="neuron")` (unsafe: Dynamo tracing differs from lazy tracing; `full_graph=` maps
+        to `fullgraph=`). When the function is a training step this file shows (it calls `zero_grad()`,
+        `backward()` or `optimizer.step()`), `full_graph=True` is not carried over: the lazy tracer captured the
+        whole step, but Dynamo breaks the graph at `backward()` and `fullgraph=True` would refuse it; the note
+        suggests compiling the model instead.
     """,
     examples=[("with torch_xla.step():\n    train_step(batch)", "train_step(batch)")],
 )
 def step_context(site, ctx):
+    from neuron_migrate.rules.builtin.compile import compiled_function, training_calls
+
     parent = site.parent
-    if isinstance(parent, ast.withitem):
+    if site.kind == "ref":
+        if not (isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and site.node in parent.decorator_list):
+            return ctx.finding(site, "torch_xla.compile used as a value: use torch.compile(fn, backend=\"neuron\") by hand")
+    elif isinstance(parent, ast.withitem):
         with_stmt = ctx.analysis.parent_of.get(parent)
         if isinstance(with_stmt, ast.With) and len(with_stmt.items) == 1 and parent.optional_vars is None:
             fx = ctx.fixer()
             fx.unwrap(with_stmt)
             return ctx.finding(site, "XLA step region: unwrapped, the body runs eagerly", fix=fx.build())
         return ctx.finding(site, "XLA step region combined with other context managers: remove it by hand")
-    if site.key.endswith("compile") and site.call.args:
-        fx = ctx.fixer("unsafe")
-        fn = ctx.src(site.call.args[0])
-        full = kwarg(site.call, "full_graph")
-        extra = f", fullgraph={ctx.src(full)}" if full is not None else ""
-        fx.replace(site.node, f'{fx.ref("torch")}.compile({fn}, backend="neuron"{extra})')
-        return ctx.finding(site, "torch_xla.compile(fn): becomes torch.compile(fn, backend=\"neuron\")", fix=fx.build(),
-                           note="Dynamo traces differently from lazy tensors: graph breaks and recompiles show with TORCH_LOGS=graph_breaks,recompiles.")
-    if site.key.endswith("compile") and isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None  # decorator with arguments: handled by hand below
-    return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+    if not site.key.endswith("compile"):
+        return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+    call = site.call
+    decorated = isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and site.node in parent.decorator_list
+    if not decorated and not (call is not None and call.args):
+        return ctx.finding(site, f"`{ctx.src(site.node)}` outside a with statement: migrate by hand")
+    if call is not None and (any(k.arg is None for k in call.keywords) or len(call.args) > (0 if decorated else 1)):
+        return ctx.finding(site, "torch_xla.compile with more arguments than the function: use torch.compile(fn, backend=\"neuron\") by hand")
+    fx = ctx.fixer("unsafe")
+    torch = fx.ref("torch")
+    full = kwarg(call, "full_graph") if call is not None else None
+    fn = compiled_function(site, ctx)
+    train = training_calls(fn, ctx) if fn is not None else []
+    parts = [] if decorated else [ctx.src(call.args[0])]
+    parts.append('backend="neuron"')
+    note = "Dynamo traces differently from lazy tensors: graph breaks and recompiles show with TORCH_LOGS=graph_breaks,recompiles."
+    if full is not None and train and not (isinstance(full, ast.Constant) and not full.value):
+        note = (f"`{fn.name}` calls {'/'.join(c + '()' for c in train)}: Dynamo breaks the graph at backward(), so fullgraph "
+                "is left out (torch_xla traced the whole step lazily); for one forward graph compile the model instead: "
+                "model = torch.compile(model, backend=\"neuron\").")
+    elif full is not None:
+        parts.append(f"fullgraph={ctx.src(full)}")
+    dropped = [k.arg for k in (call.keywords if call is not None else []) if k.arg not in ("f", "full_graph")]
+    if dropped:
+        note += f" Dropped {', '.join(f'{k}=' for k in dropped)} (no torch.compile counterpart)."
+    if decorated:
+        fx.replace(site.node, f"{torch}.compile({', '.join(parts)})")
+    else:
+        fx.replace(site.node, f"{torch}.compile({', '.join(parts)})")
+    return ctx.finding(site, "torch_xla.compile(fn): becomes torch.compile(fn, backend=\"neuron\")", fix=fx.build(), note=note)
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _arguments_text(call: ast.Call, args: ast.expr, fn_src: str, ctx) -> str:
+    """The text between the brackets of `args=(...)`, comments and line breaks kept, for `fn(<text>)`.
+
+    Continuation lines move with the arguments: aligned under the first argument, they stay aligned under
+    it at its new column; in the hanging style they keep their indentation relative to the statement. The
+    fix's text is written relative to the statement's own indentation, which the fix applier adds back.
+    """
+    inner = ctx.src(args)[1:-1]
+    lines = inner.split("\n")
+    if len(lines) == 1 or "\t" in inner:
+        return inner
+    a = ctx.analysis
+    stmt_indent = _indent_of(a.lines[call.lineno - 1])
+    open_line = a.lines[args.lineno - 1]
+    if lines[0].strip():
+        delta = (a.span(call).col + len(fn_src) + 1) - (a.span(args).col + 1)
+    else:
+        delta = stmt_indent - _indent_of(open_line)
+    out = [lines[0]]
+    for i, ln in enumerate(lines[1:], 1):
+        if not ln.strip() and i < len(lines) - 1:
+            out.append("")
+            continue
+        width = max(_indent_of(ln) + delta - stmt_indent, 0)
+        out.append(" " * width + ln.lstrip(" "))
+    return "\n".join(out)
 
 
 @rule(
@@ -307,7 +488,8 @@ def step_context(site, ctx):
         TorchNeuron values exist already, so the closure is called where it was queued. This is unsafe:
         the call now runs earlier (before later code of the same step) and `.item()`/`.cpu()` inside it syncs
         every step. It is right for the usual logging closure; check closures that read parameters updated
-        later in the step. `run_async=True` has no equivalent and is dropped.
+        later in the step. `run_async=True` has no equivalent and is dropped. The arguments keep their own
+        text: comments inside `args=(...)` and its line breaks stay as written.
     """,
     examples=[("xm.add_step_closure(log_fn, args=(loss, step))", "log_fn(loss, step)")],
 )
@@ -323,6 +505,8 @@ def add_step_closure(site, ctx):
         fn_src = f"({fn_src})"
     if args is None:
         text = f"{fn_src}()"
+    elif isinstance(args, (ast.Tuple, ast.List)) and ctx.src(args)[:1] in "([":
+        text = f"{fn_src}({_arguments_text(call, args, fn_src, ctx)})"
     elif isinstance(args, (ast.Tuple, ast.List)):
         text = f"{fn_src}({', '.join(ctx.src(e) for e in args.elts)})"
     else:

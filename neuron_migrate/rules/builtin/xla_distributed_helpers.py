@@ -1,13 +1,13 @@
 """Helper functions the torch_xla distributed fixes (NM110-NM129) insert into user code.
 
-Registered into `neuron_migrate.rewrite.helpers.HELPERS` on import. Sources are `str.format` templates:
+Registered into `neuron_migrate.rules.helpers.HELPERS` on import. Sources are `str.format` templates:
 `{dist}`, `{torch}`, `{os}`, `{pytree}` become the local spelling of those modules; literal braces are doubled.
 Every helper keeps the torch_xla call's signature where it stands in for a function used as a value, and
 behaves as the torch_xla call did when torch.distributed is not initialised (one process).
 """
 from __future__ import annotations
 
-from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.rules.helpers import HELPERS, Helper
 
 _DIST = {"dist": "torch.distributed"}
 

@@ -140,7 +140,10 @@ def _has_effects(node) -> bool:
         TorchNeuron reads none of them (legacy list: {ENV_DOC}). The statement setting a variable that only the
         XLA runtime read (PJRT_*, XLA_IR_DEBUG/XLA_HLO_DEBUG, XLA_FLAGS, TPU_*, XRT_*, NEURON_PJRT_*, debug dumps...)
         is removed, unless the file also reads the variable or the value has side effects; `PJRT_DEVICE` set to
-        something other than `NEURON` (e.g. `CPU` in tests) is reported, since it chose the backend.
+        something other than `NEURON` (e.g. `CPU` in tests) is reported, since it chose the backend. Each removed
+        statement is named, with its line, in the rewrite's notes. Variables of the `NEURON_` namespace
+        (`NEURON_FUSE_SOFTMAX`, `NEURON_FRAMEWORK_DEBUG`, ...) are kept and reported instead of deleted: that
+        namespace is shared with the native runtime and compiler, so the tool does not guess that they are dead.
         `XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `XLA_USE_FP16` change numerics: deleting them silently would move
         training from bf16 to fp32, so they are reported with the replacement (`model.to(torch.bfloat16)` or
         `torch.autocast("neuron", dtype=torch.bfloat16)`; {BF16_DOC}). `NEURONCORE_NUM_DEVICES` becomes
@@ -175,9 +178,14 @@ def xla_env_set(site, ctx):
         return ctx.finding(site, f"{var} is set here: TorchNeuron ignores it; remove the assignment (keep any side effect of its value){advice}")
     if var in _reads_in_file(ctx):
         return ctx.finding(site, f"{var} is set here and read elsewhere in this file: TorchNeuron ignores it; remove both together{advice}")
+    if var.startswith("NEURON_") and not var.startswith("NEURON_PJRT_"):
+        # the Neuron namespace is shared with the native stack (NEURON_RT_*, NEURON_CC_FLAGS): keep, do not guess
+        return ctx.finding(site, f"{var} was a setting of the XLA-based Neuron stack; TorchNeuron documents no use of it: "
+                                 f"kept, delete it once you have checked{advice}")
     fx = ctx.fixer()
     fx.delete(where)
-    return ctx.finding(site, f"{var} only configured torch_xla: the assignment is removed{advice}", fix=fx.build())
+    return ctx.finding(site, f"{var} only configured torch_xla: the assignment is removed{advice}", fix=fx.build(),
+                       note=f"removed `{ctx.src(where).strip()}` (only torch_xla read {var})")
 
 
 @rule(

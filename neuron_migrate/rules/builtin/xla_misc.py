@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.rewrite.helpers import HELPERS, Helper
+from neuron_migrate.rules.helpers import HELPERS, Helper
+from neuron_migrate.program import cached
 from neuron_migrate.rules.api import has_star_args, kwarg, rule
 
 PL = "torch_xla.distributed.parallel_loader"
@@ -17,26 +18,47 @@ XP = "torch_xla.debug.profiler"
 RELEASE_NOTES = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html"
 NATIVE_FAQ = "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst"
 
-HELPERS["_NeuronDeviceLoader"] = Helper(
-    '''class _NeuronDeviceLoader:
-    """Iterates `loader` and moves every tensor of each batch to `device` (what pl.MpDeviceLoader did)."""
+HELPERS["_batch_to_device"] = Helper(
+    '''def _batch_to_device(batch, device):
+    """The batch with its tensors (also inside lists, tuples and dicts) moved to `device`, as pl.MpDeviceLoader did."""
+    if isinstance(batch, {torch}.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {{key: _batch_to_device(value, device) for key, value in batch.items()}}
+    if isinstance(batch, (list, tuple)):
+        moved = [_batch_to_device(value, device) for value in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
+''',
+    {"torch": "torch"},
+)
+HELPERS["_DeviceLoader"] = Helper(
+    '''class _DeviceLoader:
+    """Iterates `loader` with each batch moved to `device` (what pl.MpDeviceLoader did)."""
 
-    def __init__(self, loader, device, **kwargs):
-        # prefetch/thread kwargs of MpDeviceLoader have no meaning here and are ignored
-        self._loader = loader
-        self._device = device
+    def __init__(self, loader, device, **prefetch_options):  # MpDeviceLoader's prefetch options mean nothing here
+        self.loader = loader
+        self.device = device
 
     def __iter__(self):
-        for batch in self._loader:
-            yield {pytree}.tree_map(
-                lambda t: t.to(self._device, non_blocking=True) if isinstance(t, {torch}.Tensor) else t, batch
-            )
+        return (_batch_to_device(batch, self.device) for batch in self.loader)
 
     def __len__(self):
-        return len(self._loader)
+        return len(self.loader)
 ''',
-    {"pytree": "torch.utils._pytree", "torch": "torch"},
+    {},
+    requires=("_batch_to_device",),
 )
+
+# what each MpDeviceLoader/ParallelLoader option did, for the finding that says it is dropped
+_LOADER_OPTIONS = {
+    "batches_per_execution": "cut one XLA graph per that many batches; eager TorchNeuron runs every batch as it comes",
+    "device_prefetch_size": "sized the device-side prefetch queue; overlap loading with DataLoader(num_workers=..., pin_memory=True)",
+    "loader_prefetch_size": "sized the host-side prefetch queue; use DataLoader(prefetch_factor=..., num_workers=...)",
+    "host_to_device_transfer_threads": "set the copy threads; overlap loading with DataLoader(num_workers=..., pin_memory=True)",
+    "batchdim": "named the batch dimension for sharding; nothing shards here",
+    "fixed_batch_size": "checked batch sizes; eager TorchNeuron does not need it",
+}
 
 
 def _isinstance_or_base(site, ctx) -> str | None:
@@ -53,49 +75,133 @@ def _isinstance_or_base(site, ctx) -> str | None:
 
 
 # -- NM130 ------------------------------------------------------------------------------------------
+def _builtin_call(node, name: str, analysis, scope) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+            and analysis.resolve(node.func, scope, count_use=False) is None and scope.lookup(name)[0] is None)
+
+
+def _loop_over(node, site, ctx):
+    """(for statement, enumerated) when `node` is the iterable of a for loop, directly or through enumerate()."""
+    a = ctx.analysis
+    parent = a.parent_of.get(node)
+    if isinstance(parent, ast.For) and parent.iter is node:
+        return parent, False
+    if _builtin_call(parent, "enumerate", a, site.scope) and parent.args and parent.args[0] is node:
+        loop = a.parent_of.get(parent)
+        if isinstance(loop, ast.For) and loop.iter is parent:
+            return loop, True
+    return None
+
+
+def _loader_loops(target, site, ctx):
+    """The for loops that consume the device loader built by `target`, when that is all that consumes it.
+
+    Either the call is itself a loop's iterable, or it is assigned to a name that, in this scope only, is
+    iterated by for loops (maybe through enumerate) or measured with len(). None otherwise: then the loader
+    escapes to code this rule cannot see and keeps a wrapper object.
+    """
+    a = ctx.analysis
+    direct = _loop_over(target, site, ctx)
+    if direct is not None:
+        return [direct]
+    assign = a.parent_of.get(target)
+    if not (isinstance(assign, ast.Assign) and assign.value is target and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+        return None
+    name = assign.targets[0].id
+    scope_node = site.scope.node
+    if isinstance(scope_node, ast.Lambda) or _nested_mentions(scope_node, name):
+        return None
+    loops, stores = [], 0
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            stores += 1
+            continue
+        loop = _loop_over(n, site, ctx)
+        if loop is not None:
+            loops.append(loop)
+        elif not (_builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1):
+            return None
+    return loops if stores == 1 else None
+
+
+def _batch_names(loop, enumerated):
+    """The loop's batch target: a Name, or a tuple of Names; None for anything else."""
+    target = loop.target
+    if enumerated:
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            return None
+        target = target.elts[1]
+    if isinstance(target, ast.Name):
+        return target
+    if isinstance(target, (ast.Tuple, ast.List)) and target.elts and all(isinstance(e, ast.Name) for e in target.elts):
+        return [e.id for e in target.elts]
+    return None
+
+
+def _dropped_options(call, ctx) -> list[str]:
+    notes = []
+    for k in call.keywords:
+        if k.arg in _LOADER_OPTIONS:
+            notes.append(f"{k.arg}={ctx.src(k.value)} dropped (it {_LOADER_OPTIONS[k.arg]})")
+    return notes
+
+
 @rule(
     code="NM130",
     name="mp-device-loader",
-    summary="pl.MpDeviceLoader / ParallelLoader(...).per_device_loader() become the plain loader with batches moved to the device",
+    summary="pl.MpDeviceLoader / ParallelLoader(...).per_device_loader() become the plain loader, each batch moved to the device in the loop",
     fix="safe",
     severity="warning",
     triggers=[("call", f"{PL}.MpDeviceLoader"), ("ref", f"{PL}.MpDeviceLoader"),
               ("call", f"{PL}.ParallelLoader"), ("ref", f"{PL}.ParallelLoader"), ("ref", f"{PL}.PerDeviceLoader")],
     docs=f"""
         `pl.MpDeviceLoader(loader, device)` wraps a DataLoader: background threads copy each batch to the XLA
-        device and every `next()` cuts the lazy graph. TorchNeuron is eager, so only the copy is needed. The
-        constructor becomes `_NeuronDeviceLoader(loader, device)`, a small class inserted into the module that
-        iterates the loader and moves every tensor of each (nested) batch with
-        `torch.utils._pytree.tree_map(lambda t: t.to(device, non_blocking=True), batch)`; `len()` is kept.
-        `pl.ParallelLoader(loader, [device]).per_device_loader(device)` becomes the same. The prefetch kwargs
-        (`device_prefetch_size`, `loader_prefetch_size`, `batches_per_execution`,
-        `host_to_device_transfer_threads`) have no meaning and are dropped; set `pin_memory=True` and
-        `num_workers` on the DataLoader instead. `input_sharding=` (SPMD) is reported: shard with DTensor.
-        MpDeviceLoader never sharded data, so the sampler (`DistributedSampler`) stays as it is.
-        `isinstance(x, pl.MpDeviceLoader)` and subclasses of the torch_xla loaders are reported: they rely on
-        torch_xla internals. Native PyTorch device placement: {NATIVE_FAQ}.
+        device and every `next()` cuts the lazy graph. TorchNeuron is eager, so only the copy is needed, and the
+        rewrite is what one writes by hand: the plain DataLoader is iterated and the loop moves the unpacked
+        batch, `for data, target in loader:` gaining `data, target = data.to(device), target.to(device)`
+        (a batch bound to one name becomes `batch = _batch_to_device(batch, device)`, an inserted function that
+        moves the tensors inside lists, tuples and dicts). This applies where every use of the loader is visible:
+        the call is a loop's iterable (also through `enumerate`), or it is assigned to a name that this function
+        only iterates in `for` loops or passes to `len()`. The unpacked names are assumed to be tensors, as in
+        `(data, target)` batches. A loader that escapes (returned, passed on, stored on `self`) becomes
+        `_DeviceLoader(loader, device)`, a small inserted class that iterates the loader with each batch moved
+        and keeps `len()`. `pl.ParallelLoader(loader, [device]).per_device_loader(device)` is treated the same.
+        The prefetch options (`device_prefetch_size`, `loader_prefetch_size`, `batches_per_execution`,
+        `host_to_device_transfer_threads`) have no meaning in eager execution: each one dropped is named, with
+        its value, in the finding's note (use `pin_memory=True` and `num_workers` on the DataLoader for overlap).
+        `input_sharding=` (SPMD) is reported: shard with DTensor. MpDeviceLoader never sharded data, so the
+        sampler (`DistributedSampler`) stays as it is. `isinstance(x, pl.MpDeviceLoader)` and subclasses of
+        the torch_xla loaders are reported: they rely on torch_xla internals. Native PyTorch device
+        placement: {NATIVE_FAQ}.
     """,
-    examples=[("train_loader = pl.MpDeviceLoader(train_loader, device)", "train_loader = _NeuronDeviceLoader(train_loader, device)")],
+    examples=[("for data, target in pl.MpDeviceLoader(loader, device):\n    step(data, target)",
+               "for data, target in loader:\n    data, target = data.to(device), target.to(device)\n    step(data, target)")],
 )
 def mp_device_loader(site, ctx):
     cls = site.key.rsplit(".", 1)[1]
     if site.kind == "ref":
         how = _isinstance_or_base(site, ctx)
         if how == "isinstance":
-            return ctx.finding(site, f"isinstance check on pl.{cls}: the class is gone on TorchNeuron; test for the plain DataLoader (or _NeuronDeviceLoader) instead")
+            return ctx.finding(site, f"isinstance check on pl.{cls}: the class is gone on TorchNeuron; test for the plain DataLoader instead")
         if how == "subclass":
-            return ctx.finding(site, f"subclass of pl.{cls}: rebase it on a plain iterable that moves batches to the device (see _NeuronDeviceLoader)")
+            return ctx.finding(site, f"subclass of pl.{cls}: rebase it on a plain iterable that moves each batch to the device")
         if cls != "MpDeviceLoader":
             return ctx.finding(site, f"pl.{cls} used as a value: iterate the plain DataLoader and move each batch with .to(device)")
         fx = ctx.fixer()
-        fx.replace(site.node, fx.helper("_NeuronDeviceLoader"))
-        return ctx.finding(site, "pl.MpDeviceLoader used as a value: becomes _NeuronDeviceLoader (same (loader, device, **kwargs) signature)", fix=fx.build())
+        fx.replace(site.node, fx.helper("_DeviceLoader"))
+        return ctx.finding(site, "pl.MpDeviceLoader used as a value: becomes _DeviceLoader (same (loader, device, **options) signature)", fix=fx.build())
     call = site.call
     if has_star_args(call):
         return ctx.finding(site, f"pl.{cls} with *args/**kwargs: iterate the loader and move each batch to the device by hand")
     if kwarg(call, "input_sharding") is not None:
         return ctx.finding(site, f"pl.{cls} with input_sharding= (SPMD): shard the inputs with DTensor (distribute_tensor on an init_device_mesh('neuron', ...) mesh) and move batches by hand")
-    loader = kwarg(call, "loader", 0) if cls == "MpDeviceLoader" else kwarg(call, "cpu_loader", 0)
+    if len(call.args) > 2:
+        return ctx.finding(site, f"pl.{cls} with options passed by position: iterate the loader and move each batch to the device by hand")
+    loader = kwarg(call, "loader", 0) if cls == "MpDeviceLoader" else kwarg(call, "cpu_loader", 0) or kwarg(call, "loader", 0)
     if loader is None:
         return ctx.finding(site, f"pl.{cls} without a loader argument: migrate by hand")
     if cls == "MpDeviceLoader":
@@ -106,19 +212,35 @@ def mp_device_loader(site, ctx):
         outer = ctx.analysis.parent_of.get(attr)
         if not (isinstance(attr, ast.Attribute) and attr.attr == "per_device_loader" and isinstance(outer, ast.Call)
                 and outer.func is attr and len(outer.args) == 1 and not outer.keywords):
-            return ctx.finding(site, "pl.ParallelLoader kept as an object: iterate the plain DataLoader and move each batch to the device "
-                                     "(`_NeuronDeviceLoader(loader, device)` after rewriting ParallelLoader(...).per_device_loader(device))")
+            return ctx.finding(site, "pl.ParallelLoader kept as an object: iterate the plain DataLoader and move each batch to the device")
         device = outer.args[0]
         target = outer
     if device is None:
         return ctx.finding(site, f"pl.{cls} without a device argument: migrate by hand")
+    dropped = _dropped_options(call, ctx)
+    unknown = [k.arg for k in call.keywords if k.arg not in ("loader", "cpu_loader", "device", "devices", *_LOADER_OPTIONS)]
+    if unknown:
+        return ctx.finding(site, f"pl.{cls} with {', '.join(unknown)}=: migrate by hand")
+    note = "; ".join(dropped)
     fx = ctx.fixer()
-    name = fx.helper("_NeuronDeviceLoader")
-    fx.replace(target, f"{name}({ctx.src(loader)}, {ctx.src(device)})")
-    dropped = [k.arg for k in call.keywords if k.arg not in ("loader", "cpu_loader", "device", "devices")]
-    note = f"Dropped {', '.join(dropped)}: use DataLoader(pin_memory=True, num_workers=...) for overlap." if dropped else ""
-    return ctx.finding(site, f"pl.{cls}: becomes _NeuronDeviceLoader, which moves each batch to the device (eager: no graph cut needed)",
-                       fix=fx.build(), note=note)
+    loops = _loader_loops(target, site, ctx)
+    batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
+    dev = ctx.src(device)
+    if batches is not None and all(names is not None for _, names in batches):
+        fx.replace(target, ctx.src(loader))
+        for loop, names in batches:
+            if isinstance(names, ast.Name):
+                move = f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"
+            else:
+                moved = [n for n in names if n != "_"]
+                move = f"{', '.join(moved)} = {', '.join(f'{n}.to({dev})' for n in moved)}"
+            fx.insert_before(loop.body[0], move)
+        return ctx.finding(site, f"pl.{cls}: the plain loader is iterated and each batch is moved to the device in the loop "
+                                 "(eager: no graph cut needed)", fix=fx.build(), note=note)
+    name = fx.helper("_DeviceLoader")
+    fx.replace(target, f"{name}({ctx.src(loader)}, {dev})")
+    return ctx.finding(site, f"pl.{cls}: the loader is consumed where this rule cannot follow it, so it becomes _DeviceLoader, "
+                             "which moves each batch to the device (eager: no graph cut needed)", fix=fx.build(), note=note)
 
 
 # -- NM131 ------------------------------------------------------------------------------------------
@@ -202,6 +324,73 @@ def xla_checkpoint(site, ctx):
 
 
 # -- NM133 ------------------------------------------------------------------------------------------
+def _scope_body_nodes(scope_node):
+    """Nodes of one scope, not descending into nested functions, lambdas or classes (yielded, not entered)."""
+    stack = list(scope_node.body) if isinstance(scope_node.body, list) else [scope_node.body]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+
+
+def _nested_mentions(scope_node, name: str) -> bool:
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            if any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n)):
+                return True
+    return False
+
+
+def _rng_facts(analysis):
+    """Which xm.get_rng_state() / xm.set_rng_state() calls form save/restore pairs in this file.
+
+    A pair is `state = xm.get_rng_state()` whose name (assigned once in its scope, not seen by nested
+    code) is only ever passed as the first argument of `xm.set_rng_state(...)` in the same scope.
+    """
+    gets = [s for s in analysis.sites if s.kind == "call" and s.key == f"{XM}.get_rng_state"]
+    paired_gets, paired_names, unpaired = set(), set(), 0
+    for g in gets:
+        parent = g.parent
+        ok = False
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+            name = parent.targets[0].id
+            scope_node = g.scope.node
+            stores, loads_ok = 0, True
+            for n in _scope_body_nodes(scope_node):
+                if isinstance(n, ast.Name) and n.id == name:
+                    if isinstance(n.ctx, ast.Store):
+                        stores += 1
+                        continue
+                    call = analysis.parent_of.get(n)
+                    if not (isinstance(call, ast.Call) and call.args and call.args[0] is n and
+                            analysis.resolve(call.func, g.scope, count_use=False) == f"{XM}.set_rng_state"):
+                        loads_ok = False
+            ok = stores == 1 and loads_ok and not _nested_mentions(scope_node, name)
+            if ok:
+                paired_gets.add(g.node)
+                paired_names.add((id(g.scope), name))
+        unpaired += not ok
+    return paired_gets, paired_names, unpaired
+
+
+def _restores_state(seed, site, facts) -> bool:
+    """The set_rng_state argument may be a state saved by an unpaired xm.get_rng_state()."""
+    if not facts[2]:
+        return False
+    if isinstance(seed, ast.Constant):
+        return False
+    if isinstance(seed, ast.Name):
+        for n in _scope_body_nodes(site.scope.node):
+            if (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == seed.id for t in n.targets)
+                    and isinstance(n.value, ast.Call)
+                    and site.analysis.resolve(n.value.func, site.scope, count_use=False) == f"{XM}.get_rng_state"):
+                return True
+        return False
+    return not isinstance(seed, ast.BinOp)
+
+
 @rule(
     code="NM133",
     name="xla-rng-seed",
@@ -219,12 +408,23 @@ def xla_checkpoint(site, ctx):
         `xm.get_rng_state()` returns that int seed, while `torch.neuron.get_rng_state()` returns a ByteTensor
         state: code that stores, compares or broadcasts the value (accelerate keeps `states["xm_seed"]`) is
         reported; use `torch.neuron.get_rng_state()` / `set_rng_state()` as a pair or `torch.random.fork_rng`.
+        The two migrate together or not at all: `state = xm.get_rng_state()` whose name only ever reaches
+        `xm.set_rng_state(state)` in the same function becomes `torch.neuron.get_rng_state()` /
+        `torch.neuron.set_rng_state(state)` (a save/restore of the device generator, as before); while an
+        `xm.get_rng_state()` stays, a `set_rng_state` argument that may hold its value is reported, not seeded.
     """,
     examples=[("xm.set_rng_state(args.seed)", "torch.neuron.manual_seed(args.seed)")],
 )
 def xla_rng_seed(site, ctx):
     short = "xm.get_rng_state" if site.key.endswith("get_rng_state") else "xm.set_rng_state" if site.key.endswith("set_rng_state") else "torch_xla.manual_seed"
+    facts = cached(ctx.analysis, "xla_rng_pairs", _rng_facts)
+    accelerator = ctx.settings.device_style == "accelerator"
     if short == "xm.get_rng_state":
+        if site.kind == "call" and site.node in facts[0] and not accelerator:
+            fx = ctx.fixer()
+            fx.replace(site.call, f"{fx.ref('torch')}.neuron.get_rng_state()")
+            return ctx.finding(site, "xm.get_rng_state() saved the device generator for xm.set_rng_state(): the pair becomes "
+                                     "torch.neuron.get_rng_state() / set_rng_state()", fix=fx.build())
         return ctx.finding(site, "xm.get_rng_state() returns an int seed; torch.neuron.get_rng_state() returns a ByteTensor: "
                                  "save/restore with torch.neuron.get_rng_state()/set_rng_state() as a pair, or use torch.random.fork_rng")
     if site.kind == "ref":
@@ -235,11 +435,68 @@ def xla_rng_seed(site, ctx):
         return ctx.finding(site, f"{short} without a plain seed argument: call torch.neuron.manual_seed(seed) by hand")
     fx = ctx.fixer()
     torch = fx.ref("torch")
-    if ctx.settings.device_style == "accelerator":
+    if short == "xm.set_rng_state" and isinstance(seed, ast.Name) and (id(site.scope), seed.id) in facts[1]:
+        if accelerator:
+            return ctx.finding(site, "xm.set_rng_state() restores a state saved by xm.get_rng_state(): use the device module's "
+                                     "get_rng_state()/set_rng_state() pair (torch.neuron on Neuron) by hand")
+        fx.replace(call, f"{torch}.neuron.set_rng_state({ctx.src(seed)})")
+        return ctx.finding(site, "xm.set_rng_state() restores the state saved by xm.get_rng_state(): the pair becomes "
+                                 "torch.neuron.get_rng_state() / set_rng_state()", fix=fx.build())
+    if short == "xm.set_rng_state" and _restores_state(seed, site, facts):
+        return ctx.finding(site, "xm.set_rng_state() may restore a value saved by xm.get_rng_state(), which stays: migrate the two "
+                                 "together (torch.neuron.get_rng_state() / set_rng_state())")
+    if accelerator:
         fx.replace(call, f"{torch}.manual_seed({ctx.src(seed)})")
         return ctx.finding(site, f"{short}: becomes torch.manual_seed(seed) (also reseeds the CPU generator)", fix=fx.build("unsafe"))
     fx.replace(call, f"{torch}.neuron.manual_seed({ctx.src(seed)})")
     return ctx.finding(site, f"{short}: becomes torch.neuron.manual_seed(seed)", fix=fx.build())
+
+
+# -- NM141 ------------------------------------------------------------------------------------------
+_WRAP = "torch_xla.distributed.fsdp.wrap"
+_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "always_wrap_policy", "lambda_auto_wrap_policy")
+
+
+def _uses_xla_fsdp(analysis) -> bool:
+    """The file uses torch_xla's FSDP wrapper (or its helpers), which stays torch_xla (NM151)."""
+    policies = {f"{_WRAP}.{p}" for p in _POLICIES}
+    return any(q.startswith("torch_xla.distributed.fsdp") and q not in policies for q in analysis.qualnames)
+
+
+@rule(
+    code="NM141",
+    name="xla-fsdp-wrap-policy",
+    summary="torch_xla FSDP auto-wrap policies become torch.distributed.fsdp.wrap policies, unless the XLA FSDP wrapper stays",
+    fix="unsafe",
+    severity="warning",
+    triggers=[(kind, f"{_WRAP}.{p}") for p in _POLICIES for kind in ("call", "ref")],
+    docs="""
+        torch_xla's FSDP copied the auto-wrap policies of torch.distributed.fsdp.wrap. Where the file wraps with
+        native FSDP (`torch.distributed.fsdp.FullyShardedDataParallel`, which TorchNeuron supports in eager
+        mode; FSDP2 `fully_shard` is preferred:
+        https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst),
+        the policy functions are renamed to the native ones. The policy and its wrapper migrate together or
+        not at all: while the file still uses `XlaFullyShardedDataParallel` (reported by NM151, not rewritten),
+        the policy stays torch_xla's, because the XLA wrapper calls it with torch_xla's keywords
+        (`unwrapped_params=`), which the native policy does not take. Unsafe: a policy called directly with
+        `unwrapped_params=` breaks (torch names it `nonwrapped_numel`); `min_num_params=` and
+        `transformer_layer_cls=` are the same.
+    """,
+    examples=[("import torch_xla.distributed.fsdp.wrap as xw\npolicy = functools.partial(xw.transformer_auto_wrap_policy, transformer_layer_cls={Block})",
+               "policy = functools.partial(torch.distributed.fsdp.wrap.transformer_auto_wrap_policy, transformer_layer_cls={Block})")],
+)
+def xla_fsdp_wrap_policy(site, ctx):
+    name = site.key.rsplit(".", 1)[1]
+    if _uses_xla_fsdp(ctx.analysis):
+        return ctx.finding(site, f"`{name}` stays torch_xla's while XlaFullyShardedDataParallel does (it calls the policy with "
+                                 "unwrapped_params=, which the native policy lacks): migrate the wrapper and its policy together (NM151)")
+    fx = ctx.fixer()
+    callee = site.node.func if site.kind == "call" else site.node
+    fx.replace(callee, fx.name(f"torch.distributed.fsdp.wrap.{name}", site.scope))
+    return ctx.finding(site, f"`{name}`: the torch.distributed.fsdp.wrap policy of the same name takes the same keyword arguments",
+                       fix=fx.build(), note="Native policies get (module, recurse, nonwrapped_numel) from FSDP; pass options by keyword "
+                                            "(functools.partial(policy, min_num_params=...)). FSDP2 fully_shard has no auto-wrap: call "
+                                            "fully_shard on each block instead.")
 
 
 # -- NM134 ------------------------------------------------------------------------------------------
@@ -320,7 +577,8 @@ def _only_printed(site, ctx) -> bool:
         `met.metrics_report()` describes lazy-tensor compilation and transfers; TorchNeuron has no such counters.
         A statement that only prints or logs the report (`print(met.metrics_report())`,
         `xm.master_print(met.short_metrics_report())`, `logger.info(f"{met.metrics_report()}")`) is removed, as are
-        `met.clear_*()` statements. Any other use (tests asserting `met.counter_value("aten::...")`, reports
+        `met.clear_*()` statements; an `if FLAGS.metrics_debug:` left empty goes with it, and the rewrite's notes
+        name each removed report (and the flag that no longer does anything) at its line. Any other use (tests asserting `met.counter_value("aten::...")`, reports
         written to files) is reported. What to use instead: `torch_neuronx.get_fallback_ops()` lists the ops
         that fell back to CPU in eager mode, `torch.neuron.get_dynamo_metrics()` and
         `TORCH_LOGS=graph_breaks,recompiles` show torch.compile graph breaks and recompiles
@@ -337,7 +595,14 @@ def xla_metrics(site, ctx):
     if site.kind == "call" and site.key in _REPORTS and _only_printed(site, ctx):
         fx = ctx.fixer()
         fx.delete(site.stmt)
-        return ctx.finding(site, f"{name}() only printed: removed ({_MET_ADVICE})", fix=fx.build())
+        stmt = site.stmt
+        holder = ctx.analysis.parent_of.get(stmt)
+        if isinstance(holder, ast.If) and holder.body == [stmt] and not holder.orelse:
+            note = (f"removed `if {ctx.src(holder.test)}:` and the metrics report it printed: {ctx.src(holder.test)} no longer "
+                    f"does anything here; {_MET_ADVICE}")
+        else:
+            note = f"removed `{ctx.src(stmt).strip()}`: {_MET_ADVICE}"
+        return ctx.finding(site, f"{name}() only printed: removed ({_MET_ADVICE})", fix=fx.build(), note=note)
     return ctx.finding(site, f"{name} has no TorchNeuron equivalent: {_MET_ADVICE}")
 
 

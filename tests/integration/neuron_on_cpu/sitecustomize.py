@@ -194,6 +194,8 @@ def _install() -> None:
     neuron.seed = lambda: None
     neuron.seed_all = lambda: None
     neuron.initial_seed = torch.initial_seed
+    neuron.get_rng_state = lambda device="neuron": torch.get_rng_state()
+    neuron.set_rng_state = lambda new_state, device="neuron": torch.set_rng_state(new_state)
     neuron.empty_cache = lambda: None
     for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
         setattr(neuron, name, lambda device=None: 0)

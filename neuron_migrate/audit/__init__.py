@@ -1,1 +1,0 @@
-"""`neuron-migrate audit`: report what will not run well on TorchNeuron, without running the code."""

@@ -1,0 +1,142 @@
+"""Per-file results cached by content, so that a second run over an unchanged tree does almost nothing.
+
+The key of a cache file covers the tool version, the rule and table sources, the active rules, the mode
+(audit or rewrite) and the settings; inside it, each path maps to the content digest its result is for.
+The cache is JSON (never pickle: the folder sits in the user's tree) and a corrupt or unreadable cache is a
+warning, never a failure. `.neuron-migrate-cache/` holds a `.gitignore` so it is never committed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from neuron_migrate.pipeline.process import FileResult
+
+FOLDER = ".neuron-migrate-cache"
+KEEP = 8  # cache files (one per key) kept; older ones are pruned
+
+
+def _code_fingerprint() -> str:
+    """Changes whenever rule code, rule data or table data changes (stat-based: cheap)."""
+    import neuron_migrate
+    from neuron_migrate._data import data_dir
+
+    h = hashlib.blake2b(neuron_migrate.__version__.encode(), digest_size=16)
+    pkg = Path(neuron_migrate.__file__).parent
+    roots = [pkg / "rules", pkg / "rewrite", pkg / "files", pkg / "shell", pkg / "deps", data_dir("rules"), data_dir("compat_table")]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for p in sorted(root.rglob("*")):
+            if p.suffix in (".py", ".yaml", ".yml", ".json"):
+                st = p.stat()
+                h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
+    try:  # the default table follows the installed torch family (importlib.metadata, no torch import)
+        from neuron_migrate.table import default_table_path
+
+        h.update(default_table_path()[0].name.encode())
+    except Exception:  # noqa: BLE001 - no table: the NM3xx rules say so themselves
+        pass
+    return h.hexdigest()
+
+
+def cache_key(codes, settings_kw: dict, fix: bool) -> str:
+    material = json.dumps([_code_fingerprint(), sorted(codes), settings_kw, fix, sys.version_info[:2]], sort_keys=True)
+    return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def result_to_dict(r: FileResult) -> dict:
+    from neuron_migrate.rules.model import finding_to_dict
+
+    return {
+        "findings": [finding_to_dict(f) for f in r.findings],
+        "applied": r.applied,
+        "applied_findings": [finding_to_dict(f) for f in r.applied_findings],
+        "new_text": r.new_text,
+        "old_text": r.old_text if r.new_text is not None else None,
+        "new_bytes": r.new_bytes.decode("latin-1") if r.new_bytes is not None else None,
+        "suppressed": r.suppressed,
+        "skipped": r.skipped,
+    }
+
+
+def result_from_dict(path: str, d: dict) -> FileResult:
+    from neuron_migrate.rules.model import finding_from_dict
+
+    r = FileResult(path)
+    r.findings = [finding_from_dict(f) for f in d["findings"]]
+    for f in r.findings:
+        f.path = path
+    r.applied = d["applied"]
+    r.applied_findings = [finding_from_dict(f) for f in d["applied_findings"]]
+    r.new_text, r.old_text = d["new_text"], d["old_text"]
+    r.new_bytes = d["new_bytes"].encode("latin-1") if d["new_bytes"] is not None else None
+    r.suppressed, r.skipped = d["suppressed"], d["skipped"]
+    return r
+
+
+class ResultCache:
+    def __init__(self, folder: Path, key: str):
+        self.folder = folder
+        self.file = folder / f"results-{key}.json"
+        self.entries: dict = {}
+        self.dirty = False
+        self.warning: Optional[str] = None
+        try:
+            if self.file.exists():
+                data = json.loads(self.file.read_text(encoding="utf-8"))
+                if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+                    raise ValueError("unexpected layout")
+                self.entries = data["files"]
+        except (OSError, ValueError) as exc:
+            self.warning = f"ignoring unreadable cache {self.file}: {exc}"
+            self.entries = {}
+
+    def lookup(self, path: str, display: str, dig: str) -> Optional[FileResult]:
+        e = self.entries.get(path)
+        if not e or e.get("digest") != dig:
+            return None
+        try:
+            return result_from_dict(display, e["result"])
+        except (KeyError, TypeError, ValueError):
+            return None  # an entry from an incompatible layout: recompute
+
+    def store(self, path: str, dig: str, res: FileResult) -> None:
+        if res.error:  # errors are recomputed (and re-reported) every time
+            self.entries.pop(path, None)
+            return
+        self.entries[path] = {"digest": dig, "result": result_to_dict(res)}
+        self.dirty = True
+
+    def save(self) -> Optional[str]:
+        if not self.dirty:
+            return None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            ignore = self.folder / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("# created by neuron-migrate\n*\n")
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".results-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"files": self.entries}, fh, separators=(",", ":"))
+            os.replace(tmp, self.file)
+            others = sorted(self.folder.glob("results-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+            for old in others[KEEP:]:
+                old.unlink(missing_ok=True)
+        except OSError as exc:
+            return f"could not write cache {self.folder}: {exc}"
+        return None
+
+
+def cache_folder(config_source: Optional[Path]) -> Path:
+    root = config_source.parent if config_source else Path.cwd()
+    return Path(os.environ.get("NEURON_MIGRATE_CACHE_DIR", root / FOLDER))

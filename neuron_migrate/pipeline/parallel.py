@@ -1,0 +1,87 @@
+"""Run `process_file` over many files on all cores, in chunks, shipping paths in and plain results out."""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Optional
+
+_STATE: dict = {}
+
+PARALLEL_MIN_FILES = 24  # below this, a process pool costs more than it saves
+
+
+def _init(codes, settings_kw, fix, write):
+    from neuron_migrate.rules.api import Settings
+    from neuron_migrate.rules.registry import RuleSet
+
+    _STATE.update(ruleset=RuleSet.from_codes(codes), settings=Settings(**settings_kw), fix=fix, write=write)
+
+
+def _one(item):
+    from neuron_migrate.pipeline.process import process_file
+
+    path, display = item
+    return process_file(path, _STATE["ruleset"], _STATE["settings"], _STATE["fix"], _STATE["write"], display)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
+              jobs: Optional[int] = None, cache=None) -> Iterator:
+    """Yield FileResults in input order. `codes` are the active rule codes (RuleSet.codes).
+
+    With a ResultCache, files whose content and key are unchanged are answered from it and never parsed.
+    A cached rewrite that changes the file is recomputed when writing (the write needs a fresh read).
+    """
+    if cache is None:
+        yield from _run(items, codes, settings_kw, fix, write, jobs)
+        return
+    from neuron_migrate.pipeline.cache import digest
+
+    hits: dict[int, object] = {}
+    misses = []
+    for i, (path, display) in enumerate(items):
+        try:
+            with open(path, "rb") as fh:
+                dig = digest(fh.read())
+        except OSError:
+            misses.append((i, (path, display)))
+            continue
+        res = cache.lookup(path, display, dig)
+        if res is not None and not (write and res.changed):
+            hits[i] = res
+        else:
+            misses.append((i, (path, display)))
+    computed = _run([item for _, item in misses], codes, settings_kw, fix, write, jobs)
+    miss_iter = iter(misses)
+    for i in range(len(items)):
+        if i in hits:
+            yield hits[i]
+            continue
+        j, (path, _display) = next(miss_iter)
+        res = next(computed)
+        if res.digest and not res.written:
+            cache.store(path, res.digest, res)
+        elif res.written:
+            cache.entries.pop(path, None)
+        yield res
+
+
+def _run(items, codes, settings_kw, fix, write, jobs) -> Iterator:
+    jobs = jobs or default_jobs()
+    if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
+        _init(codes, settings_kw, fix, write)
+        for item in items:
+            yield _one(item)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunk = max(1, min(64, len(items) // (jobs * 8)))
+    ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(tuple(codes), settings_kw, fix, write)) as pool:
+        yield from pool.map(_one, items, chunksize=chunk)

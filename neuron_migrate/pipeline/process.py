@@ -1,0 +1,125 @@
+"""Process one file for audit or rewrite: read, (notebook) unpack, check or fix, and report per file.
+
+Results are plain data so that they cross process boundaries cheaply (the parallel runner ships paths in
+and results out, never parsed trees).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from neuron_migrate.files.load import load_for_analysis
+from neuron_migrate.files.source import SourceError
+from neuron_migrate.names.analysis import AnalysisError
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list = field(default_factory=list)  # remaining findings (after fixes, in rewrite)
+    applied: dict = field(default_factory=dict)  # rule code -> count (rewrite)
+    applied_findings: list = field(default_factory=list)
+    error: Optional[str] = None
+    old_text: Optional[str] = None  # set when the file would change
+    new_text: Optional[str] = None
+    new_bytes: Optional[bytes] = None
+    written: bool = False
+    suppressed: int = 0
+    skipped: bool = False  # prefilter said nothing can match
+    digest: Optional[str] = None  # content digest of the bytes this result is for (cache key)
+
+    @property
+    def changed(self) -> bool:
+        return self.new_bytes is not None
+
+
+def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: Optional[str] = None) -> FileResult:
+    """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error."""
+    from neuron_migrate.rules.runner import check_text
+
+    shown = display or path
+    res = FileResult(shown)
+    p = Path(path)
+    from neuron_migrate.files.discover import file_kind
+
+    kind = file_kind(p.name)
+    if kind not in ("python", "notebook", ""):  # launchers, job files, dependency lists: their own rules
+        from neuron_migrate.pipeline.text_files import process_text_file
+
+        return process_text_file(p, kind, res, ruleset, settings, fix, write)
+    try:
+        src, text, nb = load_for_analysis(p)
+    except SourceError as exc:
+        res.error = str(exc)
+        return res
+    except OSError as exc:
+        res.error = f"cannot read: {exc.strerror or exc}"
+        return res
+    from neuron_migrate.pipeline.cache import digest
+
+    res.digest = digest(src.raw)
+    if not ruleset.could_match(text):
+        res.skipped = True
+        return res
+    if not fix:  # audit never imports the rewrite engine (libcst costs ~0.3 s to import)
+        try:
+            r = check_text(text, shown, ruleset, settings)
+        except AnalysisError as exc:
+            res.error = str(exc)
+            return res
+        except RecursionError:
+            res.error = "nesting too deep to process"
+            return res
+        res.findings, res.suppressed = r.findings, r.suppressed
+        if nb is not None:
+            from neuron_migrate.files.notebook import name_cells
+
+            name_cells(res.findings, text)
+        return res
+    from neuron_migrate.rewrite.engine import FixError, fix_text
+
+    try:
+        out = fix_text(text, shown, ruleset, settings)
+    except AnalysisError as exc:
+        res.error = str(exc)
+        return res
+    except FixError as exc:
+        res.error = str(exc)
+        try:  # still report what is there
+            res.findings = check_text(text, shown, ruleset, settings).findings
+        except AnalysisError:
+            pass
+        return res
+    except RecursionError:
+        res.error = "nesting too deep to process"
+        return res
+    res.findings, res.applied, res.applied_findings, res.suppressed = out.remaining, dict(out.applied), out.applied_findings, out.suppressed
+    if nb is not None:
+        from neuron_migrate.files.notebook import name_cells
+
+        name_cells(res.findings, out.text)
+        name_cells(res.applied_findings, text)
+    if out.text != text:
+        try:
+            if nb is not None:
+                from neuron_migrate.files.notebook import dump_notebook
+
+                data = dump_notebook(nb, out.text)
+            else:
+                data = src.encode(out.text)
+        except (SourceError, UnicodeEncodeError) as exc:
+            res.error = f"cannot encode the rewrite: {exc}; file left unchanged"
+            return res
+        res.old_text, res.new_text, res.new_bytes = text, out.text, data
+        if nb is not None:
+            res.old_text, res.new_text = src.raw.decode("utf-8-sig"), data.decode("utf-8")
+        if write:
+            try:
+                from neuron_migrate.files.source import write_atomic
+
+                write_atomic(src, data)
+                res.written = True
+            except (SourceError, OSError) as exc:
+                res.error = f"not written: {exc}"
+    return res

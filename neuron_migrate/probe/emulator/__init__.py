@@ -1,0 +1,271 @@
+"""The emulated `neuron` device: a real PrivateUse1 backend on any Linux machine with a C++ compiler.
+
+`install()` builds the C++ backend once (`build.py`, cached per source/torch/ABI), loads it, names
+PrivateUse1 `neuron` (`torch.device("neuron")`, `.to("neuron")`, `tensor.is_neuron`, `Module.neuron()`,
+`torch.neuron.*`, `torch.accelerator`), registers device kernels for the op overloads the compatibility table
+calls native (they compute on the host), raising kernels for the ones it calls unsupported, and routes c10d
+collectives on device tensors to gloo under the backend name `neuron`.
+
+Op tracking mirrors torch_neuronx (`clear_op_tracking()`, `get_fallback_ops()`, `get_executed_ops()`, names
+`aten::<op>`), so the probe's measured path is one code path for the emulated device and a Trn2 host.
+
+Importing this module does not import torch.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+import warnings
+from typing import Any, Iterable
+
+from neuron_migrate.probe.emulator.build import EmulatorUnavailable, find_compiler, library_path
+
+__all__ = ["EmulatorUnavailable", "install", "installed", "clear_op_tracking", "get_fallback_ops",
+           "get_executed_ops", "get_unsupported_ops", "op_counts", "kernel_sets", "find_compiler", "library_path"]
+
+__version__ = "emulated"
+EMULATED = True
+BACKEND_NAME = "neuron"
+
+_state: dict[str, Any] = {}
+
+
+def installed() -> bool:
+    return bool(_state.get("installed"))
+
+
+# ---------------------------------------------------------------------------------------------- kernel sets
+
+
+# Data movement the host computation itself uses (a device kernel for these would call itself), and what the C++
+# side defines: these keep their default paths.
+_CORE_OPS = frozenset({
+    "_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "empty", "empty_strided", "resize_", "set_",
+    "_local_scalar_dense", "lift_fresh", "_has_compatible_shallow_copy_type", "to", "_pin_memory", "is_pinned",
+})
+
+
+def _is_view(op) -> bool:
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
+def kernel_sets(table) -> dict[str, list[str]]:
+    """{'native': [...], 'unsupported': [...]}: the aten overloads that get device kernels / raising kernels.
+
+    An overload is looked up in the table as the probe's report does (`table.op("aten::x.overload")`). Left out,
+    because a backend kernel would not be reached or would break the op: composite-implicit overloads (they
+    decompose into other ops before reaching a backend), views (real views, done by the core kernels),
+    overloads without a CPU kernel to compute with, and the core kernels the C++ side already defines.
+    """
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    computed = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+    out: dict[str, list[str]] = {"native": [], "unsupported": []}
+    if table is None:
+        return out
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        entry = table.op(name)
+        if entry is None:
+            continue
+        status = str(getattr(entry.status, "value", entry.status))
+        kind = {"native": "native", "partial": "native", "unsupported": "unsupported"}.get(status)
+        if kind is None:
+            continue
+        try:
+            if has(name, "CompositeImplicitAutograd") or has(name, "PrivateUse1"):
+                continue
+            if kind == "native" and not computed(name, "CPU"):
+                continue
+            base, _, ovl = name[len("aten::"):].partition(".")
+            if base in _CORE_OPS:
+                continue
+            if _is_view(getattr(getattr(torch.ops.aten, base), ovl or "default")):
+                continue
+        except Exception:  # noqa: BLE001 - an op the Python bindings cannot see: leave it to the fallback
+            continue
+        out[kind].append(name)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- tracking
+
+
+def _ops():
+    import torch
+
+    return torch.ops.neuron_emu
+
+
+def op_counts(kind: str) -> dict[str, int]:
+    """Calls per overload (`aten::addmm.default` style keys) seen by the device: kind is fallback, executed or
+    unsupported."""
+    names, counts = _ops().tracked(kind)
+    return {(n if "." in n.split("::", 1)[-1] else n + ".default"): int(c) for n, c in zip(names, counts)}
+
+
+def _bases(kind: str) -> list[str]:
+    names, _ = _ops().tracked(kind)
+    return sorted({n.split(".", 1)[0] for n in names})
+
+
+def clear_op_tracking() -> None:
+    _ops().clear_tracking()
+
+
+def get_fallback_ops() -> list[str]:
+    """Ops that reached the boxed CPU fallback (`aten::<op>`, like torch_neuronx.get_fallback_ops())."""
+    return _bases("fallback")
+
+
+def get_executed_ops() -> list[str]:
+    """Ops that ran on a device kernel (`aten::<op>`, like torch_neuronx.get_executed_ops())."""
+    return _bases("executed")
+
+
+def get_unsupported_ops() -> list[str]:
+    """Ops the table rates unsupported that were called (with keep-going they ran on the host)."""
+    return _bases("unsupported")
+
+
+def set_keep_going(on: bool) -> None:
+    _ops().set_keep_going(bool(on))
+
+
+# ---------------------------------------------------------------------------------------------- torch.neuron
+
+
+def _device_module(torch) -> types.ModuleType:
+    ops = torch.ops.neuron_emu
+    mod = types.ModuleType("torch.neuron")
+    mod.__doc__ = "torch.neuron on neuron-migrate's EMULATED device (host memory; not TorchNeuron)."
+    mod.EMULATED = True
+    mod.is_available = lambda: True
+    mod.is_initialized = lambda: True
+    mod._is_in_bad_fork = lambda: False
+    mod.device_count = lambda: int(ops.device_count())
+    mod.current_device = lambda: int(ops.current_device())
+
+    def set_device(device) -> None:
+        idx = torch.device("neuron", device).index if isinstance(device, int) else torch.device(device).index
+        ops.set_device(0 if idx is None else int(idx))
+
+    mod.set_device = set_device
+    mod.synchronize = lambda device=None: None
+    mod.empty_cache = lambda: None
+    mod.memory_allocated = lambda device=None: 0
+    mod.max_memory_allocated = lambda device=None: 0
+    mod.manual_seed = lambda seed: torch.manual_seed(seed) and None
+    mod.manual_seed_all = lambda seed: None  # the host generator is the device's; torch.manual_seed seeds it
+    mod.seed = lambda: None
+    mod.seed_all = lambda: None
+    mod.initial_seed = lambda: torch.initial_seed()
+    mod.get_rng_state = lambda device="neuron": torch.get_rng_state()
+    mod.set_rng_state = lambda state, device="neuron": torch.set_rng_state(state)
+    mod.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
+    return mod
+
+
+# ---------------------------------------------------------------------------------------------- distributed
+
+
+def _register_process_group_backend(torch) -> None:
+    """Backend `neuron`: gloo underneath. Device tensors reach it through host aliases (see the C++
+    collective kernel), so DDP and plain collectives on `neuron` tensors run unchanged."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if not dist.is_available() or "neuron" in dist.Backend.backend_list:
+        return
+    from torch.distributed import ProcessGroupGloo
+
+    def make(store, rank, size, timeout):
+        return ProcessGroupGloo(store, rank, size, timeout)
+
+    dist.Backend.register_backend(BACKEND_NAME, make, devices=["cpu", "neuron"])
+    c10d = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("c10d::")
+            and torch._C._dispatch_has_kernel_for_dispatch_key(n, "PrivateUse1")]
+    with warnings.catch_warnings(), _quiet_stderr():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": intended
+        failed = torch.ops.neuron_emu.register_kernels("collective", c10d)
+    _state["collectives"] = [n for n in c10d if not any(f.startswith(n + ":") for f in failed)]
+
+
+class _quiet_stderr:
+    """Silence C++ warnings printed straight to file descriptor 2 (c10's default warning handler)."""
+
+    def __enter__(self):
+        try:
+            sys.stderr.flush()
+            self._saved = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            self._saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            os.dup2(self._saved, 2)
+            os.close(self._saved)
+        return False
+
+
+def _default_device_count() -> int:
+    env = os.environ.get("NM_EMULATOR_DEVICES")
+    if env and env.isdigit():
+        return max(1, int(env))
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+
+
+def install(table=None, *, keep_going: bool = False, device_count: int | None = None, log=None) -> dict[str, Any]:
+    """Make `neuron` a real (emulated) device in this process. Idempotent. Raises EmulatorUnavailable."""
+    if _state.get("installed"):
+        set_keep_going(keep_going)
+        return _state
+    path = library_path(log=log)
+    import torch
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", BACKEND_NAME):
+        raise EmulatorUnavailable(f"PrivateUse1 is already taken by {current!r} in this process")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.ops.load_library(str(path))
+        except OSError as exc:
+            raise EmulatorUnavailable(f"cannot load the emulated device {path}: {exc}") from exc
+    if current != BACKEND_NAME:
+        torch.utils.rename_privateuse1_backend(BACKEND_NAME)
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                             for_packed_sequence=True, for_storage=True)
+    torch.ops.neuron_emu.set_device_count(device_count or _default_device_count())
+    mod = _device_module(torch)
+    torch._register_device_module(BACKEND_NAME, mod)
+    sys.modules.setdefault("torch.neuron", mod)
+    sets = kernel_sets(table)
+    failed: list[str] = []
+    for kind in ("native", "unsupported"):
+        failed += list(torch.ops.neuron_emu.register_kernels(kind, sets[kind]))
+    set_keep_going(keep_going)
+    _register_process_group_backend(torch)
+    _state.update(installed=True, library=str(path), native=sets["native"], unsupported=sets["unsupported"],
+                  failed=failed, table_version=getattr(table, "version", None))
+    return _state
+
+
+def summary() -> dict[str, Any]:
+    """What was installed (for the probe report)."""
+    return {"library": _state.get("library"), "native_kernels": len(_state.get("native") or []),
+            "unsupported_kernels": len(_state.get("unsupported") or []),
+            "registration_failures": list(_state.get("failed") or [])[:20],
+            "table_version": _state.get("table_version"), "collectives": len(_state.get("collectives") or [])}
+
+
+def iter_names(xs: Iterable[str]) -> list[str]:
+    return sorted(set(xs))

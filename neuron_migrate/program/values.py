@@ -1,0 +1,572 @@
+"""String value sets: which device-name strings of a file flow into the same comparison.
+
+A configuration value and the code that reads it must migrate together. `device: str = "xla"` (a dataclass
+field), `parser.add_argument("--device", default="xla", choices=["cpu", "xla"])`, `def f(device="xla")` and
+`if requested == "xla":` are one value set when the value can travel from one to the other; rewriting one of
+them alone changes which branch the program takes. This module groups every device-name string literal
+(`xla`, `cuda`, `cpu`, `mps`, `xpu`, ...; `'xla:1'` and `f"cuda:{i}"` too) into sets, following values through
+the file:
+
+- slots: a local or module name, a parameter of a function defined in the file, an attribute name
+  (`args.device`, `self.device`, `cfg.device` and a class field `device: str = ...` share the slot `attr:device`),
+  a string dict key (`cfg["device"]`), an environment variable (`os.environ.get("DEV", "xla")`), the return
+  value of a function of the file, the keys or elements of a named dict/tuple table;
+- links: assignments (`x = y`, `x = a if c else b`, `x = y or "xla"`), calls of functions of the file (arguments
+  to parameters, `return` to the call), comparisons (`==`, `!=`, `in (...)`, `.startswith()`), lookups in a named
+  table (`TABLE[x]`, `TABLE.get(x)`, `x in TABLE`), argparse `default=`/`choices=` to `args.<dest>`,
+  `set_defaults()`, keyword arguments to attributes of the same name (`Config(device="xla")`).
+
+For each set it records whether the value reaches a torch device position (`sink`: `torch.device(v)`,
+`.to(v)`, `device=v`, `torch.autocast(v)`, a comparison with a real device's `.type`, a name that holds a
+`torch.device`), where values may come from outside the file (`external`: command line, config attributes,
+environment, callers of a public function), and which device kinds its strings name (`kinds`; two
+accelerators in one set is device-dispatching code).
+
+Entry point: `facts(analysis) -> ValueFacts`; `facts(a).set_of(node)` gives the `ValueSet` of a string literal.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from neuron_migrate.program import cached
+
+DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
+ACCELERATORS = frozenset(DEVICE_WORDS) - {"cpu", "meta"}
+_WORD = re.compile(r"^(%s)(:\d+)?$" % "|".join(DEVICE_WORDS))
+_FSTRING_HEAD = re.compile(r"^(%s):" % "|".join(DEVICE_WORDS))
+
+# torch functions whose first positional argument (or `device`-like keyword) is a device
+_DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype",
+                 "torch.is_autocast_enabled", "torch.amp.GradScaler", "torch.distributed.get_default_backend_for_device"}
+_DEVICE_KWARGS = {"device", "device_type", "map_location"}
+# calls whose result is a real torch.device
+_DEVICE_VALUES = {"torch.device", "torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.runtime.xla_device",
+                  "torch.accelerator.current_accelerator"}
+
+
+def device_kind(value: str) -> Optional[str]:
+    """'xla:1' -> 'xla'; None for a string that is not a device name."""
+    m = _WORD.match(value)
+    return m.group(1) if m else None
+
+
+@dataclass(eq=False)
+class Member:
+    """One device-name string literal (an `ast.Constant`, or an f-string `f"cuda:{i}"`)."""
+
+    node: ast.expr
+    kind: str  # 'xla', 'cuda', ...
+    role: str  # device | compare | choice | cli-default | field | default | assign | dict-key | dict-value | element | env-default | return | argument | other
+    devicey: bool = False  # the first build would have called it a device (device-named target or operand)
+
+    @property
+    def direct_sink(self) -> bool:
+        return self.role == "device"
+
+
+@dataclass(eq=False)
+class ValueSet:
+    members: list[Member] = field(default_factory=list)  # in source order
+    slots: set = field(default_factory=set)
+    sink: bool = False  # some value of the set reaches a torch device position
+    external: list = field(default_factory=list)  # why values may come from outside the file
+
+    @property
+    def kinds(self) -> set:
+        return {m.kind for m in self.members}
+
+    @property
+    def multi_backend(self) -> bool:
+        """More than one accelerator among the strings: code that dispatches over backends."""
+        return len(self.kinds & ACCELERATORS) >= 2
+
+    def of_kind(self, kind: str) -> list[Member]:
+        return [m for m in self.members if m.kind == kind]
+
+    def lines(self, kind: Optional[str] = None) -> list[int]:
+        return sorted({m.node.lineno for m in self.members if kind is None or m.kind == kind})
+
+    def plan(self) -> str:
+        """How the set may migrate: 'all' (its values reach a device: every string must change together),
+        'keep' (labels that configuration or callers may pass in: change none), 'free' (labels only this file
+        uses: changing all of them together keeps meaning, as does changing none)."""
+        if self.sink:
+            return "all"
+        return "keep" if self.external else "free"
+
+
+class ValueFacts:
+    def __init__(self) -> None:
+        self._set_of: dict[int, ValueSet] = {}
+        self.sets: list[ValueSet] = []
+
+    def set_of(self, node: ast.AST) -> Optional[ValueSet]:
+        return self._set_of.get(id(node))
+
+
+def facts(analysis) -> ValueFacts:
+    return cached(analysis, "values", _build)
+
+
+# -- building ------------------------------------------------------------------------------------
+class _Union:
+    def __init__(self) -> None:
+        self.parent: dict = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        root = x
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[x] != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def join(self, a, b) -> None:
+        if a is None or b is None:
+            return
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+def _string_member(node: ast.AST) -> Optional[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return device_kind(node.value)
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        head = node.values[0].value
+        m = _FSTRING_HEAD.match(head) if isinstance(head, str) else None
+        return m.group(1) if m else None
+    return None
+
+
+class _Builder:
+    def __init__(self, analysis) -> None:
+        self.a = analysis
+        self.u = _Union()
+        self.members: dict[int, Member] = {}
+        self.sink_slots: set = set()
+        self.external: dict = {}  # slot -> reason
+        self.functions: dict[str, ast.AST] = {}  # module-level and nested function names -> def
+        self.locals: dict[int, set] = {}  # id(function) -> names bound in it
+        self.is_script = False
+        self.argparse_dests: set = set()
+        self.outer: dict = {}  # id(function) -> enclosing function (None: module)
+        self._dicts: set = set()
+
+    # -- scopes -----------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        tree = self.a.tree
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.setdefault(node.name, node)
+                names = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                                         node.args.vararg, node.args.kwarg] if a is not None}
+                glob: set = set()
+                for sub in _walk_function(node):
+                    if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                        names.add(sub.id)
+                    elif isinstance(sub, (ast.Global, ast.Nonlocal)):
+                        glob.update(sub.names)
+                self.locals[id(node)] = names - glob
+            elif isinstance(node, ast.If) and _is_main_guard(node.test):
+                self.is_script = True
+
+    def name_slot(self, name: str, fn) -> str:
+        while fn is not None:
+            if name in self.locals.get(id(fn), ()):
+                return f"name:{id(fn)}:{name}"
+            fn = self.outer.get(id(fn))
+        return f"name:mod:{name}"
+
+    def param_slot(self, fdef, name: str) -> str:
+        slot = f"name:{id(fdef)}:{name}"
+        if not self.is_script and not fdef.name.startswith("_"):
+            self.external.setdefault(slot, f"callers of `{fdef.name}()`")
+        return slot
+
+    # -- slots of expressions ---------------------------------------------------------------------------
+    def slot_of(self, node, fn) -> Optional[str]:
+        a = self.a
+        if isinstance(node, ast.Name):
+            return self.name_slot(node.id, fn)
+        if isinstance(node, ast.Attribute):
+            if node.attr == "type" or (node.attr == "device" and isinstance(node.value, ast.Call)):
+                slot = f"type:{id(fn)}:{a.source(node.value)}"
+                self.sink_slots.add(slot)
+                return slot
+            slot = f"attr:{node.attr}"
+            self.external.setdefault(slot, f"the `{node.attr}` attribute (configuration may set it)")
+            return slot
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                slot = f"key:{key.value}"
+                self.external.setdefault(slot, f"the `{key.value!r}` key (configuration may set it)")
+                return slot
+            if isinstance(key, ast.Constant) and isinstance(key.value, int) and isinstance(node.value, ast.Call):
+                return self.slot_of(node.value, fn)  # x.split(":")[0]
+            return None
+        if isinstance(node, ast.Call):
+            func = node.func
+            q = a.resolve(func, _scope_stub(a), count_use=False) if isinstance(func, (ast.Name, ast.Attribute)) else None
+            if q in ("os.environ.get", "os.getenv") and node.args and isinstance(node.args[0], ast.Constant):
+                slot = f"env:{node.args[0].value}"
+                self.external.setdefault(slot, f"the {node.args[0].value} environment variable")
+                if len(node.args) > 1:
+                    self.flow(node.args[1], slot, fn, "env-default")
+                return slot
+            if q in _DEVICE_VALUES:
+                slot = f"devvalue:{id(node)}"
+                self.sink_slots.add(slot)
+                return slot
+            if isinstance(func, ast.Name) and func.id == "str" and len(node.args) == 1:
+                inner = self.slot_of(node.args[0], fn)
+                return inner
+            if isinstance(func, ast.Name) and func.id in self.functions:
+                return f"ret:{func.id}"
+            if isinstance(func, ast.Attribute) and func.attr in ("lower", "upper", "strip", "split", "casefold") :
+                return self.slot_of(func.value, fn)
+            if isinstance(func, ast.Attribute) and func.attr == "get" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    slot = f"key:{first.value}"
+                    self.external.setdefault(slot, f"the `{first.value!r}` key (configuration may set it)")
+                    if len(node.args) > 1:
+                        self.flow(node.args[1], slot, fn, "dict-value")
+                    return slot
+            return None
+        return None
+
+    def add_member(self, node, role: str, slot: Optional[str], devicey: bool = False) -> bool:
+        kind = _string_member(node)
+        if kind is None:
+            return False
+        m = Member(node, kind, role, devicey)
+        self.members[id(node)] = m
+        key = ("m", id(node))
+        self.u.find(key)
+        if slot is not None:
+            self.u.join(key, slot)
+        return True
+
+    def flow(self, value, slot: Optional[str], fn, role: str, devicey: bool = False) -> None:
+        """`value` flows into `slot`: string literals join it as members, other expressions join their slot."""
+        if value is None:
+            return
+        if isinstance(value, ast.IfExp):
+            self.flow(value.body, slot, fn, role, devicey)
+            self.flow(value.orelse, slot, fn, role, devicey)
+            return
+        if isinstance(value, ast.BoolOp):
+            for v in value.values:
+                self.flow(v, slot, fn, role, devicey)
+            return
+        if self.add_member(value, role, slot, devicey):
+            return
+        if slot is not None:
+            other = self.slot_of(value, fn)
+            if other is not None:
+                self.u.join(other, slot)
+
+    # -- the walk ---------------------------------------------------------------------------------------
+    def walk(self) -> None:
+        stack: list = [(self.a.tree, None)]
+        while stack:
+            node, fn = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.outer[id(node)] = fn
+                self.visit_def(node, fn)
+                for child in node.body:
+                    stack.append((child, node))
+                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
+                    stack.append((child, fn))
+                continue
+            self.visit(node, fn)
+            for child in ast.iter_child_nodes(node):
+                stack.append((child, fn))
+
+    def visit_def(self, node, fn) -> None:
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+            self.flow(default, self.param_slot(node, arg.arg), fn, "default", "device" in arg.arg.lower())
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+            if default is not None:
+                self.flow(default, self.param_slot(node, arg.arg), fn, "default", "device" in arg.arg.lower())
+
+    def visit(self, node, fn) -> None:
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+                    slot = f"attr:{stmt.target.id}"
+                    self.external.setdefault(slot, f"the `{stmt.target.id}` field (configuration may set it)")
+                    self.flow(_field_default(stmt.value), slot, fn, "field", "device" in stmt.target.id.lower())
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                    slot = f"attr:{stmt.targets[0].id}"
+                    self.flow(stmt.value, slot, fn, "field", "device" in stmt.targets[0].id.lower())
+            return
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                self.assign(target, node.value, fn)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and not isinstance(self.a.parent_of.get(node), ast.ClassDef):
+            self.assign(node.target, node.value, fn)
+        elif isinstance(node, ast.Return) and node.value is not None and fn is not None:
+            self.flow(node.value, f"ret:{fn.name}", fn, "return")
+        elif isinstance(node, ast.Compare):
+            self.compare(node, fn)
+        elif isinstance(node, ast.Call):
+            self.call(node, fn)
+        elif isinstance(node, ast.Dict):
+            self.dict_literal(node, None, fn)
+        elif isinstance(node, ast.Subscript):
+            table = self.slot_of(node.value, fn) if isinstance(node.value, (ast.Name, ast.Attribute)) else None
+            if table is not None and not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+                self.flow(node.slice, table + "#keys", fn, "compare")
+
+    def assign(self, target, value, fn) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                for t, v in zip(target.elts, value.elts):
+                    self.assign(t, v, fn)
+            return
+        slot = self.slot_of(target, fn) if isinstance(target, (ast.Name, ast.Attribute, ast.Subscript)) else None
+        if slot is None:
+            return
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+        devicey = "device" in name.lower()
+        if isinstance(value, ast.Dict):
+            self.dict_literal(value, slot, fn)
+            return
+        if isinstance(value, (ast.Tuple, ast.List, ast.Set)):
+            for e in value.elts:
+                self.flow(e, slot + "#keys", fn, "element")
+            return
+        if isinstance(value, ast.Call):
+            q = self.a.resolve(value.func, _scope_stub(self.a), count_use=False)
+            if q in _DEVICE_VALUES or (isinstance(value.func, ast.Attribute) and value.func.attr == "current_accelerator"):
+                self.sink_slots.add(slot)
+        if isinstance(value, ast.Attribute) and value.attr == "device":
+            self.sink_slots.add(slot)  # d = x.device: a real torch.device
+        self.flow(value, slot, fn, "assign", devicey)
+
+    def dict_literal(self, node: ast.Dict, slot: Optional[str], fn) -> None:
+        if id(node) in self._dicts:
+            return
+        self._dicts.add(id(node))
+        keys_slot = (slot + "#keys") if slot else f"dict:{id(node)}"
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                continue
+            self.add_member(k, "dict-key", keys_slot)
+            if isinstance(k, ast.Constant) and isinstance(k.value, str) and not _string_member(k):
+                vslot = f"key:{k.value}"
+                self.flow(v, vslot, fn, "dict-value")
+
+    def compare(self, node: ast.Compare, fn) -> None:
+        operands = [node.left, *node.comparators]
+        for i, op in enumerate(node.ops):
+            left, right = operands[i], operands[i + 1]
+            if isinstance(op, (ast.In, ast.NotIn)):
+                slot = self.slot_of(left, fn)
+                direct = slot is None and _real_device_expr(left)
+                if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                    for e in right.elts:
+                        if direct:
+                            self.add_member(e, "device", None)
+                        else:
+                            self.flow(e, slot, fn, "compare", _devicey_operand(left))
+                else:
+                    table = self.slot_of(right, fn)
+                    if table is not None:
+                        other = slot
+                        if other is None:
+                            self.add_member(left, "compare", table + "#keys")
+                        else:
+                            self.u.join(other, table + "#keys")
+                continue
+            if not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+                continue
+            for this, other in ((left, right), (right, left)):
+                if _string_member(this) is None:
+                    continue
+                slot = self.slot_of(other, fn)
+                if slot is None and _real_device_expr(other):
+                    self.add_member(this, "device", None)
+                else:
+                    self.add_member(this, "compare", slot, _devicey_operand(other))
+
+    def call(self, node: ast.Call, fn) -> None:
+        a = self.a
+        func = node.func
+        q = a.resolve(func, _scope_stub(a), count_use=False) if isinstance(func, (ast.Name, ast.Attribute)) else None
+        attr = func.attr if isinstance(func, ast.Attribute) else None
+        if attr in ("add_argument", "add_option"):
+            dest = _argparse_dest(node)
+            if dest is not None:
+                slot = f"attr:{dest}"
+                self.argparse_dests.add(dest)
+                self.external[slot] = f"the command line (--{dest.replace('_', '-')})"
+                for kw in node.keywords:
+                    if kw.arg == "default":
+                        self.flow(kw.value, slot, fn, "cli-default")
+                    elif kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple, ast.Set)):
+                        for e in kw.value.elts:
+                            self.flow(e, slot, fn, "choice")
+            return
+        if attr == "set_defaults":
+            for kw in node.keywords:
+                if kw.arg:
+                    self.flow(kw.value, f"attr:{kw.arg}", fn, "cli-default")
+            return
+        if attr == "startswith" and node.args:
+            slot = self.slot_of(func.value, fn)
+            arg = node.args[0]
+            targets = arg.elts if isinstance(arg, ast.Tuple) else [arg]
+            for t in targets:
+                if slot is None or slot.startswith("type:"):
+                    if slot is not None:
+                        self.sink_slots.add(slot)
+                    self.add_member(t, "device" if slot is None else "compare", slot)
+                else:
+                    self.add_member(t, "compare", slot, True)
+            return
+        if attr == "get" and node.args and isinstance(func.value, (ast.Name, ast.Attribute)):
+            table = self.slot_of(func.value, fn)
+            first = node.args[0]
+            if table is not None and not (isinstance(first, ast.Constant) and isinstance(first.value, str) and not _string_member(first)):
+                self.flow(first, table + "#keys", fn, "compare")
+            return
+        device_call = q in _DEVICE_FUNCS or attr == "to"
+        if device_call and node.args:
+            first = node.args[0]
+            if not self.add_member(first, "device", None):
+                slot = self.slot_of(first, fn)
+                if slot is not None:
+                    self.sink_slots.add(slot)
+        local = self.functions.get(func.id) if isinstance(func, ast.Name) else None
+        if local is not None:
+            params = [p.arg for p in [*local.args.posonlyargs, *local.args.args]]
+            for p, arg in zip(params, node.args):
+                if isinstance(arg, ast.Starred):
+                    break
+                self.flow(arg, self.param_slot(local, p), fn, "argument")
+        for kw in node.keywords:
+            if kw.arg is None:
+                continue
+            if local is not None:
+                self.flow(kw.value, self.param_slot(local, kw.arg), fn, "argument")
+            elif kw.arg in _DEVICE_KWARGS and q is not None and q.split(".")[0] in ("torch", "torch_xla") or (
+                    kw.arg in _DEVICE_KWARGS and attr in ("to", "load", "zeros", "ones", "empty", "randn", "rand", "full", "arange", "tensor")):
+                if not self.add_member(kw.value, "device", None):
+                    slot = self.slot_of(kw.value, fn)
+                    if slot is not None:
+                        self.sink_slots.add(slot)
+            else:
+                self.flow(kw.value, f"attr:{kw.arg}", fn, "argument", "device" in kw.arg)
+
+    def finish(self) -> ValueFacts:
+        out = ValueFacts()
+        groups: dict = {}
+        for key in list(self.u.parent):
+            root = self.u.find(key)
+            vs = groups.get(root)
+            if vs is None:
+                vs = groups[root] = ValueSet()
+            if isinstance(key, tuple):
+                vs.members.append(self.members[key[1]])
+            else:
+                vs.slots.add(key)
+        for key in list(self.u.parent):
+            if isinstance(key, str):
+                base = key[:-5] if key.endswith("#keys") else key
+                vs = groups[self.u.find(key)]
+                if key in self.sink_slots or base in self.sink_slots:
+                    vs.sink = True
+                reason = self.external.get(key) or self.external.get(base)
+                if reason and reason not in vs.external:
+                    vs.external.append(reason)
+        for m in self.members.values():
+            if m.direct_sink:
+                groups[self.u.find(("m", id(m.node)))].sink = True
+        for vs in groups.values():
+            if not vs.members:
+                continue
+            vs.members.sort(key=lambda m: (m.node.lineno, m.node.col_offset))
+            out.sets.append(vs)
+            for m in vs.members:
+                out._set_of[id(m.node)] = vs
+        return out
+
+
+def _build(analysis) -> ValueFacts:
+    b = _Builder(analysis)
+    b.prepare()
+    b.walk()
+    return b.finish()
+
+
+# -- small helpers -------------------------------------------------------------------------------------
+def _walk_function(fn):
+    """Nodes of a function body, not descending into nested functions or classes."""
+    stack = list(fn.body)
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+
+
+def _is_main_guard(test) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))
+
+
+def _scope_stub(analysis):
+    return analysis.module_scope
+
+
+def _field_default(value):
+    """`field(default="xla")` -> the default; anything else as it is."""
+    if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
+        name = value.func.id if isinstance(value.func, ast.Name) else value.func.attr
+        if name in ("field", "Field"):
+            for kw in value.keywords:
+                if kw.arg == "default":
+                    return kw.value
+            if value.args:
+                return value.args[0]
+    return value
+
+
+def _argparse_dest(call: ast.Call) -> Optional[str]:
+    for kw in call.keywords:
+        if kw.arg == "dest" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+            return kw.value.value
+    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    for n in names:
+        if n.startswith("--"):
+            return n[2:].replace("-", "_")
+    for n in names:
+        if not n.startswith("-"):
+            return n
+    return None
+
+
+def _real_device_expr(node) -> bool:
+    """An expression that is (the string of) a real torch.device: `x.device`, `str(d)`, `d.type`."""
+    if isinstance(node, ast.Attribute) and node.attr in ("type", "device"):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str"
+
+
+def _devicey_operand(node) -> bool:
+    if isinstance(node, ast.Name):
+        return "device" in node.id.lower()
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("type", "device", "device_type") or "device" in node.attr.lower()
+    return False

@@ -1,0 +1,107 @@
+"""Render an audit run in the chosen format, to stdout or --output-file. Errors always go to stderr."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+
+def _source_lines(findings) -> dict:
+    """File text for code frames (notebooks: the cells joined, as the findings count lines)."""
+    from pathlib import Path
+
+    from neuron_migrate.files.load import load_for_analysis
+
+    out = {}
+    for path in {f.path for f in findings}:
+        try:
+            _, text, _ = load_for_analysis(Path(path))
+        except Exception:  # noqa: BLE001 - a frame is optional
+            continue
+        out[path] = text.splitlines()
+    return out
+
+
+def _summary(con, findings, n_files: int, n_errors: int) -> None:
+    from rich.text import Text
+
+    from neuron_migrate.rules.model import FixSafety
+
+    n = len(findings)
+    files = len({f.path for f in findings})
+    if not n:
+        con.print(Text(f"No findings in {n_files} file{'s' if n_files != 1 else ''}.", style="bold green"))
+    else:
+        sev = {s: sum(1 for f in findings if f.severity.value == s) for s in ("error", "warning", "info")}
+        parts = ", ".join(f"{v} {k}{'s' if v != 1 else ''}" for k, v in sev.items() if v)
+        con.print(Text(f"Found {n} finding{'s' if n != 1 else ''} ({parts}) in {files} of {n_files} file{'s' if n_files != 1 else ''}.",
+                       style="bold"))
+        safe = sum(1 for f in findings if f.fix is not None and f.fix.safety == FixSafety.SAFE)
+        unsafe = sum(1 for f in findings if f.fix is not None and f.fix.safety != FixSafety.SAFE)
+        if safe:
+            con.print(Text(f"[*] {safe} fixable with `neuron-migrate rewrite --write`.", style="green"))
+        if unsafe:
+            con.print(Text(f"{unsafe} more fixable with `neuron-migrate rewrite --write --unsafe-fixes`.", style="yellow"))
+    if n_errors:
+        con.print(Text(f"{n_errors} file{'s' if n_errors != 1 else ''} could not be checked.", style="bold red"))
+
+
+def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, output_file: Optional[str] = None,
+         quiet: bool = False, color: Optional[bool] = None) -> None:
+    from neuron_migrate.report.text import console
+
+    err = console(stderr=True, color=color)
+    for path, msg in errors:
+        # one line per file, never a traceback
+        err.print(f"[red]error[/red]: {path + ': ' if path else ''}{msg}", markup=True, highlight=False)
+
+    text_out: Optional[str] = None
+    if fmt == "json":
+        from neuron_migrate.report.json_out import findings_json, statistics_json
+
+        text_out = statistics_json(findings) if statistics else findings_json(findings)
+    elif fmt == "sarif":
+        from neuron_migrate.report.sarif import sarif_json
+
+        text_out = sarif_json(findings, run.ruleset.rules)
+    elif fmt == "github":
+        from neuron_migrate.report.github import github_lines
+
+        text_out = github_lines(findings)
+    if text_out is not None:
+        _write(text_out, output_file)
+        return
+
+    # text / concise (rich)
+    import io
+
+    buf = io.StringIO() if output_file else None
+    if buf is not None:
+        from rich.console import Console
+
+        con = Console(file=buf, highlight=False, soft_wrap=True, no_color=True, force_terminal=False)
+    else:
+        con = console(color=color)
+    from neuron_migrate.report.json_out import statistics as stats
+    from neuron_migrate.report.text import print_findings, print_grouped, print_statistics
+
+    if statistics:
+        print_statistics(con, stats(findings))
+    elif fmt == "concise":
+        print_findings(con, findings, concise=True)
+    else:
+        print_grouped(con, findings, None if quiet else _source_lines(findings), concise=quiet)
+        if findings:
+            con.print()
+        _summary(con, findings, len(run.items), len(errors))
+    if buf is not None:
+        _write(buf.getvalue(), output_file)
+
+
+def _write(text: str, output_file: Optional[str]) -> None:
+    if output_file:
+        from pathlib import Path
+
+        Path(output_file).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
