@@ -40,7 +40,7 @@ def _case_id(p: Path) -> str:
 
 @pytest.fixture(scope="module")
 def ruleset():
-    return RuleSet.select()
+    return RuleSet(all_rules())  # every rule, opt-in advice included
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.with_name(c.name.replace(".in.py", ".out.py")).exists()], ids=_case_id)

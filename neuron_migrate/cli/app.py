@@ -29,6 +29,8 @@ COMMAND_MODULES = (
     "neuron_migrate.probe.cli",
     "neuron_migrate.table.cli",
     "neuron_migrate.cli.rules",
+    "neuron_migrate.cli.cache",
+    "neuron_migrate.server.cli",
 )
 
 

@@ -1,15 +1,18 @@
-"""What `rewrite` and `audit` share: configuration, rule selection, file discovery, error printing."""
+"""What `rewrite` and `audit` share: configuration, rule selection, file discovery, progress, error printing."""
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+LEVELS = ("info", "warning", "error")
+RANK = {"info": 0, "warning": 1, "error": 2, "none": 3}
+COLOR_MODES = ("auto", "always", "never")
 
 
 def split_codes(values: Optional[list[str]]) -> list[str]:
@@ -20,58 +23,296 @@ def split_codes(values: Optional[list[str]]) -> list[str]:
 
 
 @dataclass
-class Run:
+class Selection:
+    """What the command line says about which rules and files; the configuration fills in the rest."""
+    select: list = field(default_factory=list)
+    extend_select: list = field(default_factory=list)
+    ignore: list = field(default_factory=list)
+    exclude: list = field(default_factory=list)
+    extend_exclude: list = field(default_factory=list)
+    force_exclude: Optional[bool] = None
+    respect_gitignore: Optional[bool] = None
+    unsafe_fixes: Optional[bool] = None
+    device_style: Optional[str] = None
+    config: Optional[str] = None
+    table: Optional[str] = None
+    max_file_size: Optional[int] = None
+
+
+@dataclass
+class Group:
+    """Files that share one configuration and rule set (nested pyproject.toml, per-file-ignores)."""
     config: object
     ruleset: object
     settings_kw: dict
-    items: list  # (path, display path)
-    messages: list
+    items: list = field(default_factory=list)  # (path, display path)
 
 
-def prepare(paths: list[str], select, ignore, config_path, unsafe_fixes, device_style, exclude, extend_select=None) -> Run:
-    from neuron_migrate.files.config import ConfigError, load_config
-    from neuron_migrate.files.discover import discover
-    from neuron_migrate.rules.registry import RuleError, RuleSet
+@dataclass
+class Run:
+    config: object  # the configuration of the first path (cache folder, messages)
+    groups: list
+    messages: list  # errors (one line each, no traceback)
+    skipped: dict = field(default_factory=dict)  # discovery statistics: reason -> count
+    stdin: Optional[tuple] = None  # (display name, bytes) for `-`
 
+    @property
+    def items(self) -> list:
+        return [it for g in self.groups for it in g.items]
+
+    @property
+    def ruleset(self):
+        from neuron_migrate.rules.registry import RuleSet
+
+        if not self.groups:
+            return getattr(self, "empty_ruleset", None) or RuleSet(())
+        if len(self.groups) == 1:
+            return self.groups[0].ruleset
+        seen = {}
+        for g in self.groups:
+            for r in g.ruleset.rules:
+                seen[r.code] = r
+        return RuleSet(seen.values()) if seen else RuleSet(())
+
+    @property
+    def settings_kw(self) -> dict:
+        return self.groups[0].settings_kw if self.groups else {}
+
+    def skipped_note(self) -> str:
+        """`3 files skipped: 2 ignored by .gitignore, 1 excluded`, or ''."""
+        s = self.skipped
+        parts = []
+        gi, gid = s.get("gitignore", 0), s.get("gitignore-dirs", 0)
+        ex, exd = s.get("exclude", 0) + s.get("force-exclude", 0), s.get("exclude-dirs", 0)
+        if gi or gid:
+            parts.append(_count_text(gi, gid) + " ignored by .gitignore (--no-respect-gitignore includes them)")
+        if ex or exd:
+            parts.append(_count_text(ex, exd) + " excluded by the configuration or --exclude")
+        return "; ".join(parts)
+
+
+def _count_text(files: int, dirs: int) -> str:
+    bits = []
+    if files:
+        bits.append(f"{files} file{'s' if files != 1 else ''}")
+    if dirs:
+        bits.append(f"{dirs} folder{'s' if dirs != 1 else ''}")
+    return " and ".join(bits)
+
+
+def check_level(name: str, value: str, allowed=LEVELS) -> str:
+    v = (value or "").lower()
+    if v not in allowed:
+        fail(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    return v
+
+
+def check_color(value: Optional[str], no_color: bool) -> str:
+    if no_color:
+        return "never"
+    v = (value or "auto").lower()
+    if v not in COLOR_MODES:
+        fail(f"--color must be auto, always or never, not {value!r}")
+    return v
+
+
+def check_jobs(jobs: Optional[int]) -> Optional[int]:
+    if jobs is not None and jobs < 1:
+        fail(f"--jobs must be 1 or more, not {jobs}")
+    return jobs
+
+
+def prepare(paths: list[str], sel: Selection, stdin_filename: Optional[str] = None) -> Run:
+    """Load configuration(s), select rules, discover files. Exits 2 on bad options or configuration."""
+    from neuron_migrate.files.config import ConfigError, load_config, load_file
+
+    paths = list(paths or []) or ["."]  # as Ruff: no path means the current folder
+    stdin = None
+    if paths == ["-"]:
+        if not stdin_filename:
+            stdin_filename = "stdin.py"
+        stdin = (stdin_filename, sys.stdin.buffer.read())
+        paths = [stdin_filename]
+    elif "-" in paths:
+        fail("`-` (standard input) cannot be combined with other paths")
     try:
-        cfg = load_config(paths, config_path)
+        root_cfg = load_config(paths, sel.config)
     except ConfigError as exc:
         fail(str(exc))
-    sel = split_codes(select) or cfg.select
-    sel += split_codes(extend_select)
-    ign = cfg.ignore + split_codes(ignore)
-    try:
-        ruleset = RuleSet.select(sel, ign)
-    except RuleError as exc:
-        fail(str(exc))
-    if unsafe_fixes is not None:
-        cfg.unsafe_fixes = unsafe_fixes
-    if device_style:
-        if device_style not in ("neuron", "accelerator"):
-            fail(f"--device-style must be 'neuron' or 'accelerator', not {device_style!r}")
-        cfg.device_style = device_style
-    files, messages = discover(paths, cfg.exclude + split_codes(exclude), cfg.respect_gitignore)
+    base = root_cfg.root or Path.cwd()
+    cfg_cache: dict = {}
+
+    def config_of(p: Path):
+        if sel.config:
+            return root_cfg
+        from neuron_migrate.files.config import find_pyproject
+
+        folder = Path(os.path.abspath(p)).parent
+        if folder not in cfg_cache:
+            found = find_pyproject(folder)
+            if found is None:
+                cfg_cache[folder] = root_cfg if root_cfg.source is None else _default_config()
+            elif root_cfg.source is not None and found.resolve() == Path(root_cfg.source).resolve():
+                cfg_cache[folder] = root_cfg
+            else:
+                try:
+                    cfg_cache[folder] = load_file(found)
+                except ConfigError as exc:
+                    fail(str(exc))
+        return cfg_cache[folder]
+
+    force = sel.force_exclude if sel.force_exclude is not None else root_cfg.force_exclude
+    respect = sel.respect_gitignore if sel.respect_gitignore is not None else root_cfg.respect_gitignore
+    excludes = root_cfg.exclude + split_codes(sel.exclude) + split_codes(sel.extend_exclude)
+    skipped: dict = {}
+    if stdin is not None:
+        from neuron_migrate.files.discover import _excluded, _rel_to
+
+        p = Path(stdin[0])
+        files, messages = ([] if force and _excluded(p.as_posix(), p.name, excludes, _rel_to(p, base)) else [p]), []
+        if not files:
+            skipped["force-exclude"] = 1
+    else:
+        from neuron_migrate.files.discover import discover
+
+        files, messages = discover(paths, excludes, respect, force=force, base=base, stats=skipped)
+
+    groups: dict = {}
     cwd = Path.cwd()
-    items = []
     for f in files:
-        try:
-            display = os.path.relpath(f, cwd)
-            if display.startswith(".." + os.sep + ".."):
-                display = str(f)
-        except ValueError:
+        cfg = config_of(f)
+        if cfg is not root_cfg and cfg.exclude:
+            from neuron_migrate.files.discover import _excluded, _rel_to
+
+            if _excluded(f.name, f.name, cfg.exclude, _rel_to(f, cfg.root)):
+                skipped["exclude"] = skipped.get("exclude", 0) + 1
+                continue
+        from neuron_migrate.files.config import per_file_ignored
+
+        extra = tuple(per_file_ignored(cfg, f))
+        key = (id(cfg), extra)
+        if key not in groups:
+            groups[key] = Group(cfg, _ruleset(cfg, sel, extra), _settings(cfg, sel))
+        groups[key].items.append((str(f), _display(f, cwd)))
+    run = Run(root_cfg, list(groups.values()), messages, skipped, stdin)
+    if not run.groups:  # still validate the selection, and give the renderers a rule set
+        run.groups = []
+        run.empty_ruleset = _ruleset(root_cfg, sel, ())
+    return run
+
+
+def _default_config():
+    from neuron_migrate.files.config import Config
+
+    return Config()
+
+
+def _ruleset(cfg, sel: Selection, extra_ignores: tuple):
+    from neuron_migrate.rules.registry import RuleError, RuleSet
+
+    chosen = split_codes(sel.select) or cfg.select
+    chosen = chosen + cfg.extend_select + split_codes(sel.extend_select)
+    ign = cfg.ignore + split_codes(sel.ignore) + list(extra_ignores)
+    try:
+        return RuleSet.select(chosen, ign)
+    except RuleError as exc:
+        fail(f"{exc}" + (f" in {cfg.source}" if cfg.source and not split_codes(sel.select) else ""))
+
+
+def _settings(cfg, sel: Selection) -> dict:
+    unsafe = cfg.unsafe_fixes if sel.unsafe_fixes is None else sel.unsafe_fixes
+    style = sel.device_style or cfg.device_style
+    if style not in ("neuron", "accelerator"):
+        fail(f"--device-style must be 'neuron' or 'accelerator', not {style!r}")
+    kw = {"device_style": style, "unsafe_fixes": unsafe}
+    table = sel.table or cfg.table
+    if table:
+        kw["table_path"] = str(Path(table).resolve())
+    size = sel.max_file_size or cfg.max_file_size
+    from neuron_migrate.files.config import DEFAULT_MAX_FILE_SIZE
+
+    if size != DEFAULT_MAX_FILE_SIZE:
+        kw["max_file_size"] = size
+    return kw
+
+
+def _display(f: Path, cwd: Path) -> str:
+    try:
+        display = os.path.relpath(f, cwd)
+        if display.startswith(".." + os.sep + ".."):
             display = str(f)
-        items.append((str(f), display))
-    settings_kw = {"device_style": cfg.device_style, "unsafe_fixes": cfg.unsafe_fixes}
-    return Run(cfg, ruleset, settings_kw, items, messages)
+    except ValueError:
+        display = str(f)
+    return display
 
 
-def open_cache(run: Run, fix: bool, no_cache: bool):
-    """The result cache for this run, or None when disabled (--no-cache or `cache = false`)."""
-    if no_cache or not run.config.cache:
+def unsafe_source(run: Run) -> str:
+    """Where --unsafe-fixes came from, for the summary: 'the command line', 'unsafe-fixes = true in X'."""
+    for g in run.groups:
+        if g.settings_kw.get("unsafe_fixes") and "unsafe-fixes" in g.config.explicit:
+            return f"`unsafe-fixes = true` in {g.config.source}"
+    return "--unsafe-fixes"
+
+
+def no_files(run: Run) -> bool:
+    """True (after printing why) when the run has nothing to do; the caller exits 2, or 0 when every path was
+    a file named explicitly and force-excluded (pre-commit passing a vendored file)."""
+    return not run.items and not run.messages
+
+
+def report_no_files(run: Run, paths: list[str]) -> int:
+    note = run.skipped_note()
+    only_forced = run.skipped.get("force-exclude", 0) and not any(
+        k for k, v in run.skipped.items() if v and k != "force-exclude")
+    if only_forced:
+        return EXIT_CLEAN  # every named file is excluded: nothing to do, as pre-commit expects
+    where = " ".join(paths or ["."])
+    sys.stderr.write(f"neuron-migrate: error: no Python files found in {where}" + (f" ({note})" if note else "") + "\n")
+    return EXIT_ERROR
+
+
+def open_cache(group: Group, fix: bool, no_cache: bool, root_config=None):
+    """The result cache for one group, or None when disabled (--no-cache or `cache = false`)."""
+    if no_cache or not group.config.cache:
         return None
     from neuron_migrate.pipeline.cache import ResultCache, cache_folder, cache_key
 
-    return ResultCache(cache_folder(run.config.source), cache_key(run.ruleset.codes, run.settings_kw, fix))
+    src = (root_config.source if root_config is not None and root_config.source else None) or group.config.source
+    return ResultCache(cache_folder(src), cache_key(group.ruleset.spec, group.settings_kw, fix))
+
+
+def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_progress: bool):
+    """Yield FileResults of every group, with a progress bar on a terminal; save caches at the end."""
+    from neuron_migrate.pipeline.parallel import run_files
+
+    total = len(run.items)
+    progress = None
+    if show_progress and total >= PROGRESS_MIN_FILES and err.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=err, transient=True)
+        task = progress.add_task("rewrite" if fix else "audit", total=total)
+        progress.start()
+    try:
+        for g in run.groups:
+            cache = open_cache(g, fix, no_cache, run.config)
+            if cache is not None and cache.warning:
+                err.print(f"[yellow]warning[/yellow]: {cache.warning}")
+            for res in run_files(g.items, g.ruleset.spec, g.settings_kw, fix=fix, write=write, jobs=jobs, cache=cache):
+                if progress is not None:
+                    progress.advance(task)
+                yield res
+            if cache is not None:
+                problem = cache.save()  # a cache that cannot be written only costs time
+                if problem:
+                    err.print(f"[yellow]warning[/yellow]: {problem}")
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+PROGRESS_MIN_FILES = 20  # below this a bar only flickers
 
 
 def fail(message: str) -> None:

@@ -11,12 +11,18 @@ def register(app: typer.Typer) -> None:
     app.command("explain", help="Explain one rule (code or name): what it finds, why, how it fixes, examples.")(explain)
 
 
+RULE_FORMATS = ("text", "json", "markdown")
+
+
 def rules_cmd(
-    output_format: str = typer.Option("text", "--output-format", "--format", help="text | json | markdown (the docs/rules.md page)"),
+    output_format: str = typer.Option("text", "--output-format", "--format", help="text, json or markdown (the docs/rules.md page)."),
     select: Optional[str] = typer.Option(None, "--select", help="Only codes with these prefixes (comma separated)."),
 ) -> None:
     from neuron_migrate.rules.registry import all_rules
 
+    if output_format not in RULE_FORMATS:
+        typer.echo(f"neuron-migrate: error: --format must be one of {', '.join(RULE_FORMATS)}, not {output_format!r}", err=True)
+        raise typer.Exit(2)
     sel = [s.strip().upper() for s in (select or "").split(",") if s.strip()]
     rules = [r for r in all_rules() if not sel or any(r.code.startswith(s) for s in sel)]
     if output_format == "json":
@@ -27,16 +33,25 @@ def rules_cmd(
     if output_format == "markdown":
         typer.echo(rules_markdown(rules), nl=False)
         return
-    from rich.table import Table
-
     from neuron_migrate.report.text import console
 
+    con = console()
+    if not con.is_terminal:
+        # piped: one rule per line, never wrapped (grep and cut read it)
+        width = max((len(r.name) for r in rules), default=4)
+        lines = [f"{r.code}  {r.name:<{width}}  {r.fix_safety.value:<6}  {r.severity.value:<7}  {r.summary}"
+                 + ("  (opt-in)" if r.opt_in else "") for r in rules]
+        typer.echo("\n".join(lines))
+        return
+    from rich.table import Table
+
     t = Table(show_lines=False, box=None, pad_edge=False)
-    for col in ("code", "name", "fix", "severity", "summary"):
-        t.add_column(col, overflow="fold")
+    for col in ("code", "name", "fix", "severity"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("summary", overflow="fold", ratio=1)  # wraps at spaces; folds only a word wider than the column
     for r in rules:
-        t.add_row(r.code, r.name, r.fix_safety.value, r.severity.value, r.summary)
-    console().print(t)
+        t.add_row(r.code, r.name, r.fix_safety.value, r.severity.value, r.summary + (" (opt-in)" if r.opt_in else ""))
+    con.print(t)
 
 
 def rules_markdown(rules) -> str:
@@ -50,7 +65,9 @@ def rules_markdown(rules) -> str:
         out.append(f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.fix_safety.value} | {r.severity.value} | {summary} |")
     for r in rules:
         out += ["", f'<a id="{r.code.lower()}"></a>', f"## {r.code} {r.name}", "", f"**{r.summary}**", "",
-                f"Severity: {r.severity.value}; {fix_text[r.fix_safety.value]}.", "", r.docs, ""]
+                f"Severity: {r.severity.value}; {fix_text[r.fix_safety.value]}."
+                + (f" Opt-in: runs only when selected by name or code (`--extend-select {r.code}`)." if r.opt_in else ""),
+                "", r.docs, ""]
         for e in r.examples:
             out += ["```python", e.before.rstrip(), "```", ""]
             if e.after is not None:
@@ -69,6 +86,7 @@ def rule_dict(r) -> dict:
         "docs": r.docs,
         "examples": [{"before": e.before, "after": e.after} for e in r.examples],
         "url": r.url,
+        "opt_in": r.opt_in,
     }
 
 
@@ -86,7 +104,8 @@ def explain(code: str = typer.Argument(..., help="Rule code (NM101) or name (mar
 
     fix = {"safe": "Fix: safe (applied by `rewrite`).", "unsafe": "Fix: unsafe (applied by `rewrite --unsafe-fixes`).",
            "none": "Fix: none (reported for manual migration)."}[r.fix_safety.value]
-    md = [f"# {r.code} {r.name}", "", f"**{r.summary}**", "", f"Severity: {r.severity.value}. {fix}", "", r.docs, ""]
+    md = [f"# {r.code} {r.name}", "", f"**{r.summary}**", "", f"Severity: {r.severity.value}. {fix}"
+          + (f" Opt-in advice: enable it with `--extend-select {r.code}`." if r.opt_in else ""), "", r.docs, ""]
     for i, e in enumerate(r.examples, 1):
         md += [f"## Example {i}" if len(r.examples) > 1 else "## Example", "", "```python", e.before.rstrip(), "```", ""]
         if e.after is not None:

@@ -1,8 +1,14 @@
-"""`[tool.neuron-migrate]` in pyproject.toml; command-line options override it."""
+"""`[tool.neuron-migrate]` in pyproject.toml; command-line options override it.
+
+Each file uses the closest pyproject.toml above it that has a `[tool.neuron-migrate]` section (as Ruff uses
+the closest configuration); the search stops at the repository top (a `.git` entry). A nested configuration
+replaces the outer one for the files below it; it does not inherit from it.
+"""
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +17,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10
     import tomli as tomllib
 
-KEYS = {"select", "ignore", "exclude", "extend-exclude", "unsafe-fixes", "device-style", "table", "respect-gitignore", "cache"}
+KEYS = {"select", "extend-select", "ignore", "extend-ignore", "per-file-ignores", "exclude", "extend-exclude",
+        "force-exclude", "unsafe-fixes", "device-style", "table", "respect-gitignore", "cache", "max-file-size"}
+SECTION = "neuron-migrate"
+DEFAULT_MAX_FILE_SIZE = 20_000_000  # bytes; larger files are refused with a message (`max-file-size`)
 
 
 class ConfigError(Exception):
@@ -21,23 +30,48 @@ class ConfigError(Exception):
 @dataclass
 class Config:
     select: list[str] = field(default_factory=lambda: ["ALL"])
+    extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)  # glob -> codes or names
     exclude: list[str] = field(default_factory=list)
+    force_exclude: bool = False
     unsafe_fixes: bool = False
     device_style: str = "neuron"
     table: Optional[str] = None
     respect_gitignore: bool = True
     cache: bool = True
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
     source: Optional[Path] = None  # the pyproject.toml it came from
+    explicit: set = field(default_factory=set)  # keys the file set (for messages: "unsafe-fixes = true in ...")
+
+    @property
+    def root(self) -> Optional[Path]:
+        """The project folder: exclude and per-file-ignores patterns are relative to it."""
+        return self.source.parent if self.source else None
+
+
+@lru_cache(maxsize=256)
+def _has_section(p: Path) -> bool:
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    if "neuron-migrate" not in text:
+        return False
+    try:
+        return SECTION in tomllib.loads(text).get("tool", {})
+    except tomllib.TOMLDecodeError:
+        return True  # let load_config report the error with the file name
 
 
 def find_pyproject(start: Path) -> Optional[Path]:
+    """The closest pyproject.toml with a [tool.neuron-migrate] section at or above `start`."""
     try:
         start = start.resolve()
         folder = start if start.is_dir() else start.parent
         for d in [folder, *folder.parents]:
             p = d / "pyproject.toml"
-            if p.is_file():
+            if p.is_file() and _has_section(p):
                 return p
             if (d / ".git").exists():
                 break
@@ -47,35 +81,55 @@ def find_pyproject(start: Path) -> Optional[Path]:
 
 
 def load_config(paths: list[str], explicit: Optional[str] = None) -> Config:
-    pyproject = Path(explicit) if explicit else find_pyproject(Path(paths[0]) if paths else Path.cwd())
-    cfg = Config()
+    pyproject = Path(explicit) if explicit else find_pyproject(Path(paths[0]) if paths and paths[0] != "-" else Path.cwd())
     if pyproject is None:
-        return cfg
+        return Config()
+    return load_file(pyproject)
+
+
+def load_file(pyproject: Path) -> Config:
+    cfg = Config()
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{pyproject}: {exc}") from None
-    section = data.get("tool", {}).get("neuron-migrate")
+    section = data.get("tool", {}).get(SECTION)
     if section is None:
         return cfg
+    if not isinstance(section, dict):
+        raise ConfigError(f"{pyproject}: [tool.neuron-migrate] must be a table")
     unknown = set(section) - KEYS
     if unknown:
-        raise ConfigError(f"{pyproject}: unknown [tool.neuron-migrate] keys: {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{pyproject}: unknown [tool.neuron-migrate] keys: {', '.join(sorted(unknown))} "
+                          f"(known: {', '.join(sorted(KEYS))})")
 
-    def as_list(key):
-        v = section.get(key, [])
+    def as_list(key, value=None):
+        v = section.get(key, []) if value is None else value
         if isinstance(v, str):
             v = [v]
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ConfigError(f"{pyproject}: [tool.neuron-migrate] {key} must be a list of strings")
         return v
 
+    def as_bool(key, default):
+        v = section.get(key, default)
+        if not isinstance(v, bool):
+            raise ConfigError(f"{pyproject}: [tool.neuron-migrate] {key} must be true or false, not {v!r}")
+        return v
+
     cfg.source = pyproject
+    cfg.explicit = set(section)
     if "select" in section:
         cfg.select = as_list("select")
-    cfg.ignore = as_list("ignore")
+    cfg.extend_select = as_list("extend-select")
+    cfg.ignore = as_list("ignore") + as_list("extend-ignore")
+    pfi = section.get("per-file-ignores", {})
+    if not isinstance(pfi, dict):
+        raise ConfigError(f"{pyproject}: [tool.neuron-migrate] per-file-ignores must be a table of glob = [codes]")
+    cfg.per_file_ignores = {k: as_list(f"per-file-ignores.{k!r}", v) for k, v in pfi.items()}
     cfg.exclude = as_list("exclude") + as_list("extend-exclude")
-    cfg.unsafe_fixes = bool(section.get("unsafe-fixes", False))
+    cfg.force_exclude = as_bool("force-exclude", False)
+    cfg.unsafe_fixes = as_bool("unsafe-fixes", False)
     style = section.get("device-style", "neuron")
     if style not in ("neuron", "accelerator"):
         raise ConfigError(f"{pyproject}: device-style must be 'neuron' or 'accelerator', not {style!r}")
@@ -83,6 +137,29 @@ def load_config(paths: list[str], explicit: Optional[str] = None) -> Config:
     cfg.table = section.get("table")
     if cfg.table and not Path(cfg.table).is_absolute():
         cfg.table = str(pyproject.parent / cfg.table)
-    cfg.respect_gitignore = bool(section.get("respect-gitignore", True))
-    cfg.cache = bool(section.get("cache", True))
+    cfg.respect_gitignore = as_bool("respect-gitignore", True)
+    cfg.cache = as_bool("cache", True)
+    size = section.get("max-file-size", DEFAULT_MAX_FILE_SIZE)
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ConfigError(f"{pyproject}: [tool.neuron-migrate] max-file-size must be a positive number of bytes, not {size!r}")
+    cfg.max_file_size = size
     return cfg
+
+
+def per_file_ignored(cfg: Config, path: Path) -> list[str]:
+    """The codes `per-file-ignores` drops for `path` (globs relative to the project folder, or on the name)."""
+    if not cfg.per_file_ignores:
+        return []
+    import fnmatch
+    import os
+
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(cfg.root).as_posix() if cfg.root else path.as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    out: list[str] = []
+    for pat, codes in cfg.per_file_ignores.items():
+        p = pat[2:] if pat.startswith("./") else pat
+        if fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(path.name, p) or rel.startswith(p.rstrip("/") + "/"):
+            out += codes
+    return out

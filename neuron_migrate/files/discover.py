@@ -125,19 +125,44 @@ class IgnoreFile:
         return result
 
 
-def _excluded(rel: str, name: str, patterns: list[str]) -> bool:
+def _excluded(rel: str, name: str, patterns: list[str], base_rel: str | None = None) -> bool:
+    """Does a glob of `exclude` match? Tried on the path below the walked root, below the project (the
+    folder of the pyproject.toml) and on the bare name; a pattern naming a folder excludes what is inside."""
     for pat in patterns:
         pat = pat.rstrip("/")
-        if fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(rel, pat + "/*") or rel.startswith(pat + "/"):
+        if pat.startswith("./"):
+            pat = pat[2:]
+        for r in (rel, base_rel):
+            if r is None:
+                continue
+            if fnmatch.fnmatch(r, pat) or fnmatch.fnmatch(r, pat + "/*") or r.startswith(pat + "/"):
+                return True
+        if fnmatch.fnmatch(name, pat):
             return True
     return False
 
 
-def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool = True, force: bool = False) -> tuple[list[Path], list[str]]:
-    """Return (files, messages). Explicitly named files are always included (unless --force-exclude)."""
+def _rel_to(path: Path, base: Path | None) -> str | None:
+    if base is None:
+        return None
+    try:
+        return Path(os.path.abspath(path)).relative_to(base).as_posix()
+    except ValueError:
+        return None
+
+
+def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool = True, force: bool = False,
+             base: Path | None = None, stats: dict | None = None) -> tuple[list[Path], list[str]]:
+    """Return (files, messages). Explicitly named files are always included unless `force` (--force-exclude):
+    then `exclude`, the always-skipped folders (.venv, site-packages, ...) and .gitignore apply to them too, as
+    they do to files found in folders. `base` is the project folder that exclude patterns are relative to.
+    `stats`, when given, counts what was left out: {"gitignore": n, "exclude": n, "force-exclude": n} files
+    (folders left out whole count once each under "gitignore-dirs"/"exclude-dirs")."""
     files: list[Path] = []
     messages: list[str] = []
     seen: set = set()
+    stats = stats if stats is not None else {}
+    base = Path(os.path.abspath(base)) if base is not None else None
 
     def add(p: Path) -> None:
         try:
@@ -152,13 +177,34 @@ def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool 
     for raw in paths:
         root = Path(raw)
         try:
-            _discover_one(root, raw, exclude, respect_gitignore, force, add, messages)
+            _discover_one(root, raw, list(exclude), respect_gitignore, force, add, messages, base, stats)
         except OSError as exc:
             messages.append(f"{raw}: cannot access: {exc.strerror or exc}")
     return files, messages
 
 
-def _discover_one(root: Path, raw: str, exclude, respect_gitignore: bool, force: bool, add, messages) -> None:
+def _count(stats: dict, key: str) -> None:
+    stats[key] = stats.get(key, 0) + 1
+
+
+def _gitignores_above(root: Path) -> list:
+    """.gitignore files above `root` (up to the repository top) apply as well."""
+    ignores = []
+    up = root.resolve()
+    chain = []
+    while True:
+        chain.append(up)
+        if (up / ".git").exists() or up.parent == up:
+            break
+        up = up.parent
+    for folder in reversed(chain[1:]):
+        ig = IgnoreFile.load(folder)
+        if ig:
+            ignores.append(ig)
+    return ignores
+
+
+def _discover_one(root: Path, raw: str, exclude, respect_gitignore: bool, force: bool, add, messages, base, stats) -> None:
     if not os.path.lexists(root):
         messages.append(f"{raw}: no such file or directory")
         return
@@ -166,26 +212,22 @@ def _discover_one(root: Path, raw: str, exclude, respect_gitignore: bool, force:
         if not root.exists():
             messages.append(f"{raw}: broken symlink or symlink loop")
             return
-        if force and _excluded(root.as_posix(), root.name, list(exclude)):
-            return
+        if force:
+            base_rel = _rel_to(root, base)
+            parts = (base_rel or root.as_posix()).split("/")[:-1]
+            if any(p in ALWAYS_SKIP for p in parts) or _excluded(root.as_posix(), root.name, exclude, base_rel):
+                _count(stats, "force-exclude")
+                return
+            if respect_gitignore:
+                ignores = _gitignores_above(root.parent) + [ig for ig in [IgnoreFile.load(root.parent)] if ig]
+                if _ignored(root, False, ignores) or any(_ignored(d, True, ignores) for d in root.resolve().parents):
+                    _count(stats, "force-exclude")
+                    return
         add(root)
         return
-    ignores: list[IgnoreFile] = []
-    # .gitignore files above the root (up to the repository top) apply as well
-    if respect_gitignore:
-        up = root.resolve()
-        chain = []
-        while True:
-            chain.append(up)
-            if (up / ".git").exists() or up.parent == up:
-                break
-            up = up.parent
-        for folder in reversed(chain[1:]):
-            ig = IgnoreFile.load(folder)
-            if ig:
-                ignores.append(ig)
+    ignores: list[IgnoreFile] = _gitignores_above(root) if respect_gitignore else []
     visited_dirs: set = set()
-    _walk(root, root, ignores, list(exclude), respect_gitignore, add, messages, visited_dirs)
+    _walk(root, root, ignores, exclude, respect_gitignore, add, messages, visited_dirs, base, stats)
 
 
 def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:
@@ -201,7 +243,8 @@ def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:
     return bool(result)
 
 
-def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, messages, visited) -> None:
+def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, messages, visited, base=None, stats=None) -> None:
+    stats = stats if stats is not None else {}
     try:
         real = folder.resolve()
     except (OSError, RuntimeError):
@@ -229,15 +272,21 @@ def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, me
                 messages.append(f"{path}: cannot access ({exc.strerror or exc}; symlink loop?)")
             continue
         if is_dir:
-            if entry.name in ALWAYS_SKIP or _excluded(rel, entry.name, exclude):
+            if entry.name in ALWAYS_SKIP:
+                continue
+            if exclude and _excluded(rel, entry.name, exclude, _rel_to(path, base)):
+                _count(stats, "exclude-dirs")
                 continue
             if respect_gitignore and _ignored(path, True, ignores):
+                _count(stats, "gitignore-dirs")
                 continue
-            _walk(path, root, ignores, exclude, respect_gitignore, add, messages, visited)
+            _walk(path, root, ignores, exclude, respect_gitignore, add, messages, visited, base, stats)
         elif _wanted(entry.name):
-            if _excluded(rel, entry.name, exclude):
+            if exclude and _excluded(rel, entry.name, exclude, _rel_to(path, base)):
+                _count(stats, "exclude")
                 continue
             if respect_gitignore and _ignored(path, False, ignores):
+                _count(stats, "gitignore")
                 continue
             if entry.is_symlink() and not path.exists():
                 messages.append(f"{path}: broken symlink or symlink loop")

@@ -109,6 +109,7 @@ class Analysis:
         self.uses: dict[tuple[int, str], int] = {}  # (id(scope), name) -> resolved loads
         self.module_scope: Scope
         self.defined_names: set[str] = set()  # every name bound anywhere (to avoid collisions)
+        self.scope_of: dict[ast.AST, Scope] = {}  # function/lambda node -> its scope (module: module_scope)
         self._wanted = wanted or Wanted.everything()
         try:
             self._walk()
@@ -255,6 +256,7 @@ class Analysis:
             if isinstance(node, _SCOPES) and node is not scope.node:
                 inner = Scope(node, scope)
                 self._collect_scope(inner)
+                self.scope_of[node] = inner
                 # defaults and decorators belong to the outer scope
                 outer_children = [*node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]
                 if not isinstance(node, ast.Lambda):
@@ -283,6 +285,7 @@ class Analysis:
                         sites.append(Site("call", q, node, self, scope))
                     # the callee chain itself is consumed: do not offer it again as a ref
                     children = [*node.args, *node.keywords]
+                    parent_of[node.func] = node
                     self._mark_inner(node.func)
                     for child in reversed(children):
                         parent_of[child] = node

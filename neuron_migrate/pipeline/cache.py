@@ -18,7 +18,7 @@ from typing import Optional
 from neuron_migrate.pipeline.process import FileResult
 
 FOLDER = ".neuron-migrate-cache"
-KEEP = 8  # cache files (one per key) kept; older ones are pruned
+KEEP = 32  # cache files (one per key) kept; older ones are pruned
 
 
 def _code_fingerprint() -> str:
@@ -28,7 +28,7 @@ def _code_fingerprint() -> str:
 
     h = hashlib.blake2b(neuron_migrate.__version__.encode(), digest_size=16)
     pkg = Path(neuron_migrate.__file__).parent
-    roots = [pkg / "rules", pkg / "rewrite", pkg / "files", pkg / "shell", pkg / "deps", data_dir("rules"), data_dir("compat_table")]
+    roots = [pkg / "rules", pkg / "rewrite", pkg / "files", pkg / "names", pkg / "program", pkg / "shell", pkg / "deps", data_dir("rules"), data_dir("compat_table")]
     for root in roots:
         if not root.is_dir():
             continue
@@ -46,7 +46,8 @@ def _code_fingerprint() -> str:
 
 
 def cache_key(codes, settings_kw: dict, fix: bool) -> str:
-    material = json.dumps([_code_fingerprint(), sorted(codes), settings_kw, fix, sys.version_info[:2]], sort_keys=True)
+    material = json.dumps([_code_fingerprint(), [sorted(c) for c in codes] if codes and isinstance(codes[0], (tuple, list)) else sorted(codes),
+                           settings_kw, fix, sys.version_info[:2]], sort_keys=True)
     return hashlib.blake2b(material.encode(), digest_size=12).hexdigest()
 
 

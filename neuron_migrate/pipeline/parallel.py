@@ -6,14 +6,28 @@ from typing import Iterator, Optional
 
 _STATE: dict = {}
 
+DEFAULT_MAX_BYTES = 20_000_000
 PARALLEL_MIN_FILES = 24  # below this, a process pool costs more than it saves
 
 
-def _init(codes, settings_kw, fix, write):
+def _init(spec, settings_kw, fix, write):
     from neuron_migrate.rules.api import Settings
     from neuron_migrate.rules.registry import RuleSet
 
-    _STATE.update(ruleset=RuleSet.from_codes(codes), settings=Settings(**settings_kw), fix=fix, write=write)
+    kw = dict(settings_kw)
+    size = kw.pop("max_file_size", None)
+    from neuron_migrate.files import source
+
+    source.MAX_BYTES = size or DEFAULT_MAX_BYTES  # `max-file-size` (documented in the README)
+    codes, ignored = _split_spec(spec)
+    _STATE.update(ruleset=RuleSet.from_codes(codes, ignored), settings=Settings(**kw), fix=fix, write=write)
+
+
+def _split_spec(spec) -> tuple:
+    """RuleSet.spec is (codes, ignored codes); a bare sequence of codes is accepted too."""
+    if len(spec) == 2 and all(isinstance(x, (tuple, list)) for x in spec):
+        return tuple(spec[0]), tuple(spec[1])
+    return tuple(spec), ()
 
 
 def _one(item):
@@ -32,7 +46,7 @@ def default_jobs() -> int:
 
 def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
               jobs: Optional[int] = None, cache=None) -> Iterator:
-    """Yield FileResults in input order. `codes` are the active rule codes (RuleSet.codes).
+    """Yield FileResults in input order. `codes` is RuleSet.spec (or the active rule codes, RuleSet.codes).
 
     With a ResultCache, files whose content and key are unchanged are answered from it and never parsed.
     A cached rewrite that changes the file is recomputed when writing (the write needs a fresh read).
@@ -83,5 +97,5 @@ def _run(items, codes, settings_kw, fix, write, jobs) -> Iterator:
 
     chunk = max(1, min(64, len(items) // (jobs * 8)))
     ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(tuple(codes), settings_kw, fix, write)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(codes, settings_kw, fix, write)) as pool:
         yield from pool.map(_one, items, chunksize=chunk)

@@ -530,6 +530,31 @@ class _OpMode(TorchDispatchMode):
         return out
 
 
+def _tag(node, site) -> None:
+    """Tag `node` and the untagged nodes behind it: a composite call (cross_entropy, scaled_dot_product_attention)
+    creates several nodes but returns only the last; the earlier ones are untagged and were made by the same call.
+    Tagged nodes (earlier calls) and leaves stop the walk, so each node is visited once."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        try:
+            md = n.metadata
+        except Exception:  # noqa: BLE001
+            continue
+        if "nm_site" in md:
+            continue
+        md["nm_site"] = site
+        for nxt, _ in n.next_functions:
+            if nxt is not None and not isinstance(nxt, _ACCUMULATE):
+                stack.append(nxt)
+
+
+try:
+    _ACCUMULATE = type(torch.ones(1, requires_grad=True).expand(1).grad_fn.next_functions[0][0])
+except Exception:  # noqa: BLE001
+    _ACCUMULATE = ()
+
+
 class _SiteTagger(TorchFunctionMode):
     """Tags each new autograd node with the locations of the forward call that created it."""
 
@@ -542,21 +567,17 @@ class _SiteTagger(TorchFunctionMode):
         try:
             if isinstance(out, _Tensor):
                 g = out.grad_fn
-                if g is not None:
-                    md = g.metadata
-                    if "nm_site" not in md:
-                        md["nm_site"] = locate(sys._getframe(1))[:3]
+                if g is not None and "nm_site" not in g.metadata:
+                    _tag(g, locate(sys._getframe(1))[:3])
             elif isinstance(out, (tuple, list)):
                 site = None
                 for t in out:
                     if isinstance(t, _Tensor):
                         g = t.grad_fn
-                        if g is not None:
-                            md = g.metadata
-                            if "nm_site" not in md:
-                                if site is None:
-                                    site = locate(sys._getframe(1))[:3]
-                                md["nm_site"] = site
+                        if g is not None and "nm_site" not in g.metadata:
+                            if site is None:
+                                site = locate(sys._getframe(1))[:3]
+                            _tag(g, site)
         except Exception:  # noqa: BLE001 - tagging is best effort
             pass
         return out

@@ -51,9 +51,10 @@ class DeviceFlow:
         self.a = analysis
         self._fn_of: dict[int, Optional[ast.AST]] = {}
         self._assigns: dict[tuple, list] = {}  # (id(function) or 0, name) -> assigned values
-        self._moved: set = set()  # (id(function) or 0, name) of names moved to the device (`x.to(device)`)
+        self._moved: set = set()  # (id(function) or 0, name) of names whose value goes to the device (`x.to(device)`)
+        self._moved_inplace: set = set()  # ... and that hold the device value afterwards (`model.to(device)`, `x = x.to(device)`)
         self._backends: dict[int, set] = {}  # id(function) or 0 -> backends it tests
-        self.dispatch_reasons: dict[int, str] = {}
+        self._file_backends: Optional[set] = None
         self.touches_device = False
         self._build()
 
@@ -68,13 +69,21 @@ class DeviceFlow:
         return None
 
     def dispatch_backends(self, node) -> set:
-        """Backends (accelerators) tested by the function that holds `node`."""
+        """Backends (accelerators) tested by the function that holds `node`; in a file that tests three or more
+        accelerators anywhere (a multi-backend library such as accelerate's), every backend the file tests."""
+        if self._file_backends is None:
+            every: set = set()
+            for kinds in self._backends.values():
+                every |= kinds
+            norm = {"cuda" if k == "gpu" else k for k in every} & _values.ACCELERATORS
+            self._file_backends = every if len(norm) >= 3 else set()
         fn = self.function_of(node)
-        return self._backends.get(id(fn) if fn is not None else 0, set())
+        return self._backends.get(id(fn) if fn is not None else 0, set()) | self._file_backends
 
     def is_dispatch(self, node) -> bool:
         """`node` is in code that dispatches over more than one accelerator backend."""
-        return len(self.dispatch_backends(node) - {"cpu"}) >= 2
+        kinds = {"cuda" if k == "gpu" else k for k in self.dispatch_backends(node)}
+        return len(kinds & _values.ACCELERATORS) >= 2
 
     def is_device_value(self, expr, fn=None) -> Optional[bool]:
         """True: an accelerator device; False: the CPU; None: cannot tell."""
@@ -115,6 +124,42 @@ class DeviceFlow:
             return True if _DEVICE_NAME.match(expr.attr) else None
         return None
 
+    def device_name_at(self, node, objects_only: bool = False) -> Optional[str]:
+        """A name that holds the program's chosen device at `node`: assigned once, at the top level of the same
+        function before `node` (or once at module level, not shadowed), from a device value
+        (`device = torch.device("cuda" if ... else "cpu")`). A fix can then write `x.to(device)`, as a hand
+        migration would."""
+        fn = self.function_of(node)
+        scopes = [fn, None] if fn is not None else [None]
+        for scope in scopes:
+            body = scope.body if scope is not None else self.a.tree.body
+            for stmt in body:
+                if scope is fn and stmt.lineno >= node.lineno:
+                    break
+                if isinstance(stmt, ast.If):
+                    # `if args.device: device = torch.device(args.device) else: device = torch.device(...)`
+                    for name in _assigned_on_every_path(stmt):
+                        vals = self._assigns.get((self._fid(scope), name), ())
+                        if (_DEVICE_NAME.match(name) and vals and all(self.is_device_value(v, scope) is not False for v in vals)
+                                and any(self.is_device_value(v, scope) for v in vals)
+                                and all(v.lineno < node.lineno for v in vals) and scope is fn
+                                and (not objects_only or all(_is_device_object(v) for v in vals))):
+                            return name
+                    continue
+                if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                    continue
+                name = stmt.targets[0].id
+                if not _DEVICE_NAME.match(name) or len(self._assigns.get((self._fid(scope), name), ())) != 1:
+                    continue
+                if scope is None and fn is not None and (id(fn), name) in self._assigns:
+                    continue
+                if scope is None and fn is not None and name in {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}:
+                    continue
+                if self.is_device_value(stmt.value, scope) and not isinstance(stmt.value, ast.Name) and (
+                        not objects_only or _is_device_object(stmt.value)):
+                    return name
+        return None
+
     def placement(self, expr, fn=None, depth: int = 0) -> str:
         """Where the value of a tensor/module expression lives: DEVICE, CPU or UNKNOWN."""
         if depth > 6 or expr is None:
@@ -149,7 +194,7 @@ class DeviceFlow:
             return UNKNOWN
         if isinstance(expr, ast.Name):
             key = (self._fid(fn), expr.id)
-            if key in self._moved or (0, expr.id) in self._moved:
+            if key in self._moved_inplace or (0, expr.id) in self._moved_inplace:
                 return DEVICE
             vals = self._assigns.get(key) or []
             places = {self.placement(v, fn, depth + 1) for v in vals if not (isinstance(v, ast.Name) and v.id == expr.id)}
@@ -245,6 +290,7 @@ class DeviceFlow:
                     self._assigns.setdefault((fid, t.id), []).append(node.value)
                     if isinstance(node.value, ast.Call) and self._moves_self(node.value, t.id):
                         self._moved.add((fid, t.id))
+                        self._moved_inplace.add((fid, t.id))  # `x = x.to(device)`: the name now holds the device copy
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             self._assigns.setdefault((fid, node.target.id), []).append(node.value)
         elif isinstance(node, ast.Call):
@@ -259,7 +305,9 @@ class DeviceFlow:
                 if moved:
                     self.touches_device = True
                     if isinstance(func.value, ast.Name):
-                        self._moved.add((fid, func.value.id))
+                        self._moved.add((fid, func.value.id))  # its value goes to the device (a copy, or itself)
+                        if isinstance(self.a.parent_of.get(node), ast.Expr):
+                            self._moved_inplace.add((fid, func.value.id))  # `model.to(device)`: modules move in place
             dev = _kw(node, "device")
             if dev is not None and self.is_device_value(dev, fn):
                 self.touches_device = True
@@ -290,6 +338,34 @@ class DeviceFlow:
                 and func.value.id == name):
             return False
         return self.placement(call) == DEVICE
+
+
+def _is_device_object(expr) -> bool:
+    """The expression makes a `torch.device` (not a device string): `torch.device(...)`, `xm.xla_device()`, ..."""
+    if isinstance(expr, ast.IfExp):
+        return _is_device_object(expr.body) and _is_device_object(expr.orelse)
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        return name in ("device", "xla_device", "current_accelerator")
+    return False
+
+
+def _assigned_on_every_path(stmt: ast.If) -> set:
+    """Names that an if/else assigns (plain `name = ...`) in every branch."""
+
+    def block(stmts) -> set:
+        out: set = set()
+        for st in stmts:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                out.add(st.targets[0].id)
+            elif isinstance(st, ast.If):
+                out |= _assigned_on_every_path(st)
+        return out
+
+    if not stmt.orelse:
+        return set()
+    return block(stmt.body) & block(stmt.orelse)
 
 
 def _kw(call, name):

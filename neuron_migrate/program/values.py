@@ -40,7 +40,7 @@ _FSTRING_HEAD = re.compile(r"^(%s):" % "|".join(DEVICE_WORDS))
 
 # torch functions whose first positional argument (or `device`-like keyword) is a device
 _DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype",
-                 "torch.is_autocast_enabled", "torch.amp.GradScaler", "torch.distributed.get_default_backend_for_device"}
+                 "torch.is_autocast_enabled", "torch.distributed.get_default_backend_for_device"}
 _DEVICE_KWARGS = {"device", "device_type", "map_location"}
 # calls whose result is a real torch.device
 _DEVICE_VALUES = {"torch.device", "torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.runtime.xla_device",
@@ -61,6 +61,11 @@ class Member:
     kind: str  # 'xla', 'cuda', ...
     role: str  # device | compare | choice | cli-default | field | default | assign | dict-key | dict-value | element | env-default | return | argument | other
     devicey: bool = False  # the first build would have called it a device (device-named target or operand)
+    slot: Optional[str] = None  # the slot it was first joined to ('type:...': compared with a real device's type)
+
+    @property
+    def real_device_compare(self) -> bool:
+        return self.role == "compare" and bool(self.slot) and self.slot.startswith("type:")
 
     @property
     def direct_sink(self) -> bool:
@@ -81,7 +86,8 @@ class ValueSet:
     @property
     def multi_backend(self) -> bool:
         """More than one accelerator among the strings: code that dispatches over backends."""
-        return len(self.kinds & ACCELERATORS) >= 2
+        kinds = {"cuda" if k == "gpu" else k for k in self.kinds}  # 'gpu' is the CUDA backend's other name
+        return len(kinds & ACCELERATORS) >= 2
 
     def of_kind(self, kind: str) -> list[Member]:
         return [m for m in self.members if m.kind == kind]
@@ -194,7 +200,7 @@ class _Builder:
         if isinstance(node, ast.Name):
             return self.name_slot(node.id, fn)
         if isinstance(node, ast.Attribute):
-            if node.attr == "type" or (node.attr == "device" and isinstance(node.value, ast.Call)):
+            if node.attr == "type":
                 slot = f"type:{id(fn)}:{a.source(node.value)}"
                 self.sink_slots.add(slot)
                 return slot
@@ -224,8 +230,12 @@ class _Builder:
                 self.sink_slots.add(slot)
                 return slot
             if isinstance(func, ast.Name) and func.id == "str" and len(node.args) == 1:
-                inner = self.slot_of(node.args[0], fn)
-                return inner
+                arg = node.args[0]
+                if isinstance(arg, ast.Attribute) and arg.attr == "device":  # str(x.device): a real device's name
+                    slot = f"type:{id(fn)}:{a.source(arg)}"
+                    self.sink_slots.add(slot)
+                    return slot
+                return self.slot_of(arg, fn)
             if isinstance(func, ast.Name) and func.id in self.functions:
                 return f"ret:{func.id}"
             if isinstance(func, ast.Attribute) and func.attr in ("lower", "upper", "strip", "split", "casefold") :
@@ -245,7 +255,7 @@ class _Builder:
         kind = _string_member(node)
         if kind is None:
             return False
-        m = Member(node, kind, role, devicey)
+        m = Member(node, kind, role, devicey, slot)
         self.members[id(node)] = m
         key = ("m", id(node))
         self.u.find(key)
@@ -442,11 +452,9 @@ class _Builder:
             return
         device_call = q in _DEVICE_FUNCS or attr == "to"
         if device_call and node.args:
-            first = node.args[0]
-            if not self.add_member(first, "device", None):
-                slot = self.slot_of(first, fn)
-                if slot is not None:
-                    self.sink_slots.add(slot)
+            slot = f"devarg:{id(node)}"  # the argument is a device: whatever flows into it is one sink value
+            self.sink_slots.add(slot)
+            self.flow(node.args[0], slot, fn, "device")
         local = self.functions.get(func.id) if isinstance(func, ast.Name) else None
         if local is not None:
             params = [p.arg for p in [*local.args.posonlyargs, *local.args.args]]
@@ -461,10 +469,9 @@ class _Builder:
                 self.flow(kw.value, self.param_slot(local, kw.arg), fn, "argument")
             elif kw.arg in _DEVICE_KWARGS and q is not None and q.split(".")[0] in ("torch", "torch_xla") or (
                     kw.arg in _DEVICE_KWARGS and attr in ("to", "load", "zeros", "ones", "empty", "randn", "rand", "full", "arange", "tensor")):
-                if not self.add_member(kw.value, "device", None):
-                    slot = self.slot_of(kw.value, fn)
-                    if slot is not None:
-                        self.sink_slots.add(slot)
+                slot = f"devarg:{id(kw)}"
+                self.sink_slots.add(slot)
+                self.flow(kw.value, slot, fn, "device")
             else:
                 self.flow(kw.value, f"attr:{kw.arg}", fn, "argument", "device" in kw.arg)
 

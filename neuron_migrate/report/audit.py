@@ -21,7 +21,7 @@ def _source_lines(findings) -> dict:
     return out
 
 
-def _summary(con, findings, n_files: int, n_errors: int) -> None:
+def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info_passes: bool = True) -> None:
     from rich.text import Text
 
     from neuron_migrate.rules.model import FixSafety
@@ -41,12 +41,18 @@ def _summary(con, findings, n_files: int, n_errors: int) -> None:
             con.print(Text(f"[*] {safe} fixable with `neuron-migrate rewrite --write`.", style="green"))
         if unsafe:
             con.print(Text(f"{unsafe} more fixable with `neuron-migrate rewrite --write --unsafe-fixes`.", style="yellow"))
+        infos = sum(1 for f in findings if f.severity.value == "info")
+        if infos and info_passes:
+            con.print(Text(f"{infos} info finding{'s' if infos != 1 else ''} (advice) {'does' if infos == 1 else 'do'} not fail the run "
+                           "(--fail-level info makes them).", style="dim"))
+    if skipped:
+        con.print(Text(f"Skipped {skipped}.", style="dim"))
     if n_errors:
         con.print(Text(f"{n_errors} file{'s' if n_errors != 1 else ''} could not be checked.", style="bold red"))
 
 
 def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, output_file: Optional[str] = None,
-         quiet: bool = False, color: Optional[bool] = None) -> None:
+         quiet: bool = False, color=None, show_fixes: bool = False, fail_level: str = "warning") -> None:
     from neuron_migrate.report.text import console
 
     err = console(stderr=True, color=color)
@@ -59,10 +65,22 @@ def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, 
         from neuron_migrate.report.json_out import findings_json, statistics_json
 
         text_out = statistics_json(findings) if statistics else findings_json(findings)
+    elif fmt == "json-lines":
+        from neuron_migrate.report.json_out import findings_json_lines
+
+        text_out = findings_json_lines(findings)
     elif fmt == "sarif":
         from neuron_migrate.report.sarif import sarif_json
 
-        text_out = sarif_json(findings, run.ruleset.rules)
+        text_out = sarif_json(findings, run.ruleset.rules, errors=[e for e in errors])
+    elif fmt == "gitlab":
+        from neuron_migrate.report.gitlab import gitlab_json
+
+        text_out = gitlab_json(findings)
+    elif fmt == "junit":
+        from neuron_migrate.report.junit import junit_xml
+
+        text_out = junit_xml(findings, errors, len(run.items))
     elif fmt == "github":
         from neuron_migrate.report.github import github_lines
 
@@ -87,12 +105,13 @@ def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, 
     if statistics:
         print_statistics(con, stats(findings))
     elif fmt == "concise":
-        print_findings(con, findings, concise=True)
+        print_findings(con, findings, _source_lines(findings) if show_fixes else None, concise=True, show_fixes=show_fixes)
     else:
-        print_grouped(con, findings, None if quiet else _source_lines(findings), concise=quiet)
+        print_grouped(con, findings, None if quiet and not show_fixes else _source_lines(findings), concise=quiet,
+                      show_fixes=show_fixes)
         if findings:
             con.print()
-        _summary(con, findings, len(run.items), len(errors))
+        _summary(con, findings, len(run.items), len(errors), run.skipped_note(), fail_level != "info")
     if buf is not None:
         _write(buf.getvalue(), output_file)
 

@@ -57,11 +57,17 @@ def statistics(findings: Iterable[Finding]) -> list[dict]:
     findings = list(findings)
     counts = Counter(f.rule.code for f in findings)
     fixable = Counter(f.rule.code for f in findings if f.fix is not None)
+    safe = Counter(f.rule.code for f in findings if f.fix is not None and f.fix.safety.value == "safe")
     rules = {f.rule.code: f.rule for f in findings}
     return [
-        {"code": c, "name": rules[c].name, "count": n, "fixable": fixable[c], "severity": rules[c].severity.value}
+        {"code": c, "name": rules[c].name, "count": n, "fixable": fixable[c], "safe_fixable": safe[c],
+         "severity": rules[c].severity.value}
         for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
+
+
+def findings_json_lines(findings: Iterable[Finding]) -> str:
+    return "".join(json.dumps(finding_dict(f), ensure_ascii=False) + "\n" for f in sorted(findings, key=lambda f: f.sort_key()))
 
 
 def statistics_json(findings: Iterable[Finding]) -> str:

@@ -61,7 +61,10 @@ def _line_text(path: str, line: int, cache: dict) -> str:
     return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
-def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional[Path] = None, version: str = "") -> dict:
+def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional[Path] = None, version: str = "",
+              errors: Iterable = ()) -> dict:
+    """`errors` are (path, message) of files that could not be checked: they go into the run's invocation as
+    error notifications (and make executionSuccessful false), so a failed file is never silently absent."""
     from neuron_migrate import __version__
 
     root = root or repo_root()
@@ -115,6 +118,7 @@ def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional
                 "informationUri": INFO_URI,
                 "rules": [rule_descriptor(r) for r in rule_list],
             }},
+            "invocations": [_invocation(list(errors), root)],
             "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri() + "/"}},
             "columnKind": "unicodeCodePoints",
             "results": results,
@@ -122,5 +126,21 @@ def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional
     }
 
 
-def sarif_json(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional[Path] = None) -> str:
-    return json.dumps(sarif_log(findings, rules, root), indent=2, ensure_ascii=False) + "\n"
+def _invocation(errors: list, root: Path) -> dict:
+    notes = []
+    for path, msg in errors:
+        note = {"level": "error", "message": {"text": f"{path}: {msg}" if path else msg},
+                "descriptor": {"id": "file-not-checked"}}
+        if path:
+            uri = artifact_uri(path, root)
+            note["locations"] = [{"physicalLocation": {"artifactLocation": {
+                "uri": uri, **({"uriBaseId": "%SRCROOT%"} if not uri.startswith("file:") else {})}}}]
+        notes.append(note)
+    inv = {"executionSuccessful": not errors}
+    if notes:
+        inv["toolExecutionNotifications"] = notes
+    return inv
+
+
+def sarif_json(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional[Path] = None, errors: Iterable = ()) -> str:
+    return json.dumps(sarif_log(findings, rules, root, errors=errors), indent=2, ensure_ascii=False) + "\n"

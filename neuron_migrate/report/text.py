@@ -9,10 +9,20 @@ from neuron_migrate.rules.model import Finding, FixSafety
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def console(stderr: bool = False, color: Optional[bool] = None):
+def console(stderr: bool = False, color=None):
+    """A rich console. color: "auto" or None (colour on a terminal unless NO_COLOR is set; FORCE_COLOR forces it),
+    "always" / True, "never" / False."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, force_terminal=color, no_color=(color is False))
+    if color in ("always", True):
+        return Console(stderr=stderr, highlight=False, soft_wrap=True, force_terminal=True, no_color=False)
+    import os
+
+    if color in ("never", False) or (color in ("auto", None) and os.environ.get("NO_COLOR")):
+        # NO_COLOR (https://no-color.org): no escape sequences at all, styles included
+        return Console(stderr=stderr, highlight=False, soft_wrap=True, no_color=True, color_system=None)
+    # auto: rich reads NO_COLOR and FORCE_COLOR from the environment when these are left as None
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -51,7 +61,33 @@ def fix_label(f: Finding) -> str:
     return "[*] " if f.fix.safety == FixSafety.SAFE else "[unsafe fix] "
 
 
-def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False) -> None:
+def fix_preview(f: Finding, lines: Optional[list]) -> list:
+    """--show-fixes: the lines a finding's fix changes, before and after (edits on one line), or its edits."""
+    from rich.text import Text
+
+    if f.fix is None:
+        return []
+    out = [Text(f"        = fix ({f.fix.safety.value}): {f.fix.description or 'edit'}", style="dim")]
+    for e in f.fix.edits:
+        if lines and e.span.line == e.span.end_line and 0 < e.span.line <= len(lines) and e.kind != "delete_stmt":
+            old = lines[e.span.line - 1].rstrip("\r\n")
+            new = old[: e.span.col] + e.text + old[e.span.end_col:] if e.kind == "replace_expr" or e.kind == "replace_comment" else e.text
+            out.append(Text(f"        - {old.strip()}", style="red"))
+            out.append(Text(f"        + {new.strip()}", style="green"))
+        elif e.kind == "delete_stmt":
+            out.append(Text(f"        - line {e.span.line}" + (f"-{e.span.end_line}" if e.span.end_line != e.span.line else "") + " deleted", style="red"))
+        else:
+            for ln in (e.text or "").splitlines() or [""]:
+                out.append(Text(f"        + {ln}", style="green"))
+    for imp in f.fix.imports:
+        out.append(Text(f"        + {imp.statement()}  (import)", style="green"))
+    for name, _src in f.fix.helpers:
+        out.append(Text(f"        + def {name}(...)  (helper)", style="green"))
+    return out
+
+
+def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False,
+                   show_fixes: bool = False) -> None:
     from rich.text import Text
 
     out = []
@@ -65,9 +101,11 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
         if f.confidence in ("medium", "low"):
             t.append(f" [{f.confidence} confidence{', ' + f.source if f.source else ''}]", style="dim")
         out.append(t)
-        if concise:
-            continue
         lines = (source_lines or {}).get(f.path) if f.cell is None else None  # notebook frames: lines count per cell
+        if concise:
+            if show_fixes:
+                out += fix_preview(f, lines)
+            continue
         if lines and 0 < f.span.line <= len(lines):
             text = lines[f.span.line - 1].rstrip("\r\n")
             out.append(Text(f"  {f.span.line:>5} | {text}", style="dim"))
@@ -75,10 +113,13 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
             out.append(Text("        | " + " " * f.span.col + "^" * width, style=SEVERITY_STYLE.get(f.severity.value, "")))
         if f.note:
             out.append(Text(f"        = note: {f.note}", style="dim"))
+        if show_fixes:
+            out += fix_preview(f, lines)
     _emit(con, out)
 
 
-def print_grouped(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False) -> None:
+def print_grouped(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False,
+                  show_fixes: bool = False) -> None:
     """Findings grouped by file: a header per file, then each finding (with its code frame unless concise)."""
     from rich.text import Text
 
@@ -90,17 +131,28 @@ def print_grouped(con, findings: Iterable[Finding], source_lines: Optional[dict]
             con.print()
         n = len(items)
         con.print(Text(f"{path} ({n} finding{'s' if n != 1 else ''})", style="bold underline"))
-        print_findings(con, items, source_lines, concise=concise)
+        print_findings(con, items, source_lines, concise=concise, show_fixes=show_fixes)
 
 
 def print_statistics(con, rows: list) -> None:
-    """Rows of `report.json_out.statistics`: count, code, fix mark, name."""
+    """Rows of `report.json_out.statistics`: count, code, fix mark, name; then a legend and the total."""
     from rich.text import Text
 
     width = max((len(str(r["count"])) for r in rows), default=1)
+    marks = set()
     for r in rows:
         t = Text(f"{r['count']:>{width}}\t")
         t.append(r["code"], style=SEVERITY_STYLE.get(r["severity"], ""))
-        mark = "[*]" if r["fixable"] == r["count"] else "[-]" if r["fixable"] else "   "
+        mark = "[*]" if r.get("safe_fixable", 0) == r["count"] else "[-]" if r["fixable"] else "   "
+        marks.add(mark)
         t.append(f"\t{mark} {r['name']}")
         con.print(t)
+    total = sum(r["count"] for r in rows)
+    con.print(Text(f"Found {total} finding{'s' if total != 1 else ''} of {len(rows)} rule{'s' if len(rows) != 1 else ''}.", style="bold"))
+    legend = []
+    if "[*]" in marks:
+        legend.append("[*] every finding has a safe fix (`rewrite --write`)")
+    if "[-]" in marks:
+        legend.append("[-] some can be fixed, or only with --unsafe-fixes")
+    if legend:
+        con.print(Text("; ".join(legend) + ".", style="dim"))

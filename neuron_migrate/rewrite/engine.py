@@ -12,6 +12,7 @@ from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety
 from neuron_migrate.rules.registry import RuleSet
 from neuron_migrate.names.analysis import AnalysisError
+from neuron_migrate.rules.builtin.meta import COMMENT_EDIT, apply_comment_fixes
 from neuron_migrate.rules.runner import RuleCrash, check_text
 
 MAX_ROUNDS = 12
@@ -31,7 +32,9 @@ class FixOutcome:
 
 
 def wants_fix(finding: Finding, unsafe: bool) -> bool:
-    return finding.fix is not None and (finding.fix.safety == FixSafety.SAFE or unsafe)
+    if finding.fix is None or any(e.kind == COMMENT_EDIT for e in finding.fix.edits):
+        return False  # comment edits (NM901) are applied once the code has converged, below
+    return finding.fix.safety == FixSafety.SAFE or unsafe
 
 
 def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> FixOutcome:
@@ -87,5 +90,11 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
                 current, _ = apply_fixes(current, prune)
             except ApplyError as exc:
                 raise FixError(f"removing imports the rewrite left unused: {exc}") from None
+    # unused suppressions (NM901) are judged on the converged code; removing them changes no finding
+    current, done = apply_comment_fixes(current, outcome.remaining)
+    for f in done:
+        outcome.applied[f.rule.code] += 1
+        outcome.applied_findings.append(f)
+        outcome.remaining.remove(f)
     outcome.text = current
     return outcome

@@ -48,12 +48,15 @@ class Rule:
     # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
     trigger_words: tuple[str, ...] = ()
     origin: str = ""  # module or YAML file that defines it
+    # opinionated advice: runs only when selected by its exact code or name (never by ALL or a prefix)
+    opt_in: bool = False
     # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
     language: str = "python"
 
     @property
     def category(self) -> str:
-        return {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.compile"}.get(self.code[2:3], "other")
+        return {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.compile", "5": "launchers",
+                "6": "dependencies"}.get(self.code[2:3], "other")
 
     @property
     def url(self) -> str:

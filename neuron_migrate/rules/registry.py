@@ -52,23 +52,36 @@ def get_rule(code_or_name: str) -> Optional[Rule]:
     return _rule_index().get(code_or_name.strip().lower())
 
 
-def _matches(rule: Rule, selectors: Iterable[str]) -> bool:
+def _matches(rule: Rule, selectors: Iterable[str], selecting: bool = False) -> bool:
+    """Does a selector (ALL, a code prefix, a rule name; any case) cover the rule?
+
+    When selecting, opt-in rules (opinionated advice) are covered only by their exact code or name.
+    """
     for s in selectors:
         s = s.strip()
         if not s:
             continue
-        if s.upper() == "ALL" or rule.code.upper().startswith(s.upper()) or rule.name == s:
+        exact = s.upper() == rule.code or s.lower() == rule.name
+        if selecting and rule.opt_in and not exact:
+            continue
+        if exact or s.upper() == "ALL" or rule.code.upper().startswith(s.upper()):
             return True
     return False
+
+
+def known_selector(s: str) -> bool:
+    s = s.strip()
+    return not s or s.upper() == "ALL" or any(_matches(r, [s]) for r in all_rules())
 
 
 class RuleSet:
     """The active rules, indexed by (site kind, key) for the runner."""
 
-    def __init__(self, rules: Iterable[Rule]):
+    def __init__(self, rules: Iterable[Rule], ignored: Iterable[str] = ()):
         from neuron_migrate.names.analysis import Wanted
 
         self.rules = tuple(rules)
+        self.ignored_codes = tuple(sorted(set(ignored)))
         # rules for other file kinds, by language; the Python index below holds only Python rules
         self.by_language: dict[str, list[Rule]] = {}
         for r in self.rules:
@@ -97,20 +110,37 @@ class RuleSet:
                     self.exact.setdefault((kind, key), []).append(r)
         self.wanted = Wanted(exact_keys, {k: tuple(sorted(v)) for k, v in prefixes.items()}, any_kinds)
         self.trigger_words = tuple(sorted(words))
+        # exact triggers of the ignored rules: when one of them would have matched a site, a prefix fallback
+        # (NM199 "no automatic migration") must stay silent: the site is known, the user chose not to hear of it
+        active = set(self.codes)
+        self.shadow: dict[tuple[str, str], list[Rule]] = {}
+        if self.prefix and self.ignored_codes:
+            for r in all_rules():
+                if r.code in active or r.code not in self.ignored_codes:
+                    continue
+                for kind, key in r.triggers:
+                    if kind in self.prefix and kind != "module" and not key.endswith("*"):
+                        self.shadow.setdefault((kind, key), []).append(r)
 
     @classmethod
     def select(cls, select: Iterable[str] = ("ALL",), ignore: Iterable[str] = ()) -> "RuleSet":
         select = list(select) or ["ALL"]
         ignore = list(ignore)
         for s in [*select, *ignore]:
-            if s.strip() and s.strip().upper() != "ALL" and not any(_matches(r, [s]) for r in all_rules()):
+            if not known_selector(s):
                 raise RuleError(f"unknown rule selector {s!r} (see `neuron-migrate rules`)")
-        return cls(r for r in all_rules() if _matches(r, select) and not _matches(r, ignore))
+        ignored = [r.code for r in all_rules() if _matches(r, ignore)]
+        return cls((r for r in all_rules() if _matches(r, select, selecting=True) and r.code not in ignored), ignored)
 
     @classmethod
-    def from_codes(cls, codes: Iterable[str]) -> "RuleSet":
+    def from_codes(cls, codes: Iterable[str], ignored: Iterable[str] = ()) -> "RuleSet":
         wanted = set(codes)
-        return cls(r for r in all_rules() if r.code in wanted)
+        return cls((r for r in all_rules() if r.code in wanted), ignored)
+
+    @property
+    def spec(self) -> tuple:
+        """What rebuilds this set in a worker process: RuleSet.from_codes(*spec)."""
+        return (self.codes, self.ignored_codes)
 
     @property
     def codes(self) -> tuple[str, ...]:

@@ -10,10 +10,26 @@ from neuron_migrate.rules.api import Ctx, Settings
 from neuron_migrate.rules.model import Finding
 from neuron_migrate.rules.registry import RuleSet
 
+# any case: `# NOQA: nm101` and `# Neuron-Migrate: IGNORE[...]` count (they used to be silently ignored)
 _SUPPRESS = re.compile(
-    r"#\s*(?:neuron-migrate:\s*(?P<kind>ignore-file|ignore)(?:\[(?P<codes>[A-Za-z0-9_, -]*)\])?"
-    r"|noqa:\s*(?P<noqa>NM[0-9]+(?:[\s,]+NM[0-9]+)*))"
+    r"#\s*(?:neuron-migrate:\s*(?P<kind>ignore-file|ignore)\b(?:\[(?P<codes>[^\]]*)\])?"
+    r"|(?P<noqa>noqa)\b(?::[ \t]*(?P<noqa_codes>[A-Za-z]+[0-9][A-Za-z0-9]*(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9][A-Za-z0-9]*)*))?)",
+    re.IGNORECASE,
 )
+
+
+_ANY_SUPPRESSION = re.compile(r"noqa|neuron-migrate:", re.IGNORECASE)
+
+
+def normalize_selector(token: str) -> str:
+    """A code (any case) or a rule name, as a code prefix; an unknown word stays as written (NM901 reports it)."""
+    t = token.strip()
+    if re.fullmatch(r"[A-Za-z]+[0-9]*", t) and t.upper().startswith("NM"):
+        return t.upper()
+    from neuron_migrate.rules.registry import get_rule
+
+    r = get_rule(t)
+    return r.code if r is not None else t
 
 
 @dataclass
@@ -22,28 +38,38 @@ class Suppressions:
     file_codes: Optional[set] = None  # from ignore-file; empty set means nothing suppressed file-wide
     file_all: bool = False
     used: set = field(default_factory=set)  # (line, code) pairs that suppressed a finding
+    # line -> (start column, end column, kind) of the comment text that holds the suppression (NM901's fix)
+    spans: dict[int, list] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str) -> "Suppressions":
         s = cls()
-        if "neuron-migrate:" not in text and "noqa" not in text:
+        if not _ANY_SUPPRESSION.search(text):
             return s
         for lineno, line in enumerate(text.splitlines(), 1):
             if "#" not in line:
                 continue
             for m in _SUPPRESS.finditer(line):
                 if m.group("noqa"):
-                    codes = set(re.findall(r"NM[0-9]+", m.group("noqa")))
+                    raw = m.group("noqa_codes")
+                    if raw is None:
+                        codes = None  # bare `# noqa`: everything on the line, as flake8 and Ruff do
+                    else:
+                        codes = {c.upper() for c in re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", raw) if c.upper().startswith("NM")}
+                        if not codes:
+                            continue  # `# noqa: E501`: another tool's codes
                     s._add(lineno, codes)
+                    s.spans.setdefault(lineno, []).append((m.start(), m.end(), "noqa"))
                     continue
-                codes = {c.strip().upper() for c in (m.group("codes") or "").split(",") if c.strip()} or None
-                if m.group("kind") == "ignore-file":
+                codes = {normalize_selector(c) for c in (m.group("codes") or "").split(",") if c.strip()} or None
+                if m.group("kind").lower() == "ignore-file":
                     if codes is None:
                         s.file_all = True
                     else:
                         s.file_codes = (s.file_codes or set()) | codes
                 else:
                     s._add(lineno, codes)
+                    s.spans.setdefault(lineno, []).append((m.start(), m.end(), "ignore"))
         return s
 
     def _add(self, line: int, codes: Optional[set]) -> None:
@@ -64,6 +90,22 @@ class Suppressions:
                 self.used.add((line, code))
                 return True
         return False
+
+
+def _shadow_hit(rules, site, ctx) -> bool:
+    """Would an inactive (ignored) rule have reported this site? Its findings are dropped, never shown."""
+    saved = ctx.rule
+    try:
+        for rule in rules:
+            ctx.rule = rule
+            try:
+                if rule.check(site, ctx):
+                    return True
+            except Exception:  # noqa: BLE001 - an ignored rule's bug must not surface
+                continue
+        return False
+    finally:
+        ctx.rule = saved
 
 
 class RuleCrash(AnalysisError):
@@ -119,6 +161,8 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
         hit = False
         for rule in ruleset.exact.get((site.kind, site.key), ()):
             hit = run(rule, site) or hit
+        if not hit and ruleset.shadow.get((site.kind, site.key)):
+            hit = _shadow_hit(ruleset.shadow[(site.kind, site.key)], site, ctx)
         if not hit:
             # prefix rules are fallbacks: they speak only when no exact rule did
             for prefix, rule in ruleset.prefix.get(site.kind, ()):

@@ -144,6 +144,7 @@ def compile_backend(site, ctx):
     severity="info",
     triggers=[("call", "torch.compile"), ("ref", "torch.compile")],
     trigger_words=("compile",),
+    opt_in=True,
     docs=f"""
         Graph breaks are allowed on Neuron: the pieces are compiled independently and the Python between them
         runs eagerly (about torch.compile on Neuron, {COMPILE_ABOUT}). Each break costs a device round trip and
@@ -184,6 +185,7 @@ def _is_decorator_ref_call(site) -> bool:
     severity="info",
     triggers=[("call", "torch.compile"), ("ref", "torch.compile")],
     trigger_words=("compile",),
+    opt_in=True,
     docs=f"""
         The neuron backend compiles one static graph per input signature: a new shape (the last, smaller batch;
         a new sequence length) triggers a full neuronx-cc compile, and after PyTorch's recompile limit (8 by

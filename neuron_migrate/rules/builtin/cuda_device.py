@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.program import cached
-from neuron_migrate.program import values
+from neuron_migrate.program import cached, device_flow, values
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.xla_core import device_string_context
@@ -37,9 +36,72 @@ def accelerator(ctx) -> bool:
     return ctx.settings.device_style == "accelerator"
 
 
-def agnostic_device(fx) -> str:
-    """Device-agnostic device expression: the accelerator, or the CPU when there is none."""
-    return f"{fx.helper('_accelerator_device')}()"
+def agnostic_device(fx, nullable: bool = False, bare: bool = False, quote: str = '"') -> str:
+    """Device-agnostic device expression, plain public API: the accelerator, or the CPU when there is none.
+
+    `nullable`: the position accepts None for "stay where you are / default device" (`.to(None)` is a no-op,
+    `torch.ones(device=None)` is the CPU), so `torch.accelerator.current_accelerator()` alone keeps meaning.
+    `bare`: the position is a whole argument, so the `or` needs no parentheses.
+    """
+    torch = fx.ref("torch")
+    current = f"{torch}.accelerator.current_accelerator()"
+    if nullable:
+        return current
+    text = f"{current} or {torch}.device({quote}cpu{quote})"
+    return text if bare else f"({text})"
+
+
+def agnostic_type(fx, quote: str = '"') -> str:
+    """The accelerator's device type string ('neuron', 'cuda'), or 'cpu' when there is none."""
+    return f"{agnostic_device(fx, quote=quote)}.type"
+
+
+def device_type_expr(site, ctx, fx) -> str:
+    """Accelerator style, where a device type string is expected: the program's device variable's `.type` when it
+    has one at this point, else the accelerator's type (or 'cpu')."""
+    name = device_flow.facts(ctx.analysis).device_name_at(site.node, objects_only=True)
+    return f"{name}.type" if name else agnostic_type(fx, string_quote(site, ctx))
+
+
+# -- device-dispatching code: CUDA rules leave it alone --------------------------------------------------
+def _cuda_site(s) -> bool:
+    return ((s.kind == "string" and s.key in ("cuda", "cuda:")) or (s.kind in ("call", "ref") and s.key.startswith("torch.cuda."))
+            or (s.kind == "method" and s.key == "cuda") or (s.kind == "attr" and s.key == "is_cuda"))
+
+
+def dispatch_guard(site, ctx):
+    """None when the site is in code that targets only CUDA. In device-dispatching code (a function testing several
+    backends, or a value set of several accelerators) a finding at the function's first CUDA site, else False."""
+    flow = device_flow.facts(ctx.analysis)
+    node = site.node
+    member = string_member(site) if site.kind == "string" else None
+    vs = values.facts(ctx.analysis).set_of(member) if member is not None else None
+    if not (flow.is_dispatch(node) or (vs is not None and vs.multi_backend)):
+        return None
+    fn = flow.function_of(node)
+
+    def first_cuda(_a):
+        hits = [s.node for s in ctx.analysis.sites if _cuda_site(s) and flow.function_of(s.node) is fn]
+        return min(hits, key=lambda n: (n.lineno, n.col_offset)) if hits else None
+
+    if cached(ctx.analysis, f"dispatch-first:{id(fn)}", first_cuda) is not node:
+        return False
+    backends = sorted((flow.dispatch_backends(node) | (vs.kinds if vs is not None else set())) - {"cpu", "meta"})
+    where = f"`{fn.name}()`" if fn is not None else "module-level code"
+    return ctx.finding(
+        site, f"{where} dispatches over several backends ({', '.join(backends)}): the CUDA rules leave it unchanged; "
+              "add a neuron branch beside the CUDA one",
+        note="TorchNeuron registers the neuron device with torch.accelerator: a branch such as "
+             "`elif torch.accelerator.is_available(): return torch.accelerator.current_accelerator()` before the CPU "
+             "fallback picks it up on a Trainium host (on a GPU host the CUDA branch still comes first).")
+
+
+def skip_dispatch(site, ctx):
+    """(True, result) when the site is in device-dispatching code, (False, None) otherwise."""
+    g = dispatch_guard(site, ctx)
+    if g is None:
+        return False, None
+    return True, (g or None)
 
 
 def paren_if_needed(site, text: str) -> str:
@@ -103,6 +165,8 @@ def set_fix(ctx, vs, kind: str, text_for):
     def build(_analysis):
         fx = ctx.fixer()
         for m in vs.of_kind(kind):
+            if kind == "cuda" and _choice_of_cuda_is_available(m.node, ctx, None):
+                continue  # NM203 rewrites `"cuda" if torch.cuda.is_available() else ...` whole, in the same round
             fx.replace(m.node, text_for(m, fx))
         return fx.build()
 
@@ -113,6 +177,14 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
     """Finding (and shared fix) for a string that belongs to a value set, following the set's plan."""
     members = vs.of_kind(kind)
     member = next(m for m in members if m.node is node)
+    if kind != "cuda" and (vs.multi_backend or device_flow.facts(ctx.analysis).is_dispatch(node)):
+        # a device table or dispatch over several backends: the user-facing names keep meaning only unchanged
+        if member is not members[0]:
+            return None
+        backends = sorted((vs.kinds | device_flow.facts(ctx.analysis).dispatch_backends(node)) - {"cpu", "meta"})
+        return ctx.finding(site, f"{ctx.src(node)} is one of several backends here ({', '.join(backends)}): left unchanged "
+                                 f"(lines {', '.join(map(str, vs.lines()))}), so that callers passing {kind!r} keep working; "
+                                 f"add {new!r} beside it where the code picks the backend")
     raw = ctx.src(node)
     lines = vs.lines()
     plan = vs.plan()
@@ -154,19 +226,26 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
     examples=[("model = model.cuda()", 'model = model.to("neuron")')],
 )
 def cuda_method(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     if has_star_args(call) or not isinstance(call.func, ast.Attribute):
         return ctx.finding(site, "`.cuda(*args)`: move it with `.to(\"neuron\")` by hand")
     fx = ctx.fixer()
+    fx.scope = site.scope
     index = kwarg(call, "device", 0)
     extra = [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords if k.arg != "device"]
     note = ""
-    if accelerator(ctx):
-        target = agnostic_device(fx)
+    device_name = device_flow.facts(ctx.analysis).device_name_at(call)
+    if device_name and (index is None or const_value(index, 0) == 0):
+        target = device_name  # the program's own device variable, as a hand migration would write
+    elif accelerator(ctx):
+        target = agnostic_device(fx, nullable=True)  # .to(None) leaves a CPU tensor where it is
         if index is not None and const_value(index, 0) != 0:
             note = "The device index was dropped: the accelerator's current device is used (select it with torch.accelerator.set_device_index)."
     elif index is None:
-        target = '"neuron"'
+        target = device_flow.facts(ctx.analysis).device_name_at(call) or '"neuron"'
     else:
         target = f'{fx.ref("torch")}.device("neuron", {ctx.src(index)})'
         note = "Under torchrun each process sees one NeuronCore (index 0); check that this index is what you mean."
@@ -175,6 +254,38 @@ def cuda_method(site, ctx):
         recv = f"({recv})"
     fx.replace(call, f"{recv}.to({', '.join([target, *extra])})")
     return ctx.finding(site, "`.cuda()` needs CUDA: use `.to(\"neuron\")`", fix=fx.build(), note=note)
+
+
+def _choice_of_cuda_is_available(node, ctx, site) -> bool:
+    """The string is the CUDA branch of `... if [not] torch.cuda.is_available() else ...` (directly or as the argument
+    of `torch.device(...)` there): NM203 rewrites that choice whole."""
+    parent = ctx.analysis.parent_of.get(node)
+    if isinstance(parent, ast.Call) and isinstance(ctx.analysis.parent_of.get(parent), ast.IfExp):
+        node, parent = parent, ctx.analysis.parent_of.get(parent)
+    if not isinstance(parent, ast.IfExp) or node is parent.test:
+        return False
+    test = parent.test
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    if negated:
+        test = test.operand
+    if (parent.orelse if negated else parent.body) is not node:
+        return False
+    return isinstance(test, ast.Call) and ctx.analysis.resolve(test.func, ctx.analysis.module_scope, count_use=False) == "torch.cuda.is_available"
+
+
+def _agnostic_string(site, ctx, node, why, fx):
+    """Accelerator-style replacement of one 'cuda' string at a device position."""
+    parent = ctx.analysis.parent_of.get(node)
+    first_of_device = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and len(parent.args) > 1
+    quote = string_quote(site, ctx)
+    if why in _TYPE_POSITIONS or first_of_device:
+        return device_type_expr(site, ctx, fx)
+    if isinstance(parent, ast.IfExp) and parent.body is node:
+        # `"cuda" if use_cuda else "cpu"`: the test already says there is an accelerator
+        return f"{fx.ref('torch')}.accelerator.current_accelerator()"
+    nullable = (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "to") or (
+        isinstance(parent, ast.keyword) and parent.arg == "device")
+    return agnostic_device(fx, nullable=nullable, bare=isinstance(parent, (ast.keyword, ast.Call, ast.Assign)), quote=quote)
 
 
 # -- NM201 ------------------------------------------------------------------------------------------
@@ -204,42 +315,75 @@ class _AsSite:
         `f'cuda:{{rank}}'`, `x.device.type == 'cuda'`, `torch.autocast('cuda')`, `device = 'cuda'`. Where the string
         flows into a device position it becomes `'neuron'` (an index is kept; under torchrun each process sees
         one NeuronCore, so an index other than 0 is usually wrong). Strings that may be configuration (argparse
-        choices/defaults, dict values) are left alone and reported. With `device-style = "accelerator"` the string
-        becomes `_accelerator_device()` (or its `.type` where a type string is expected), which is the
-        accelerator or the CPU. Source: {TORCH_DOCS} (device placement `cuda` -> `neuron`).
+        choices/defaults, dict values) follow their value set (`neuron_migrate.program.values`, as NM103): a value
+        that reaches a torch device position changes in every place together (argparse default and choices
+        included); a label that configuration may pass in is kept everywhere. Device-dispatching code (a function
+        that tests several backends, `device.type == "cuda"` next to `"mps"`, a `{{"cuda": ..., "xpu": ...}}`
+        table) is left unchanged with a finding: add a neuron branch beside the CUDA one. With
+        `device-style = "accelerator"` the string becomes `torch.accelerator.current_accelerator()` where None is
+        acceptable (`.to()`, `device=`), else `(torch.accelerator.current_accelerator() or torch.device("cpu"))`
+        (its `.type` where a type string is expected): plain public API, the accelerator or the CPU.
+        Source: {TORCH_DOCS} (device placement `cuda` -> `neuron`).
     """,
     examples=[("x = x.to('cuda')", "x = x.to('neuron')"), ("if t.device.type == 'cuda':\n    pass", "if t.device.type == 'neuron':\n    pass")],
 )
 def cuda_device_string(site, ctx):
-    node = site.node
-    target = site
-    if site.key == "cuda:":
-        joined = site.parent
-        if not isinstance(joined, ast.JoinedStr) or joined.values[0] is not node:
-            return None
-        target = _AsSite(site, joined)
-        node = joined
-    why = device_string_context(target, ctx)
-    raw = ctx.src(node)
-    if why is None:
-        parent = target.parent
-        if isinstance(parent, ast.keyword) or isinstance(parent, (ast.List, ast.Tuple)):
-            return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
+    node = string_member(site)
+    if node is None:
         return None
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
+    if _choice_of_cuda_is_available(node, ctx, site):
+        return None  # NM203 rewrites the whole choice
+    vs = values.facts(ctx.analysis).set_of(node)
+    parent = ctx.analysis.parent_of.get(node)
+    moves = ((isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "to"
+              and parent.args and parent.args[0] is node) or (isinstance(parent, ast.keyword) and parent.arg == "device"))
+    if moves and isinstance(node, ast.Constant) and node.value == "cuda" and (vs is None or len(vs.members) == 1):
+        device_name = device_flow.facts(ctx.analysis).device_name_at(node)
+        if device_name:
+            fx = ctx.fixer()
+            fx.scope = site.scope
+            fx.replace(node, device_name)
+            return ctx.finding(site, f"{ctx.src(node)} names the device: use the program's `{device_name}`", fix=fx.build())
+    if not accelerator(ctx):
+        if vs is not None:
+            return value_set_finding(site, ctx, node, vs, "cuda", "neuron")
+        target = _AsSite(site, node) if node is not site.node else site
+        if device_string_context(target, ctx) is None:
+            if isinstance(ctx.analysis.parent_of.get(node), (ast.keyword, ast.List, ast.Tuple)):
+                return ctx.finding(site, f"string {ctx.src(node)} may be a device choice in configuration: add 'neuron' where users pick the device")
+            return None
+        fx = ctx.fixer()
+        fx.scope = site.scope
+        fx.replace(node, ctx.src(node).replace("cuda", "neuron", 1))
+        return ctx.finding(site, f"{ctx.src(node)} names the device: becomes 'neuron'", fix=fx.build())
+    # accelerator style: device positions become the accelerator; a value that is also a label stays
+    target = _AsSite(site, node) if node is not site.node else site
+    why = device_string_context(target, ctx)
+    plain = vs is None or all(m.role in ("device", "assign") or m.real_device_compare for m in vs.members
+                              if m.kind == "cuda") and not vs.external
+    if why is None and not (vs is not None and vs.sink and plain):
+        if vs is not None and vs.sink:
+            return ctx.finding(site, f"{ctx.src(node)} is a device value that is also compared or configured (lines "
+                                     f"{', '.join(map(str, vs.lines()))}): device-style accelerator cannot keep both; "
+                                     "migrate by hand or use device-style neuron")
+        if isinstance(ctx.analysis.parent_of.get(node), (ast.keyword, ast.List, ast.Tuple)):
+            return ctx.finding(site, f"string {ctx.src(node)} may be a device choice in configuration: add 'neuron' where users pick the device")
+        return None
+    if not plain:
+        return ctx.finding(site, f"{ctx.src(node)} is a device value that is also compared or configured (lines "
+                                 f"{', '.join(map(str, vs.lines()))}): device-style accelerator cannot keep both; "
+                                 "migrate by hand or use device-style neuron")
     fx = ctx.fixer()
+    fx.scope = site.scope
     has_index = ":" in (node.value if isinstance(node, ast.Constant) else "cuda:")
-    if accelerator(ctx):
-        expr = agnostic_device(fx)
-        parent = target.parent
-        first_of_device = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and len(parent.args) > 1
-        if why in _TYPE_POSITIONS or first_of_device:
-            expr += ".type"
-        fx.replace(node, expr)
-        note = "The device index was dropped: the accelerator's current device is used." if has_index and not first_of_device else ""
-        return ctx.finding(site, f"'cuda' as a device ({why}): becomes the device-agnostic accelerator", fix=fx.build(), note=note)
-    fx.replace(node, raw.replace("cuda", "neuron", 1))
-    note = "Under torchrun each process sees one NeuronCore (index 0); check the index." if has_index else ""
-    return ctx.finding(site, f"'cuda' as a device ({why}): use 'neuron'", fix=fx.build(), note=note)
+    fx.replace(node, _agnostic_string(site, ctx, node, why, fx))
+    parent = ctx.analysis.parent_of.get(node)
+    first_of_device = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and len(parent.args) > 1
+    note = "The device index was dropped: the accelerator's current device is used." if has_index and not first_of_device else ""
+    return ctx.finding(site, f"'cuda' as a device ({why or 'device value'}): becomes the device-agnostic accelerator", fix=fx.build(), note=note)
 
 
 # -- NM202 ------------------------------------------------------------------------------------------
@@ -260,11 +404,15 @@ def cuda_device_string(site, ctx):
 def is_cuda(site, ctx):
     if not isinstance(site.node.ctx, ast.Load):
         return None
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     fx = ctx.fixer()
+    fx.scope = site.scope
     recv = ctx.src(site.node.value)
     if not isinstance(site.node.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         recv = f"({recv})"
-    rhs = f"{agnostic_device(fx)}.type" if accelerator(ctx) else f"{string_quote(site, ctx)}neuron{string_quote(site, ctx)}"
+    rhs = device_type_expr(site, ctx, fx) if accelerator(ctx) else f"{string_quote(site, ctx)}neuron{string_quote(site, ctx)}"
     fx.replace(site.node, paren_if_needed(site, f"{recv}.device.type == {rhs}"))
     return ctx.finding(site, "`.is_cuda` is always False on Neuron: test the device type", fix=fx.build())
 
@@ -273,6 +421,9 @@ def is_cuda(site, ctx):
 def _cuda_device_value(node, ctx, site):
     """'cuda...' string or torch.device('cuda'...) call used as a device value: its neuron form, else None."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(":")[0] == "cuda":
+        return ctx.src(node).replace("cuda", "neuron", 1), True
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) \
+            and str(node.values[0].value).startswith("cuda:"):
         return ctx.src(node).replace("cuda", "neuron", 1), True
     if isinstance(node, ast.Call) and ctx.analysis.resolve(node.func, site.scope, count_use=False) == "torch.device" and node.args:
         first = node.args[0]
@@ -299,18 +450,43 @@ def _cuda_device_value(node, ctx, site):
     examples=[('device = "cuda" if torch.cuda.is_available() else "cpu"', 'device = "neuron" if torch.accelerator.is_available() else "cpu"')],
 )
 def cuda_is_available(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     fx = ctx.fixer()
-    avail = f"{fx.ref('torch')}.accelerator.is_available()"
+    fx.scope = site.scope
+    torch = fx.ref("torch")
+    avail = f"{torch}.accelerator.is_available()"
+    node = site.node
     parent = site.parent
-    if isinstance(parent, ast.IfExp) and parent.test is site.node:
-        chosen = _cuda_device_value(parent.body, ctx, site)
+    negated = isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)
+    if negated:  # "cpu" if not torch.cuda.is_available() else "cuda"
+        node, parent = parent, ctx.analysis.parent_of.get(parent)
+    if isinstance(parent, ast.IfExp) and parent.test is node:
+        cuda_branch, other = (parent.orelse, parent.body) if negated else (parent.body, parent.orelse)
+        chosen = _cuda_device_value(cuda_branch, ctx, site)
         if chosen is not None:
             text, is_string = chosen
+            where = parent
+            outer = ctx.analysis.parent_of.get(parent)
             if accelerator(ctx):
-                fx.replace(parent, agnostic_device(fx) + (".type" if is_string else ""))
+                current = f"{torch}.accelerator.current_accelerator()"
+                if (is_string and isinstance(outer, ast.Call) and len(outer.args) == 1 and not outer.keywords
+                        and ctx.analysis.resolve(outer.func, site.scope, count_use=False) == "torch.device"):
+                    # torch.device("cuda" if ... else "cpu"): the whole call is the choice
+                    where, is_string = outer, False
+                    other_text = f'{torch}.device({ctx.src(other)})'
+                else:
+                    other_text = ctx.src(other)
+                text = current + (".type" if is_string else "")
+                note = "The CUDA device index was dropped: the accelerator's current device is used." if ":" in ctx.src(cuda_branch) else ""
             else:
-                fx.replace(parent, f"{text} if {avail} else {ctx.src(parent.orelse)}")
-            return ctx.finding(site, "device chosen by torch.cuda.is_available() (False on Neuron): choose neuron", fix=fx.build())
+                other_text = ctx.src(other)
+                note = ""
+            body, orelse = (other_text, text) if negated else (text, other_text)
+            fx.replace(where, f"{body} if {'not ' if negated else ''}{avail} else {orelse}")
+            return ctx.finding(site, "device chosen by torch.cuda.is_available() (False on Neuron): the choice picks the "
+                                     "accelerator", fix=fx.build(), note=note)
     fx.replace(site.node, avail)
     return ctx.finding(site, "torch.cuda.is_available() is False on Neuron: use torch.accelerator.is_available()", fix=fx.build())
 
@@ -355,7 +531,7 @@ def _spell(fx, target: str) -> str:
         call of the same meaning (`current_device` -> `current_device_index`). `manual_seed(_all)` has no
         `torch.accelerator` form: it becomes `torch.neuron.manual_seed(_all)` (TorchNeuron's device module has
         is_available, device_count, synchronize, manual_seed(_all), memory_* and empty_cache; research notes
-        from torch-neuronx `neuron.py`). `set_device(i)` becomes `_neuron_set_device(i)`, an inserted helper
+        from torch-neuronx `neuron.py`). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
         that selects the device only when the process sees several: under torchrun TorchNeuron makes each
         process see just its own NeuronCore, so `set_device(local_rank)` would be out of range.
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded
@@ -367,10 +543,20 @@ def _spell(fx, target: str) -> str:
               ("torch.cuda.manual_seed_all(0)", "torch.neuron.manual_seed_all(0)")],
 )
 def cuda_device_module(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     name = site.key.rsplit(".", 1)[1]
     neuron_t, acc_t, default = _DEVICE_CALLS[name]
     fx = ctx.fixer()
+    fx.scope = site.scope
     style_acc = accelerator(ctx)
+    if name == "set_device" and not style_acc and site.kind == "call" and site.is_statement:
+        # torchrun + TorchNeuron: each process sees only its own NeuronCore, which is already its current device
+        fx.delete(site.stmt)
+        return ctx.finding(site, "torch.cuda.set_device(): not needed on Neuron, where each torchrun process sees only its own "
+                                 "NeuronCore: removed", fix=fx.build(),
+                           note="If one process really drives several NeuronCores, select one with torch.accelerator.set_device_index(i).")
     target = _spell(fx, acc_t if style_acc else neuron_t)
     safety = "unsafe" if style_acc and acc_t.startswith("torch:") else None
     note = "torch.manual_seed also reseeds the CPU generator." if safety else ""
@@ -384,6 +570,10 @@ def cuda_device_module(site, ctx):
         return ctx.finding(site, f"torch.cuda.{name} used as a value: replaced by a callable using {target}", fix=fx.build(safety))
     call = site.call
     args = call_args_src(call, ctx)
+    if guard and site.is_statement and default == "None":
+        # a statement: guard it with `if`, not a conditional expression
+        fx.replace(site.stmt, f"if {fx.ref('torch')}.accelerator.is_available():\n    {target}({args})")
+        return ctx.finding(site, f"torch.cuda.{name}() needs CUDA: use {target}()", fix=fx.build(safety), note=note)
     text = wrap(f"{target}({args})")
     if guard and (site.is_statement or isinstance(site.parent, (ast.Assign, ast.keyword, ast.Return))):
         text = text[1:-1]
@@ -411,6 +601,9 @@ def cuda_device_module(site, ctx):
 def cuda_api(site, ctx):
     if site.key in ("torch.cuda", "torch.cuda.amp"):
         return None
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     name = site.key[len("torch.cuda."):]
     return ctx.finding(site, f"`torch.cuda.{name}` needs CUDA: replace it with its torch.accelerator / torch.neuron equivalent by hand")
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src
+from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src, device_type_expr, skip_dispatch
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -38,10 +39,14 @@ COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/co
                'with torch.autocast("neuron", dtype=torch.bfloat16):\n    pass')],
 )
 def cuda_amp_autocast(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     fx = ctx.fixer()
+    fx.scope = site.scope
     torch = fx.ref("torch")
-    device = f"{agnostic_device(fx)}.type" if accelerator(ctx) else '"neuron"'
+    device = device_type_expr(site, ctx, fx) if accelerator(ctx) else '"neuron"'
     args = call_args_src(call, ctx)
     note = ""
     if kwarg(call, "dtype", 1) is None and not has_star_args(call):
@@ -52,32 +57,121 @@ def cuda_amp_autocast(site, ctx):
 
 
 # -- NM207 ------------------------------------------------------------------------------------------
+_AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast",
+              "torch.amp.autocast_mode.autocast", "torch.cpu.amp.autocast"}
+_BF16 = {"torch.bfloat16"}
+_FP16 = {"torch.float16", "torch.half"}
+
+
+def autocast_precision(ctx) -> str:
+    """'bf16' when every autocast of the file is bfloat16 and nothing asks for float16; 'fp16' when float16 is
+    used; '' when the file shows no autocast precision."""
+
+    def build(a):
+        seen = set()
+        for node in ast.walk(a.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+                q = a.resolve(node.func, a.module_scope, count_use=False)
+                if q in _AUTOCASTS:
+                    dtype = kwarg(node, "dtype")
+                    dq = a.resolve(dtype, a.module_scope, count_use=False) if isinstance(dtype, (ast.Name, ast.Attribute)) else None
+                    if dq in _BF16:
+                        seen.add("bf16")
+                    elif dq in _FP16 or (dtype is None and q.startswith("torch.cuda.")):
+                        seen.add("fp16")  # CUDA autocast defaults to float16
+                    else:
+                        seen.add("?")
+                elif isinstance(node.func, ast.Attribute) and node.func.attr == "half" and not node.args:
+                    seen.add("fp16")
+            elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
+                if a.resolve(node, a.module_scope, count_use=False) in _FP16:
+                    seen.add("fp16")
+        if "fp16" in seen:
+            return "fp16"
+        return "bf16" if seen == {"bf16"} else ""
+
+    return cached(ctx.analysis, "autocast-precision", build)
+
+
+def _scaler_removal(site, ctx):
+    """Edits that remove `scaler = GradScaler(...)` and unwrap every use, or None when a use cannot be unwrapped."""
+    a = ctx.analysis
+    stmt = site.parent
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    name = stmt.targets[0].id
+    owner = next((n for n in site.ancestors() if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), a.tree)
+    fx = ctx.fixer("safe")
+    fx.scope = site.scope
+    fx.delete(stmt)
+    for node in ast.walk(owner):
+        if not (isinstance(node, ast.Name) and node.id == name) or node is stmt.targets[0]:
+            continue
+        attr = a.parent_of.get(node)
+        call = a.parent_of.get(attr)
+        if not (isinstance(node.ctx, ast.Load) and isinstance(attr, ast.Attribute) and isinstance(call, ast.Call)
+                and call.func is attr and not call.keywords):
+            return None
+        method = attr.attr
+        holder = a.parent_of.get(call)
+        if method == "scale" and len(call.args) == 1:
+            inner = call.args[0]
+            text = ctx.src(inner)
+            if not isinstance(inner, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+                text = f"({text})"
+            fx.replace(call, text)
+        elif method == "step" and len(call.args) == 1 and not isinstance(call.args[0], ast.Starred):
+            opt = call.args[0]
+            text = ctx.src(opt) if isinstance(opt, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) else f"({ctx.src(opt)})"
+            fx.replace(call, f"{text}.step()")
+        elif method in ("update", "unscale_") and isinstance(holder, ast.Expr):
+            fx.delete(holder)
+        else:
+            return None
+    return fx
+
+
 @rule(
     code="NM207",
     name="grad-scaler",
-    summary="GradScaler is for float16 on CUDA; with bfloat16 on Neuron it is not needed",
-    fix="none",
+    summary="GradScaler next to bfloat16 autocast is unnecessary and is removed; with float16 it is reported (undocumented on Neuron)",
+    fix="safe",
     severity="warning",
     triggers=[("call", "torch.cuda.amp.GradScaler"), ("call", "torch.amp.GradScaler"), ("call", "torch.GradScaler"),
               ("call", "torch.amp.grad_scaler.GradScaler")],
     docs="""
-        Loss scaling protects float16 gradients from underflow. `torch.cuda.amp.GradScaler()` on a machine
-        without CUDA disables itself with a warning, so on Neuron it does nothing. Train with
-        `torch.autocast("neuron", dtype=torch.bfloat16)`: bfloat16 has float32's exponent range and needs no
-        scaler (TorchNeuron's autocast follows the CUDA op lists). Remove the scaler
-        (`scaler.scale(loss).backward()` -> `loss.backward()`, `scaler.step(opt)` -> `opt.step()`, drop
-        `scaler.update()`). float16 loss scaling on Neuron is unverified: no TorchNeuron document mentions a
-        `GradScaler("neuron")`, and the ops a scaler runs (`_amp_foreach_non_finite_check_and_unscale_`,
-        `_amp_update_scale_`) have no kernel in the pre-release operator registry, so at best they take the CPU
-        fallback (`neuron-migrate table show torch.amp.GradScaler`). Not rewritten: removing the scaler changes the
-        training loop in several places.
+        Loss scaling protects float16 gradients from underflow; bfloat16 has float32's exponent range and needs
+        none. Where every autocast of the file is bfloat16 (`torch.autocast("neuron", dtype=torch.bfloat16)`, or
+        `torch.cuda.amp.autocast(dtype=torch.bfloat16)`) and nothing asks for float16, the scaler is removed and
+        its uses are unwrapped consistently: `scaler.scale(loss).backward()` -> `loss.backward()`,
+        `scaler.step(opt)` -> `opt.step()`, `scaler.update()` and `scaler.unscale_(opt)` removed. This keeps what
+        the unmigrated script did on Neuron, where `torch.cuda.amp.GradScaler()` disables itself without CUDA;
+        against a CUDA run, the scaler no longer skips steps whose gradients overflowed (bfloat16 rarely does).
+        A scaler that is used otherwise (`state_dict()`, `get_scale()`, passed on) is reported instead.
+        With float16 the scaler stays reported: TorchNeuron does not document loss scaling, and the ops GradScaler
+        needs (`_amp_foreach_non_finite_check_and_unscale_`, `_amp_update_scale_`) are not in the pre-release op
+        registry, so `torch.amp.GradScaler("neuron")` is unverified. Prefer bfloat16 (then the scaler goes).
     """,
-    examples=[("scaler = torch.cuda.amp.GradScaler()", None)],
+    examples=[("with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\nscaler = torch.cuda.amp.GradScaler()\n"
+               "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()",
+               "with torch.autocast('neuron', dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()\nopt.step()")],
 )
 def grad_scaler(site, ctx):
-    return ctx.finding(site, "GradScaler: train in bfloat16 (torch.autocast(\"neuron\", dtype=torch.bfloat16)), which needs no "
-                             "scaler, and remove it; float16 loss scaling on Neuron is unverified (no documented "
-                             "GradScaler(\"neuron\"); its _amp_* ops have no known Neuron kernel)")
+    precision = autocast_precision(ctx)
+    if precision == "bf16":
+        fx = _scaler_removal(site, ctx)
+        if fx is not None:
+            return ctx.finding(site, "GradScaler next to bfloat16 autocast is unnecessary: removed, with its scale/step/update calls",
+                               fix=fx.build(), note="bfloat16 needs no loss scaling. Without the scaler an optimizer step "
+                                                    "whose gradients overflowed is no longer skipped.")
+        return ctx.finding(site, "GradScaler next to bfloat16 autocast is unnecessary: remove it and unwrap its uses "
+                                 "(scaler.scale(loss).backward() -> loss.backward(), scaler.step(opt) -> opt.step(), drop "
+                                 "scaler.update()); not rewritten: the scaler is used in other ways too")
+    why = "with float16" if precision == "fp16" else "without a visible bfloat16 autocast"
+    return ctx.finding(site, f"GradScaler {why}: loss scaling on Neuron is undocumented (torch.cuda.amp.GradScaler() disables "
+                             "itself without CUDA, so float16 gradients go unscaled); train in bfloat16 "
+                             "(torch.autocast(\"neuron\", dtype=torch.bfloat16)) and remove the scaler. "
+                             "float16 scaling with torch.amp.GradScaler(\"neuron\") is unverified")
 
 
 # -- NM208 ------------------------------------------------------------------------------------------
@@ -112,6 +206,9 @@ def _neuron_backend(value: str):
     examples=[('dist.init_process_group(backend="nccl")', 'dist.init_process_group(backend="neuron")')],
 )
 def nccl_backend(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     pos = 0 if site.key.endswith("init_process_group") else 1
     backend = kwarg(call, "backend", pos)
@@ -122,8 +219,9 @@ def nccl_backend(site, ctx):
     if new is None:
         return None
     fx = ctx.fixer()
+    fx.scope = site.scope
     if accelerator(ctx):
-        fx.replace(backend, f"{fx.ref('torch.distributed')}.get_default_backend_for_device({agnostic_device(fx)})")
+        fx.replace(backend, f"{fx.ref('torch.distributed')}.get_default_backend_for_device({agnostic_device(fx, bare=True)})")
         note = "Check on Neuron that the backend TorchNeuron registers for its device is `neuron`."
     else:
         quote = ctx.src(backend)[0]
@@ -150,11 +248,15 @@ def nccl_backend(site, ctx):
                "model = nn.parallel.DistributedDataParallel(model)")],
 )
 def ddp_device_ids(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     drop = [k for k in call.keywords if k.arg in ("device_ids", "output_device") and const_value(k.value, 0) is not None]
     if not drop or len(call.args) > 1:
         return None
     fx = ctx.fixer()
+    fx.scope = site.scope
     fx.replace(call, f"{ctx.src(call.func)}({call_args_src(call, ctx, drop={k.arg for k in drop})})")
     return ctx.finding(site, "DDP device_ids/output_device name a CUDA device: drop them (DDP uses the module's device)", fix=fx.build())
 

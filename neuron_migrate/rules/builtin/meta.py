@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 
 from neuron_migrate.rules.api import rule
@@ -20,24 +21,29 @@ def _comment_lines(text: str) -> set:
     return out
 
 
+COMMENT_EDIT = "replace_comment"  # a text edit inside one comment: applied by `apply_comment_fixes`, not libcst
+
+
 @rule(
     code="NM901",
     name="unused-suppression",
-    summary="a `# neuron-migrate: ignore[...]` or `# noqa: NM...` comment that suppresses nothing",
-    fix="none",
+    summary="a `# neuron-migrate: ignore[...]` or `# noqa` comment that suppresses nothing",
+    fix="safe",
     severity="info",
     triggers=[("module", "*")],
-    trigger_words=("neuron-migrate:", "noqa"),
+    trigger_words=("neuron-migrate:", "noqa", "NOQA", "Neuron-Migrate:"),
     docs="""
-        A suppression comment (`# neuron-migrate: ignore[NM301]`, `# neuron-migrate: ignore`, `# noqa: NM301`)
-        that no longer matches a finding on its line or statement hides nothing today but will hide a future,
-        different finding there. Once the code it excused is migrated, remove the comment (or the stale codes).
+        A suppression comment (`# neuron-migrate: ignore[NM301]`, `# neuron-migrate: ignore`, `# noqa: NM301`,
+        a bare `# noqa`) that no longer matches a finding on its line or statement hides nothing today but will
+        hide a future, different finding there. The fix removes the comment, or only its stale codes
+        (`rewrite --write`, or the editor's quick fix).
         Only codes of rules that ran are checked (a `--select` run does not flag codes it did not run); a bare
-        `ignore` is checked only when every rule ran. File-level `ignore-file` comments are not checked.
-        A code that names no rule at all (a typo such as `NM3O1`) is reported too.
+        `ignore` or `noqa` is checked only when every rule ran. File-level `ignore-file` comments are not checked.
+        A code or rule name that names no rule at all (a typo such as `NM3O1`) is reported too (no fix: the
+        intent is unclear). Codes of other tools in a `# noqa: E501, NM101` are left alone.
         Suppress this finding itself with `NM901` in the same comment.
     """,
-    examples=[("x = 1  # noqa: NM999",)],
+    examples=[("x = 1  # noqa: NM3O1",)],  # a typo; with every rule active, a stale code is removed by the fix
 )
 def unused_suppression(site, ctx):
     sup = ctx.suppressions
@@ -46,40 +52,105 @@ def unused_suppression(site, ctx):
     active = set(ctx.ruleset.codes) if ctx.ruleset is not None else set()
     from neuron_migrate.rules.registry import all_rules
 
-    everything = ctx.ruleset is not None and len(active) == len(all_rules())
+    everything = ctx.ruleset is not None and active >= {r.code for r in all_rules() if not r.opt_in}
     real = _comment_lines(ctx.analysis.text)
     used_lines: dict = {}
     for line, code in sup.used:
         used_lines.setdefault(line, set()).add(code)
-    out = []
+    known = {r.code for r in all_rules()}
+    lines = ctx.analysis.lines
+    findings = []
     for line in sorted(sup.by_line):
-        if line not in real:
+        if line not in real or line > len(lines):
             continue
+        text = lines[line - 1]
+        spans = sup.spans.get(line) or []
+        kind = spans[0][2] if spans else "ignore"
         codes = sup.by_line[line]
         hit = used_lines.get(line, set())
+        keep = None  # codes that stay in the comment (None: remove the comment)
         if codes is None:
-            if not hit and everything:
-                out.append((line, "`# neuron-migrate: ignore` suppresses nothing on this line: remove it"))
-            continue
-        if any("NM901".startswith(c) for c in codes):
-            continue  # the comment suppresses this very check
-        known = {r.code for r in all_rules()}
-        unknown = sorted(c for c in codes if not any(k.startswith(c) for k in known))
-        if unknown:
-            out.append((line, f"{', '.join(unknown)} in this suppression {'is not a' if len(unknown) == 1 else 'are not'} "
-                              "neuron-migrate rule code(s): fix or remove "
-                              f"{'it' if len(unknown) == 1 else 'them'} (see `neuron-migrate rules`)"))
-            continue
-        stale = sorted(c for c in codes
-                       if not any(h.startswith(c) for h in hit) and any(a.startswith(c) for a in active))
-        if stale:
-            out.append((line, f"suppression of {', '.join(stale)} matches no finding here: remove "
-                              f"{'it' if len(stale) == 1 else 'them'} from the comment"))
-    findings = []
-    lines = ctx.analysis.lines
-    for line, msg in out:
-        text = lines[line - 1] if line <= len(lines) else ""
-        col = text.find("#")
-        col = max(col, 0)
-        findings.append(ctx.finding(Span(line, col, line, len(text.rstrip())), msg))
+            if hit or not everything:
+                continue
+            what = "`# noqa`" if kind == "noqa" else "`# neuron-migrate: ignore`"
+            msg = f"{what} suppresses nothing on this line: remove it"
+        else:
+            if any("NM901".startswith(c) for c in codes):
+                continue  # the comment suppresses this very check
+            unknown = sorted(c for c in codes if not any(k.startswith(c) for k in known))
+            if unknown:
+                msg = (f"{', '.join(unknown)} in this suppression {'is not a' if len(unknown) == 1 else 'are not'} "
+                       f"neuron-migrate rule code(s) or name(s): fix or remove {'it' if len(unknown) == 1 else 'them'} "
+                       "(see `neuron-migrate rules`)")
+                findings.append(_finding(ctx, line, text, msg, None))
+                continue
+            stale = sorted(c for c in codes
+                           if not any(h.startswith(c) for h in hit) and any(a.startswith(c) for a in active))
+            if not stale:
+                continue
+            msg = f"suppression of {', '.join(stale)} matches no finding here: remove {'it' if len(stale) == 1 else 'them'} from the comment"
+            keep = sorted(set(codes) - set(stale))
+        fix = _removal_fix(text, line, spans, keep) if len(spans) == 1 else None
+        findings.append(_finding(ctx, line, text, msg, fix))
     return findings or None
+
+
+def _finding(ctx, line, text, msg, fix):
+    col = max(text.find("#"), 0)
+    return ctx.finding(Span(line, col, line, len(text.rstrip())), msg, fix=fix)
+
+
+def _removal_fix(text: str, line: int, spans, keep):
+    from neuron_migrate.rules.model import Edit, Fix, FixSafety
+
+    start, end, kind = spans[0]
+    if keep:
+        body = text[start:end]
+        if kind == "noqa":
+            other = [c for c in re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", body.split(":", 1)[1]) if not c.upper().startswith("NM")]
+            new = "# noqa: " + ", ".join(other + keep)
+        else:
+            new = body[: body.index("[") + 1] + ", ".join(keep) + "]"
+        return Fix(FixSafety.SAFE, [Edit(COMMENT_EDIT, Span(line, start, line, end), new)],
+                   description="remove the stale codes from the suppression comment")
+    if kind == "noqa" and text[start:end].count(":") and re.search(r"[A-Za-z]+[0-9][A-Za-z0-9]*", text[start:end].split(":", 1)[1]):
+        other = [c for c in re.findall(r"[A-Za-z]+[0-9][A-Za-z0-9]*", text[start:end].split(":", 1)[1]) if not c.upper().startswith("NM")]
+        if other:  # `# noqa: E501, NM101`: keep the other tool's codes
+            return Fix(FixSafety.SAFE, [Edit(COMMENT_EDIT, Span(line, start, line, end), "# noqa: " + ", ".join(other))],
+                       description="remove the stale codes from the suppression comment")
+    rest = text[end:]
+    # `# noqa: NM101 -- reason` or `# neuron-migrate: ignore  # other comment`: remove only the suppression
+    if rest.strip() and not rest.lstrip().startswith("#"):
+        return None  # free text follows inside the same comment: leave it to the user
+    cut_start = start
+    while cut_start > 0 and text[cut_start - 1] in " \t":
+        cut_start -= 1
+    new_rest = rest.lstrip()
+    new = ("  " + new_rest) if (new_rest and cut_start > 0 and text[:cut_start].strip()) else new_rest
+    return Fix(FixSafety.SAFE, [Edit(COMMENT_EDIT, Span(line, cut_start, line, len(text)), new)],
+               description="remove the unused suppression comment")
+
+
+def apply_comment_fixes(text: str, findings) -> tuple[str, list]:
+    """Apply the comment edits (NM901) of `findings` to text; return (new text, findings applied).
+
+    One edit per line at most; a line left blank by the removal (a comment on its own line) goes entirely.
+    """
+    lines = text.splitlines(keepends=True)
+    applied = []
+    done: set = set()
+    for f in findings:
+        if f.fix is None or not f.fix.edits or any(e.kind != COMMENT_EDIT for e in f.fix.edits):
+            continue
+        e = f.fix.edits[0]
+        i = e.span.line - 1
+        if i in done or not (0 <= i < len(lines)):
+            continue
+        raw = lines[i]
+        body = raw.rstrip("\r\n")
+        eol = raw[len(body):]
+        new = body[: e.span.col] + e.text + body[e.span.end_col:]
+        lines[i] = "" if not new.strip() and body.strip() else new.rstrip() + eol if not e.text else new + eol
+        done.add(i)
+        applied.append(f)
+    return "".join(lines), applied

@@ -11,7 +11,10 @@ from __future__ import annotations
 import ast
 import os
 import re
+import textwrap
 
+from neuron_migrate.program.distributed import WRAPPERS, DistributedFacts, Group
+from neuron_migrate.program.distributed import facts as distributed_facts
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin import xla_distributed_helpers  # noqa: F401  (registers the helpers)
 
@@ -26,60 +29,39 @@ DIST_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guid
 
 
 # -- context facts -------------------------------------------------------------------------------
-_WRAPPERS = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.distributed.fsdp",
-    "torch.distributed._composable.fsdp",
-    "torch.distributed._composable.replicate",
-    "torch_xla.distributed.fsdp",
-)
+# Launch mode, process-group state, DDP wrapping and API families come from the whole-program model
+# (neuron_migrate/program/distributed.py); these helpers only phrase its answers for the rules below.
 
-_MULTI_PREFIXES = (
-    "torch_xla.distributed.xla_multiprocessing",
-    "torch_xla.distributed.xla_backend",
-    "torch_xla.launch",
-    "torch_xla.torch_xla.launch",
-    "torch.distributed",
-    "torch.multiprocessing",
-    "torch_xla.runtime.world_size",
-    "torch_xla.runtime.global_ordinal",
-    "torch_xla.runtime.local_ordinal",
-    "torch_xla.runtime.process_index",
-    "torch_xla.runtime.process_count",
-    "torch_xla.runtime.local_process_count",
-    "torch_xla.experimental.pjrt",
-)
-_MULTI_XM = {
-    "get_ordinal", "xrt_world_size", "get_local_ordinal", "rendezvous",
-    "xla_rendezvous", "all_reduce", "all_gather", "reduce_scatter", "mesh_reduce", "collective_broadcast",
-    "broadcast_master_param", "reduce_gradients", "all_to_all", "send", "recv", "collective_permute",
-    "do_on_ordinals",
-}
-# printing/saving on the master also appears in single-device scripts: not a sign of several processes
-_NOT_EVIDENCE = {"_neuron_master_print", "_neuron_rank", "_neuron_local_rank", "_neuron_save", "_neuron_to_cpu", "_neuron_barrier"}
-_MULTI_TEXT = re.compile(r"\b(LOCAL_RANK|WORLD_SIZE|torchrun|xla_backend|init_process_group)\b")
+
+def program(ctx) -> DistributedFacts:
+    return distributed_facts(ctx.analysis)
+
+
+def group_at(ctx, site) -> Group:
+    return program(ctx).group_at(site.node)
 
 
 def wrapped_in_ddp(ctx) -> bool:
-    return any(q.startswith(w) for q in ctx.analysis.qualnames for w in _WRAPPERS)
+    """Some DDP/FSDP wrapper is used in the file (for notes only: whether it applies is `always_wrapped`)."""
+    return any(q.startswith(WRAPPERS) for q in ctx.analysis.qualnames)
 
 
-def multi_process_evidence(ctx) -> bool:
-    a = ctx.analysis
-    for q in a.qualnames:
-        if q.startswith(_MULTI_PREFIXES):
-            return True
-        if q.startswith(XM + ".") and q[len(XM) + 1:] in _MULTI_XM:
-            return True
-    if any(n.startswith("_neuron_") and n not in _NOT_EVIDENCE for n in a.defined_names):
-        return True
-    return bool(_MULTI_TEXT.search(a.text))
+def dropped(ctx, site, items, main_line=None) -> list:
+    """Pattern 15: each argument a fix drops is a finding at its own line (unless the main finding's line)."""
+    main_line = main_line or site.node.lineno
+    out = []
+    for node, what in items:
+        if node is None:
+            continue
+        line = node.lineno if hasattr(node, "lineno") else main_line
+        if line != main_line:
+            out.append(ctx.finding(node, f"dropped by the rewrite: {what}"))
+    return out
 
 
-def single_process_script(ctx) -> bool:
-    """A script entry point with no sign of more than one process anywhere in the file."""
-    return "__main__" in ctx.analysis.text and not multi_process_evidence(ctx)
+def dropped_words(ctx, items) -> str:
+    names = [what.split(" (")[0] for node, what in items if node is not None]
+    return f" (dropped: {', '.join(names)})" if names else ""
 
 
 def starts_line(ctx, stmt: ast.stmt) -> bool:
@@ -131,6 +113,49 @@ def wrap_for_parent(site, text: str) -> str:
     return text
 
 
+_CMP = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+        ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+
+
+def known_value(site, ctx, fx, value) -> str:
+    """Write a call whose value the program fixes (rank 0, world 1 in a single-device program) as that value.
+
+    `if xm.get_ordinal() == 0:` keeps its body without the test, `if not xm.is_master_ordinal():` goes (a dropped
+    statement: the finding says so), `rank = xm.get_ordinal()` becomes `rank = 0`. Returns what happened."""
+    a = ctx.analysis
+    expr, val = site.node, value
+    parent = a.parent_of.get(expr)
+    if (isinstance(parent, ast.Compare) and len(parent.ops) == 1 and type(parent.ops[0]) in _CMP
+            and isinstance(val, int) and not isinstance(val, bool)):
+        other = parent.comparators[0] if parent.left is expr else parent.left
+        if isinstance(other, ast.Constant) and isinstance(other.value, int) and not isinstance(other.value, bool):
+            left, right = (val, other.value) if parent.left is expr else (other.value, val)
+            expr, val = parent, _CMP[type(parent.ops[0])](left, right)
+            parent = a.parent_of.get(expr)
+    if isinstance(val, bool) and isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        expr, val = parent, not val
+        parent = a.parent_of.get(expr)
+    if isinstance(val, bool) and isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) and val:
+        rest = [v for v in parent.values if v is not expr]
+        fx.replace(parent, " and ".join(atom(ctx, v) if isinstance(v, (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)) else ctx.src(v) for v in rest))
+        return "the condition is always true here: dropped from the `and`"
+    if isinstance(val, bool) and isinstance(parent, ast.If) and parent.test is expr and not parent.orelse:
+        if val:
+            fx.unwrap(parent)
+            return "the condition is always true here: its body is kept without the `if`"
+        fx.delete(parent)
+        return f"the condition is always false here: the `if` block (lines {parent.lineno}-{parent.end_lineno}) is removed"
+    fx.replace(expr, wrap_for_parent(_AtNode(site, expr), repr(val)))
+    return f"written as {val!r}"
+
+
+class _AtNode:
+    """A site-like view of another node (for wrap_for_parent)."""
+
+    def __init__(self, site, node):
+        self.parent = site.analysis.parent_of.get(node)
+
+
 def is_none(node) -> bool:
     return node is None or (isinstance(node, ast.Constant) and node.value is None)
 
@@ -173,14 +198,18 @@ def optimizer_step_patched(ctx) -> bool:
         every gradient over the world (`xm.reduce_gradients`), then returns `optimizer.step(**optimizer_args)`.
         A plain `optimizer.step()` is only equivalent when something else averages the gradients.
 
-        - The model is wrapped in `DistributedDataParallel` or FSDP in this file, or the file is a script with no
-          sign of more than one process: the call becomes `optimizer.step(**optimizer_args)`.
+        - The optimizer's model is wrapped in `DistributedDataParallel` or FSDP on every path to the step (the
+          program model follows the optimizer to `model.parameters()` and the model to its wrapper, also through
+          function parameters), or the program is single-device (it never starts a process group): the call
+          becomes `optimizer.step(**optimizer_args)`. A wrap behind a flag (`if flags.ddp: model = DDP(model)`)
+          does not count: the reduction is kept (on the DDP path a second average changes nothing).
         - Otherwise `_neuron_reduce_gradients(optimizer)` (an inserted helper: all_reduce SUM of each gradient divided
           by the world size; nothing in one process or before `init_process_group`) is called before the step.
           Where no statement can be inserted (inside a lambda, a condition), the call becomes the helper
           `_neuron_optimizer_step(...)` with the same signature. Wrapping the model in DDP is faster (bucketed,
           overlapped all-reduce); see {DIST_GUIDE}.
-        - `barrier=True` only cut the lazy graph: dropped (TorchNeuron runs eagerly). `pin_layout` is dropped.
+        - `barrier=True` only cut the lazy graph: dropped (TorchNeuron runs eagerly). `pin_layout` is dropped. A
+          dropped argument on a line of its own gets a finding there.
         - A used return value is kept (`x = optimizer.step(...)`).
         - `groups=` (replica subgroups) is reported: make the subgroup once with `dist.new_group` and reduce over it.
         - When the file monkey-patches `xm.optimizer_step` (as transformers did under XLA FSDP), every call is
@@ -222,25 +251,38 @@ def optimizer_step(site, ctx):
     else:
         step_args = f"**{atom(ctx, args)}"
     step = f"{atom(ctx, opt)}.step({step_args})"
+    drops = [(kwarg(call, "barrier", 1), "barrier= (it only cut the XLA graph; TorchNeuron runs eagerly)"),
+             (kwarg(call, "pin_layout", 4), "pin_layout= (an XLA layout hint)")]
+    drops = [(n, w) for n, w in drops if n is not None and not (isinstance(n, ast.Constant) and n.value is False)]
+    extra = dropped(ctx, site, drops)
     fx = ctx.fixer()
-    if wrapped_in_ddp(ctx):
+    facts = program(ctx)
+    wrapped = facts.always_wrapped(opt, call)
+    if wrapped is None:  # the optimizer comes from code this file does not show: any wrap behind a flag keeps the average
+        wrapped = facts.wraps_unconditionally()
+    state = facts.group_at(call)
+    if wrapped:
         fx.replace(call, step)
-        return ctx.finding(site, "xm.optimizer_step with the model in DDP/FSDP: becomes optimizer.step() (DDP averages the gradients)",
-                           fix=fx.build())
-    if single_process_script(ctx):
+        return [ctx.finding(site, "xm.optimizer_step with the model always wrapped in DDP/FSDP: becomes optimizer.step() "
+                                  "(DDP averages the gradients)" + dropped_words(ctx, drops), fix=fx.build()), *extra]
+    if state is Group.NONE:
         fx.replace(call, step)
-        return ctx.finding(site, "xm.optimizer_step in a single-process script: becomes optimizer.step()", fix=fx.build(),
-                           note="If this script is started with torchrun, average the gradients first (wrap the model in DDP).")
+        return [ctx.finding(site, "xm.optimizer_step in a single-device program: becomes optimizer.step()" + dropped_words(ctx, drops),
+                            fix=fx.build(), note="If this script is started with torchrun, average the gradients first (wrap the model in DDP)."),
+                *extra]
     note = ("Gradients are averaged by an all-reduce per parameter; wrapping the model in "
             "torch.nn.parallel.DistributedDataParallel does this bucketed and overlapped with backward.")
+    if wrapped is False and wrapped_in_ddp(ctx):
+        note = ("The model is not DDP-wrapped on every path (e.g. only behind a flag), so the gradient average is kept; "
+                "where DDP does wrap it the second average leaves the values unchanged. ") + note
     stmt = site.stmt
     if (simple_ref(opt) and isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
             and starts_line(ctx, stmt) and not inside_deferred(site)):
         helper = fx.helper("_neuron_reduce_gradients")
         fx.insert_before(stmt, f"{helper}({ctx.src(opt)})")
         fx.replace(call, step)
-        return ctx.finding(site, "xm.optimizer_step averaged gradients over all processes: _neuron_reduce_gradients(optimizer) "
-                                 "now does that before optimizer.step()", fix=fx.build(), note=note)
+        return [ctx.finding(site, "xm.optimizer_step averaged gradients over all processes: _neuron_reduce_gradients(optimizer) "
+                                  "now does that before optimizer.step()" + dropped_words(ctx, drops), fix=fx.build(), note=note), *extra]
     return replace_callee(site, ctx, "_neuron_optimizer_step",
                           "xm.optimizer_step: becomes _neuron_optimizer_step (averages gradients, then steps)", note=note)
 
@@ -289,6 +331,10 @@ _WORLD = {f"{XM}.xrt_world_size", f"{XR}.world_size", f"{XR}.process_count", f"{
         process). A non-default `defval=` becomes `_neuron_ordinal(defval)` / `_neuron_xrt_world_size(defval)`.
         Used as a value (`world_size_function=xr.world_size`), the name becomes the helper function itself.
         The helpers only know the rank after `dist.init_process_group("neuron")`: call it first.
+
+        Where the program model knows more, the plain form is written: after an `init_process_group` that runs
+        on every path, `dist.get_rank()` / `dist.get_world_size()`; in a single-device program (one that never
+        starts a process group), the values 0 and 1 (`if xm.get_ordinal() == 0:` keeps just its body).
     """,
     examples=[("rank = xm.get_ordinal()\nworld = xr.world_size()", "rank = _neuron_rank()\nworld = _neuron_world_size()")],
 )
@@ -305,6 +351,15 @@ def ordinal_world_size(site, ctx):
     call = site.call
     if has_star_args(call):
         return replace_callee(site, ctx, with_default if takes_defval else base, f"{what} with *args: becomes a guarded helper")
+    state = group_at(ctx, site)
+    if state is Group.NONE:
+        how = known_value(site, ctx, fx, dflt)
+        return ctx.finding(site, f"{what} in a single-device program (it never starts a process group) is {dflt}: {how}", fix=fx.build(),
+                           note="If this script is started with torchrun, call dist.init_process_group(\"neuron\") and use dist.get_rank().")
+    if state is Group.ALWAYS:
+        text = f"{fx.ref(DIST, site.scope)}.{'get_rank' if is_rank else 'get_world_size'}()"
+        fx.replace(call, text)
+        return ctx.finding(site, f"{what} after init_process_group: becomes {text}", fix=fx.build())
     defval = kwarg(call, "defval", 0) if takes_defval else None
     if defval is None or const_value(defval, object()) == dflt:
         text = f"{fx.helper(base)}()"
@@ -328,32 +383,37 @@ _LOCAL_WORLD = {f"{XR}.local_process_count"}
     triggers=call_and_ref(*sorted(_LOCAL_RANK | _LOCAL_WORLD)),
     docs="""
         The rank within a host is what torchrun exports as `LOCAL_RANK`, and the number of processes on the host
-        `LOCAL_WORLD_SIZE`. The calls become the inserted helpers `_neuron_local_rank()` (0 when unset) and
-        `_neuron_local_world_size()` (1 when unset). `defval=` (torch_xla 2.1) becomes `_neuron_local_ordinal(defval)`.
-        Used as a value, the name becomes the helper function.
+        `LOCAL_WORLD_SIZE`. The calls become `dist.get_node_local_rank(fallback_rank=0)` (public torch API: reads
+        LOCAL_RANK, 0 when unset; `defval=` becomes the fallback) and `int(os.environ.get("LOCAL_WORLD_SIZE", 1))`;
+        in a single-device program, 0 and 1. Used as a value, the name becomes a small helper function.
     """,
-    examples=[("local = xm.get_local_ordinal()", "local = _neuron_local_rank()")],
+    examples=[("local = xm.get_local_ordinal()", "local = dist.get_node_local_rank(fallback_rank=0)")],
 )
 def local_ordinal(site, ctx):
     is_rank = site.key in _LOCAL_RANK
     base = "_neuron_local_rank" if is_rank else "_neuron_local_world_size"
     fx = ctx.fixer()
     takes_defval = site.key == f"{XM}.get_local_ordinal"
+    name = site.key.rsplit('.', 1)[1]
     if site.kind == "ref":
-        name = fx.helper("_neuron_local_ordinal" if takes_defval else base)
-        fx.replace(site.node, name)
-        return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]} used as a value: becomes the helper {name}", fix=fx.build())
+        helper = fx.helper("_neuron_local_ordinal" if takes_defval else base)
+        fx.replace(site.node, helper)
+        return ctx.finding(site, f"{name} used as a value: becomes the helper {helper}", fix=fx.build())
     call = site.call
     if has_star_args(call):
         return replace_callee(site, ctx, "_neuron_local_ordinal" if takes_defval else base, "local ordinal with *args: becomes a helper")
     defval = kwarg(call, "defval", 0) if takes_defval else None
-    if defval is None or const_value(defval, object()) == 0:
-        text = f"{fx.helper(base)}()"
+    if group_at(ctx, site) is Group.NONE and (defval is None or const_value(defval, object()) == 0):
+        how = known_value(site, ctx, fx, 0 if is_rank else 1)
+        return ctx.finding(site, f"{name}() in a single-device program is {0 if is_rank else 1}: {how}", fix=fx.build())
+    if is_rank:
+        fallback = "0" if defval is None else ctx.src(defval)
+        text = f"{fx.ref(DIST, site.scope)}.get_node_local_rank(fallback_rank={fallback})"
     else:
-        text = f"{fx.helper('_neuron_local_ordinal')}({ctx.src(defval)})"
-    fx.replace(call, text)
+        text = f'int({fx.ref("os", site.scope)}.environ.get("LOCAL_WORLD_SIZE", 1))'
+    fx.replace(call, wrap_for_parent(site, text) if not is_rank else text)
     env = "LOCAL_RANK" if is_rank else "LOCAL_WORLD_SIZE"
-    return ctx.finding(site, f"{site.key.rsplit('.', 1)[1]}(): becomes {text} (reads {env}, set by torchrun)", fix=fx.build())
+    return ctx.finding(site, f"{name}(): becomes {text} (reads {env}, set by torchrun)", fix=fx.build())
 
 
 # -- NM114 xm.is_master_ordinal --------------------------------------------------------------------
@@ -366,12 +426,14 @@ def local_ordinal(site, ctx):
     triggers=call_and_ref(f"{XM}.is_master_ordinal"),
     docs="""
         `xm.is_master_ordinal(local=True)` defaults to the **local** master: rank 0 of each host. It becomes
-        `_neuron_local_rank() == 0` (LOCAL_RANK); `local=False` becomes `_neuron_rank() == 0` (global rank 0).
+        `dist.get_node_local_rank(fallback_rank=0) == 0` (LOCAL_RANK); `local=False` becomes
+        `dist.get_rank() == 0` after an init that always runs, else `_neuron_rank() == 0` (global rank 0). In a
+        single-device program it is True: `if xm.is_master_ordinal():` keeps just its body.
         Rewriting the default form to `rank == 0` would make a multi-node job skip per-host work (dataset
         downloads, local caches). A non-literal `local=` or a use as a value becomes the helper
         `_neuron_is_master_ordinal(local)`.
     """,
-    examples=[("if xm.is_master_ordinal():\n    download()", "if _neuron_local_rank() == 0:\n    download()"),
+    examples=[("if xm.is_master_ordinal():\n    download()", "if dist.get_node_local_rank(fallback_rank=0) == 0:\n    download()"),
               ("if xm.is_master_ordinal(local=False):\n    log()", "if _neuron_rank() == 0:\n    log()")],
 )
 def is_master_ordinal(site, ctx):
@@ -382,9 +444,24 @@ def is_master_ordinal(site, ctx):
     if not isinstance(value, bool):
         return replace_callee(site, ctx, "_neuron_is_master_ordinal", "xm.is_master_ordinal with a computed local=: becomes the helper _neuron_is_master_ordinal")
     fx = ctx.fixer()
-    text = f"{fx.helper('_neuron_local_rank' if value else '_neuron_rank')}() == 0"
-    fx.replace(site.call, wrap_for_parent(site, text))
+    state = group_at(ctx, site)
     which = "rank 0 of this host (LOCAL_RANK)" if value else "global rank 0"
+    if state is Group.NONE:
+        how = known_value(site, ctx, fx, True)
+        return ctx.finding(site, f"xm.is_master_ordinal() in a single-device program is True: {how}", fix=fx.build())
+    if value:
+        rank = f"{fx.ref(DIST, site.scope)}.get_node_local_rank(fallback_rank=0)"
+    elif state is Group.ALWAYS:
+        rank = f"{fx.ref(DIST, site.scope)}.get_rank()"
+    else:
+        rank = f"{fx.helper('_neuron_rank')}()"
+    text = f"{rank} == 0"
+    parent = site.parent
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):  # `not x == 0` reads better as `x != 0`
+        text = f"{rank} != 0"
+        fx.replace(parent, wrap_for_parent(_AtNode(site, parent), text))
+    else:
+        fx.replace(site.call, wrap_for_parent(site, text))
     return ctx.finding(site, f"xm.is_master_ordinal({'' if local is None else 'local=' + repr(value)}) means {which}: becomes {text}", fix=fx.build())
 
 
@@ -399,13 +476,106 @@ def is_master_ordinal(site, ctx):
     docs="""
         `xm.master_print(*args, fd=sys.stdout, local=False, flush=False)` prints only on the **global** master
         (unlike `xm.is_master_ordinal`, whose default is local). It becomes `_neuron_master_print(...)`, an
-        inserted helper with the same signature that prints when `_neuron_rank() == 0` (`local=True`: when
-        `_neuron_local_rank() == 0`). Used as a value (`self.logger = xm.master_print`) it becomes the helper name.
+        inserted helper with the same signature that prints when `_neuron_rank() == 0` (`local=True`: on LOCAL_RANK 0).
+        Used as a value (`self.logger = xm.master_print`) it becomes the helper name. Where the program model knows
+        more: `print(...)` in a single-device program, and `if dist.get_rank() == 0: print(...)` after an
+        `init_process_group` that always runs (`fd=` becomes `file=`).
     """,
     examples=[("xm.master_print('loss', loss.item())", "_neuron_master_print('loss', loss.item())")],
 )
 def master_print(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call):
+        plain = _plain_print(site, ctx)
+        if plain is not None:
+            return plain
     return replace_callee(site, ctx, "_neuron_master_print", "xm.master_print: becomes _neuron_master_print (prints on global rank 0)")
+
+
+def _plain_print(site, ctx):
+    """print(...) in a single-device program; `if dist.get_rank() == 0: print(...)` after a sure init."""
+    call = site.call
+    local = None
+    parts = [ctx.src(a) for a in call.args]
+    for kw in call.keywords:
+        if kw.arg == "local":
+            local = const_value(kw.value, None)
+            if not isinstance(local, bool):
+                return None
+        elif kw.arg == "fd":
+            parts.append(f"file={ctx.src(kw.value)}")
+        else:
+            parts.append(f"{kw.arg}={ctx.src(kw.value)}")
+    text = f"print({', '.join(parts)})"
+    state = group_at(ctx, site)
+    fx = ctx.fixer()
+    if state is Group.NONE:
+        fx.replace(call, text)
+        return ctx.finding(site, "xm.master_print in a single-device program: becomes print()", fix=fx.build())
+    if state is not Group.ALWAYS and not local:
+        return None
+    stmt = site.stmt
+    if not (site.is_statement and alone_on_lines(ctx, stmt)):
+        return None
+    dist = fx.ref(DIST, site.scope)
+    test = f"{dist}.get_node_local_rank(fallback_rank=0) == 0" if local else f"{dist}.get_rank() == 0"
+    if _inside_test(ctx, stmt, test):
+        fx.replace(call, text)
+    else:
+        block = _block_around(ctx, stmt)
+        i = next(k for k, s_ in enumerate(block) if s_ is stmt)
+        if i > 0 and _plain_print_run_member(ctx, block[i - 1], local):
+            return ctx.finding(site, "xm.master_print: printed under the `if` of the master_print just above it",
+                               fix=fx.build())  # no edits of its own: the first of the run rewrites it
+        run = [stmt]
+        for nxt in block[i + 1:]:
+            if not _plain_print_run_member(ctx, nxt, local):
+                break
+            run.append(nxt)
+        prints = [text] + [_print_text(ctx, r.value) for r in run[1:]]
+        for r in run[1:]:
+            fx.delete(r)
+        fx.replace(stmt, f"if {test}:\n" + "".join(f"    {p}\n" for p in prints))
+    return ctx.finding(site, f"xm.master_print: becomes print() on {'rank 0 of each host' if local else 'global rank 0'} (`if {test}:`)",
+                       fix=fx.build())
+
+
+def _print_text(ctx, call) -> str:
+    parts = [ctx.src(a) for a in call.args]
+    for kw in call.keywords:
+        if kw.arg == "fd":
+            parts.append(f"file={ctx.src(kw.value)}")
+        elif kw.arg != "local":
+            parts.append(f"{kw.arg}={ctx.src(kw.value)}")
+    return f"print({', '.join(parts)})"
+
+
+def _block_around(ctx, stmt) -> list:
+    parent = ctx.analysis.parent_of.get(stmt) or ctx.analysis.tree
+    for f in ("body", "orelse", "finalbody"):
+        block = getattr(parent, f, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            return block
+    return [stmt]
+
+
+def _plain_print_run_member(ctx, stmt, local) -> bool:
+    """Another `xm.master_print(...)` statement with the same `local` that can share one `if rank == 0:`."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and alone_on_lines(ctx, stmt)):
+        return False
+    call = stmt.value
+    if not isinstance(call.func, (ast.Name, ast.Attribute)) or program(ctx).qualname(call.func) != f"{XM}.master_print":
+        return False
+    if has_star_args(call):
+        return False
+    kw_local = next((kw.value for kw in call.keywords if kw.arg == "local"), None)
+    value = False if kw_local is None else const_value(kw_local, None)
+    return value is (bool(local))
+
+
+def _inside_test(ctx, stmt, test: str) -> bool:
+    """The statement already sits in `if <test>:` (no need to ask twice)."""
+    parent = ctx.analysis.parent_of.get(stmt)
+    return isinstance(parent, ast.If) and any(s is stmt for s in parent.body) and ctx.src(parent.test) == test
 
 
 # -- NM116 xm.rendezvous ---------------------------------------------------------------------------
@@ -423,7 +593,9 @@ def master_print(site, ctx):
         more than one process exists (`dist.barrier()` itself raises without one). With a payload, or when the
         result is used, it becomes `_neuron_rendezvous(tag, payload)`, which returns the payloads gathered with
         `dist.all_gather_object`. `replicas=`/`ordinals=` (a subset of processes) is reported: make the group once
-        with `dist.new_group`. TorchNeuron implements barrier on the default group only.
+        with `dist.new_group`. TorchNeuron implements barrier on the default group only. After an
+        `init_process_group` that always runs, the statement becomes `dist.barrier()`; in a single-device program
+        it is removed (a finding at its line says so).
     """,
     examples=[("xm.rendezvous('download done')", "_neuron_barrier('download done')")],
 )
@@ -446,6 +618,17 @@ def rendezvous(site, ctx):
     no_payload = payload is None or (isinstance(payload, ast.Constant) and payload.value in (b"", ""))
     fx = ctx.fixer()
     tag_src = ctx.src(tag) if tag is not None else ""
+    state = group_at(ctx, site)
+    if state is Group.NONE:
+        if site.is_statement:
+            fx.delete(site.stmt)
+            return ctx.finding(site, "rendezvous in a single-device program: removed (one process has nobody to wait for)", fix=fx.build())
+        payload_src = ctx.src(payload) if payload is not None else 'b""'
+        fx.replace(call, f"[{payload_src}]")
+        return ctx.finding(site, "rendezvous in a single-device program: the list of payloads is this process's alone", fix=fx.build())
+    if site.is_statement and no_payload and state is Group.ALWAYS:
+        fx.replace(call, f"{fx.ref(DIST, site.scope)}.barrier()")
+        return ctx.finding(site, "rendezvous after init_process_group: becomes dist.barrier()", fix=fx.build())
     if site.is_statement and no_payload:
         fx.replace(call, f"{fx.helper('_neuron_barrier')}({tag_src})")
         return ctx.finding(site, "rendezvous without a payload: becomes _neuron_barrier() (dist.barrier() when distributed)", fix=fx.build())
@@ -472,34 +655,163 @@ def rendezvous(site, ctx):
         call becomes `_neuron_all_reduce(...)`, an inserted helper with the same signature and semantics
         (reduce types sum/mul/and/or/min/max map to `ReduceOp.SUM/PRODUCT/BAND/BOR/MIN/MAX`).
 
+        Where the program model knows more: after an `init_process_group` that always runs,
+        `total = xm.all_reduce(xm.REDUCE_SUM, t, scale=s)` on a tensor becomes `total = t.clone()`,
+        `dist.all_reduce(total)`, `total *= s`; in a single-device program the call is the copy torch_xla returned
+        (`t.clone()`).
+
         Reported instead: a single tensor reduced as a statement with the result discarded (under XLA that was a
         no-op; write `dist.all_reduce(t)` if an in-place reduction was meant), an argument that may be either a
         tensor or a list in statement form, and `groups=` (replica subgroups must be created once on every rank
-        with `dist.new_group` and passed as `group=`).
+        with `dist.new_group` and passed as `group=`). The xm.all_reduce calls of a file migrate together: when one
+        is reported, every other one is left as it is too (with a finding naming the line that blocks them).
     """,
     examples=[("total = xm.all_reduce(xm.REDUCE_SUM, loss)", "total = _neuron_all_reduce(xm.REDUCE_SUM, loss)"),
               ("xm.all_reduce('sum', [a, b], scale=0.5)", "_neuron_all_reduce('sum', [a, b], scale=0.5)")],
 )
 def all_reduce(site, ctx):
-    if site.kind == "ref":
-        return replace_callee(site, ctx, "_neuron_all_reduce", "xm.all_reduce used as a value: becomes the helper _neuron_all_reduce")
+    facts = program(ctx)
+    plans = [(node, _all_reduce_plan(ctx, node)) for node in facts.uses([f"{XM}.all_reduce"])]
+    mine = next((p for n, p in plans if n is site.node), None) or _all_reduce_plan(ctx, site.node)
+    if mine[0] == "report":
+        return ctx.finding(site, mine[1])
+    blockers = [(n, p) for n, p in plans if p[0] == "report"]
+    if blockers:
+        lines = ", ".join(str(n.lineno) for n, _ in blockers)
+        return ctx.finding(site, f"xm.all_reduce left as it is: the xm.all_reduce call{'s' if len(blockers) > 1 else ''} at line "
+                                 f"{lines} cannot be migrated automatically, and the {len(plans)} all_reduce calls of this file "
+                                 "migrate together or not at all (half a migration mixes two collective stacks)")
+    kind, message, _ = mine
+    fx = ctx.fixer()
+    if kind == "helper":
+        return replace_callee(site, ctx, "_neuron_all_reduce", message)
     call = site.call
+    inputs = kwarg(call, "inputs", 1)
+    if kind == "copy":  # one process: torch_xla returned a copy (tensor) or the list itself, and skipped the scale
+        if site.is_statement:
+            fx.delete(site.stmt)
+            return ctx.finding(site, "xm.all_reduce of a list in a single-device program reduced nothing: removed", fix=fx.build())
+        fx.replace(call, f"{atom(ctx, inputs)}.clone()" if _tensor_like(ctx, inputs) else ctx.src(inputs))
+        return ctx.finding(site, message, fix=fx.build())
+    # kind == "inline": `x = xm.all_reduce(op, t, scale=s)` after a sure init
+    stmt = site.stmt
+    target = ctx.src(stmt.targets[0])
+    dist = fx.ref(DIST, site.scope)
+    op = _reduce_op(ctx, kwarg(call, "reduce_type", 0))
+    copy = ctx.src(inputs) if _fresh_tensor(ctx, inputs) else f"{atom(ctx, inputs)}.clone()"
+    lines = [f"{target} = {copy}",
+             f"{dist}.all_reduce({target}{'' if op == 'SUM' else f', op={dist}.ReduceOp.{op}'})"]
+    scale = kwarg(call, "scale", 2)
+    note = ""
+    if scale is not None and const_value(scale, None) != 1.0:
+        lines.append(f"{target} *= {ctx.src(scale)}")
+        note = ("torch_xla skipped the scale when the world size was 1; it is now applied in one process too "
+                "(no change when the scale is 1/world_size).")
+    fx.replace(stmt, "\n".join(lines) + "\n")
+    return ctx.finding(site, message, fix=fx.build(), note=note)
+
+
+_OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min": "MIN", "max": "MAX"}
+_TENSOR_METHODS = {
+    "clone", "detach", "sum", "mean", "float", "double", "half", "bfloat16", "long", "int", "to", "cpu", "reshape",
+    "view", "unsqueeze", "squeeze", "abs", "max", "min", "sqrt", "pow", "div", "mul", "add", "sub", "contiguous",
+    "new_tensor", "new_zeros", "new_ones", "flatten", "type_as", "norm", "argmax", "eq", "count_nonzero",
+}
+
+
+def _reduce_op(ctx, node):
+    """ReduceOp name of a reduce type written as xm.REDUCE_X or its string, else None."""
+    value = const_value(node, None)
+    if value is None and isinstance(node, ast.Attribute):
+        q = program(ctx).qualname(node)
+        if q and q.startswith(XM + ".REDUCE_"):
+            value = _REDUCE_CONSTANTS.get(q.rsplit(".", 1)[1])
+    return _OPS.get(value) if isinstance(value, str) else None
+
+
+_FRESH_FACTORIES = {"tensor", "ones", "zeros", "full", "empty", "stack", "cat", "rand", "randn", "arange", "ones_like", "zeros_like"}
+_FRESH_METHODS = {"sum", "mean", "norm", "clone", "argmax", "argmin", "count_nonzero", "prod", "std", "var"}
+
+
+def _fresh_tensor(ctx, node) -> bool:
+    """The expression builds a new tensor (a factory, a reduction, arithmetic): reducing it in place needs no clone."""
+    if isinstance(node, ast.BinOp):
+        return _tensor_like(ctx, node)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, (ast.Name, ast.Attribute)):
+        q = program(ctx).qualname(node.func)
+        if q is not None:
+            return q.startswith("torch.") and q.count(".") == 1 and q.split(".")[1] in _FRESH_FACTORIES
+    return isinstance(node.func, ast.Attribute) and node.func.attr in _FRESH_METHODS and not node.args and not node.keywords
+
+
+def _tensor_like(ctx, node, depth: int = 0) -> bool:
+    """The expression is a tensor (not a list of them) as far as this file shows."""
+    if depth > 3 or node is None:
+        return False
+    if isinstance(node, ast.Call):
+        q = program(ctx).qualname(node.func) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+        if q is not None:
+            return q.startswith("torch.") and q.rsplit(".", 1)[1] not in ("split", "chunk", "unbind", "tensor_split")
+        return isinstance(node.func, ast.Attribute) and node.func.attr in _TENSOR_METHODS
+    if isinstance(node, ast.BinOp):
+        return _tensor_like(ctx, node.left, depth + 1) or _tensor_like(ctx, node.right, depth + 1)
+    if isinstance(node, ast.UnaryOp):
+        return _tensor_like(ctx, node.operand, depth + 1)
+    if isinstance(node, ast.Name):
+        fn = ctx.analysis.parent_of.get(node)
+        while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+            fn = ctx.analysis.parent_of.get(fn)
+        scope = fn.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)) else []
+        values = [s.value for body_stmt in scope for s in ast.walk(body_stmt)
+                  if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and s.value is not None
+                  and any(isinstance(t, ast.Name) and t.id == node.id for t in (s.targets if isinstance(s, ast.Assign) else [s.target]))]
+        return bool(values) and all(_tensor_like(ctx, v, depth + 1) for v in values)
+    return False
+
+
+def _all_reduce_plan(ctx, node):
+    """(kind, message, None): "helper", "inline" (clone + dist.all_reduce + scale), "copy" (one process) or "report"."""
+    a = ctx.analysis
+    if not isinstance(node, ast.Call):
+        return ("helper", "xm.all_reduce used as a value: becomes the helper _neuron_all_reduce", None)
+    call = node
     if has_star_args(call):
-        return replace_callee(site, ctx, "_neuron_all_reduce", "xm.all_reduce with *args/**kwargs: becomes _neuron_all_reduce (same signature)")
+        return ("helper", "xm.all_reduce with *args/**kwargs: becomes _neuron_all_reduce (same signature)", None)
     inputs = kwarg(call, "inputs", 1)
     if not is_none(kwarg(call, "groups", 3)):
-        return ctx.finding(site, "xm.all_reduce with groups=: create each subgroup once with dist.new_group (on every rank) and "
-                                 "call dist.all_reduce(t, op, group=subgroup)")
+        return ("report", "xm.all_reduce with groups=: create each subgroup once with dist.new_group (on every rank) and "
+                          "call dist.all_reduce(t, op, group=subgroup)", None)
     if inputs is None:
-        return ctx.finding(site, "xm.all_reduce without inputs: migrate by hand")
-    if site.is_statement and not isinstance(inputs, (ast.List, ast.Tuple)):
+        return ("report", "xm.all_reduce without inputs: migrate by hand", None)
+    is_list = isinstance(inputs, (ast.List, ast.Tuple))
+    statement = isinstance(a.parent_of.get(call), ast.Expr)
+    if statement and not is_list:
         if isinstance(inputs, (ast.Name, ast.Attribute, ast.Subscript)):
-            return ctx.finding(site, f"xm.all_reduce result discarded: for a tensor `{ctx.src(inputs)}` this did nothing under XLA "
-                                     "(the tensor form is out of place); assign the result, or use dist.all_reduce for an in-place "
-                                     "reduction; for a list use _neuron_all_reduce / a dist.all_reduce loop")
-        return ctx.finding(site, "xm.all_reduce of a tensor with the result discarded did nothing under XLA: assign the result")
-    return replace_callee(site, ctx, "_neuron_all_reduce", "xm.all_reduce: becomes _neuron_all_reduce "
-                          "(out of place for a tensor, in place for a list, as before)")
+            return ("report", f"xm.all_reduce result discarded: for a tensor `{ctx.src(inputs)}` this did nothing under XLA "
+                              "(the tensor form is out of place); assign the result, or use dist.all_reduce for an in-place "
+                              "reduction; for a list use _neuron_all_reduce / a dist.all_reduce loop", None)
+        return ("report", "xm.all_reduce of a tensor with the result discarded did nothing under XLA: assign the result", None)
+    facts = program(ctx)
+    state = facts.group_at(call)
+    tensor = _tensor_like(ctx, inputs)
+    if state is Group.NONE and (tensor or is_list):
+        return ("copy", "xm.all_reduce in a single-device program: a copy of the input (torch_xla reduced nothing and "
+                        "skipped the scale in one process)", None)
+    stmt = _stmt_of(a, call)
+    if (state is Group.ALWAYS and tensor and isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) and _reduce_op(ctx, kwarg(call, "reduce_type", 0))
+            and alone_on_lines(ctx, stmt) and simple_ref(stmt.targets[0])):
+        return ("inline", "xm.all_reduce of a tensor: becomes dist.all_reduce on a clone (xm.all_reduce left its input "
+                          "unchanged), then the scale", None)
+    return ("helper", "xm.all_reduce: becomes _neuron_all_reduce (out of place for a tensor, in place for a list, as before)", None)
+
+
+def _stmt_of(analysis, node):
+    while not isinstance(node, ast.stmt):
+        node = analysis.parent_of[node]
+    return node
 
 
 # -- NM118 xm.REDUCE_* constants -------------------------------------------------------------------
@@ -692,13 +1004,88 @@ def collective_without_equivalent(site, ctx):
         `master_only=False`: every rank), and then waits for all ranks. A plain `torch.save` on every rank races on
         the file; on `rank == 0` only it changes multi-node behaviour and saves device tensors. The call becomes
         `_neuron_save(...)`, an inserted helper with the same signature and defaults (tensors are moved with
-        `torch.utils._pytree.tree_map`, shared tensors stay shared). Used as a value (`save_function=xm.save`) it
-        becomes the helper name.
+        public API only: dicts, lists and tuples are walked). Used as a value (`save_function=xm.save`) it becomes
+        the helper name. Where the program model knows more, the plain form is written: in a single-device program
+        `torch.save(<CPU copy>, path)`; after an `init_process_group` that always runs, `if
+        dist.get_node_local_rank(fallback_rank=0) == 0: torch.save(<CPU copy>, path)` then `dist.barrier()`. The
+        CPU copy of a model's `state_dict()` is `{k: v.cpu() for k, v in model.state_dict().items()}`.
     """,
     examples=[("xm.save(model.state_dict(), 'model.pt')", "_neuron_save(model.state_dict(), 'model.pt')")],
 )
 def xla_save(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call):
+        plain = _plain_save(site, ctx)
+        if plain is not None:
+            return plain
     return replace_callee(site, ctx, "_neuron_save", "xm.save: becomes _neuron_save (CPU copy, written by each host's rank 0, then a barrier)")
+
+
+def _plain_save(site, ctx):
+    """torch.save of a CPU copy: directly in a single-device program, on the saving rank then a barrier after a sure init."""
+    call = site.call
+    data, path = kwarg(call, "data", 0), kwarg(call, "file_or_path", 1)
+    master_only = const_value(kwarg(call, "master_only", 2), True) if kwarg(call, "master_only", 2) is not None else True
+    global_master = const_value(kwarg(call, "global_master", 3), False) if kwarg(call, "global_master", 3) is not None else False
+    if data is None or path is None or not isinstance(master_only, bool) or not isinstance(global_master, bool):
+        return None
+    state = group_at(ctx, site)
+    if state not in (Group.NONE, Group.ALWAYS):
+        return None
+    fx = ctx.fixer()
+    cpu = _cpu_copy(ctx, fx, data)
+    save = f"{fx.ref('torch', site.scope)}.save({cpu}, {ctx.src(path)})"
+    if state is Group.NONE:
+        fx.replace(call, save)
+        return ctx.finding(site, "xm.save in a single-device program: becomes torch.save of a CPU copy", fix=fx.build())
+    stmt = site.stmt
+    if not (site.is_statement and alone_on_lines(ctx, stmt)):
+        return None
+    dist = fx.ref(DIST, site.scope)
+    lines = []
+    if not master_only:
+        lines.append(save)
+    else:
+        test = f"{dist}.get_rank() == 0" if global_master else f"{dist}.get_node_local_rank(fallback_rank=0) == 0"
+        lines += [f"if {test}:", f"    {save}"]
+    lines.append(f"{dist}.barrier()")
+    fx.replace(stmt, "\n".join(lines) + "\n")
+    who = "every rank" if not master_only else ("global rank 0" if global_master else "rank 0 of each host")
+    return ctx.finding(site, f"xm.save: becomes torch.save of a CPU copy on {who}, then dist.barrier() (xm.save waited for all ranks)",
+                       fix=fx.build())
+
+
+def _cpu_copy(ctx, fx, data) -> str:
+    """A CPU copy of `data` as one expression: a comprehension for a module's state_dict (also as a value of a dict
+    literal whose other values are constants), else the small helper."""
+    plain = _plain_cpu_copy(ctx, data)
+    if plain is not None:
+        return plain
+    return f"{fx.helper('_neuron_to_cpu')}({ctx.src(data)})"
+
+
+def _plain_cpu_copy(ctx, data):
+    if (isinstance(data, ast.Call) and isinstance(data.func, ast.Attribute) and data.func.attr == "state_dict"
+            and not data.args and not data.keywords and _is_module(ctx, data.func.value)):
+        return f"{{k: v.cpu() for k, v in {ctx.src(data)}.items()}}"
+    if isinstance(data, ast.Constant):
+        return ctx.src(data)
+    if isinstance(data, ast.Dict) and all(k is not None for k in data.keys) and ctx.analysis.span(data).line == ctx.analysis.span(data).end_line:
+        values = [_plain_cpu_copy(ctx, v) for v in data.values]
+        if all(v is not None for v in values):
+            return "{" + ", ".join(f"{ctx.src(k)}: {v}" for k, v in zip(data.keys, values)) + "}"
+    return None
+
+
+def _is_module(ctx, node) -> bool:
+    """`node` is a model: the file takes its .parameters() (an optimizer's, so its state_dict holds tensors only)."""
+    if not simple_ref(node):
+        return False
+    text = ctx.src(node)
+    for n in ast.walk(ctx.analysis.tree):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("parameters", "named_parameters")
+                and ctx.src(n.func.value) == text):
+            return True
+    return False
 
 
 # -- NM126 init_process_group('xla') ---------------------------------------------------------------
@@ -730,31 +1117,73 @@ def xla_process_group(site, ctx):
     init = kwarg(call, "init_method", 1)
     xla_backend = isinstance(backend, ast.Constant) and backend.value == "xla"
     xla_init = isinstance(init, ast.Constant) and isinstance(init.value, str) and init.value.startswith(_XLA_INIT_METHODS)
-    if not xla_backend and not xla_init:
+    guard = program(ctx).launch_inits() and not _guarded_init(ctx, site)
+    if not xla_backend and not xla_init and not guard:
         return None
-    if not xla_backend and backend is not None:
+    if xla_init and not xla_backend and backend is not None:
         return ctx.finding(site, f"init_method {init.value!r} needs the XLA backend: use init_method='env://' (torchrun) with backend \"neuron\"")
-    parts = []
-    for i, a in enumerate(call.args):
-        if a is backend:
-            parts.append('"neuron"')
-        elif a is init:
-            if i == len(call.args) - 1:
-                continue
-            parts.append("None")
-        else:
-            parts.append(ctx.src(a))
-    for kw in call.keywords:
-        if kw.value is init:
-            continue
-        parts.append(f'{kw.arg}="neuron"' if kw.value is backend else f"{kw.arg}={ctx.src(kw.value)}")
-    if backend is None:
-        parts.insert(0, '"neuron"')
     fx = ctx.fixer()
-    fx.replace(call, f"{ctx.src(call.func)}({', '.join(parts)})")
-    return ctx.finding(site, "XLA process group: becomes init_process_group(\"neuron\") with the env:// rendezvous (torchrun)",
-                       fix=fx.build(), note="Call it before any tensor is moved to the neuron device: the backend cannot "
-                       "start once the Neuron runtime is initialised.")
+    new_call = ctx.src(call)
+    drops = []
+    if xla_backend or xla_init:
+        parts = []
+        for i, a in enumerate(call.args):
+            if a is backend:
+                parts.append('"neuron"')
+            elif a is init:
+                drops.append((a, f"init_method={ctx.src(a)} (torchrun's env:// rendezvous replaces it)"))
+                if i == len(call.args) - 1:
+                    continue
+                parts.append("None")
+            else:
+                parts.append(ctx.src(a))
+        for kw in call.keywords:
+            if kw.value is init:
+                drops.append((kw, f"init_method={ctx.src(kw.value)} (torchrun's env:// rendezvous replaces it)"))
+                continue
+            parts.append(f'{kw.arg}="neuron"' if kw.value is backend else f"{kw.arg}={ctx.src(kw.value)}")
+        if backend is None:
+            parts.insert(0, '"neuron"')
+        new_call = f"{ctx.src(call.func)}({', '.join(parts)})"
+    extra = dropped(ctx, site, drops)
+    message = "XLA process group: becomes init_process_group(\"neuron\") with the env:// rendezvous (torchrun)" if (xla_backend or xla_init) else ""
+    note = ("Call it before any tensor is moved to the neuron device: the backend cannot start once the Neuron runtime "
+            "is initialised.")
+    if guard:
+        stmt = site.stmt
+        dist = fx.ref(DIST, site.scope)
+        parent = ctx.analysis.parent_of.get(stmt)
+        if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+            return [ctx.finding(site, "init_process_group in a program whose launch now starts the group: guard it with "
+                                      "`if not dist.is_initialized():` by hand (its value is used)"), *extra]
+        if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse and starts_line(ctx, stmt):
+            test = parent.test
+            test_src = ctx.src(test) if not isinstance(test, (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)) or (
+                isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) else f"({ctx.src(test)})"
+            fx.replace(test, f"{test_src} and not {dist}.is_initialized()")
+            fx.replace(call, new_call)
+        elif alone_on_lines(ctx, stmt):
+            fx.replace(stmt, f"if not {dist}.is_initialized():\n    {new_call}\n")
+        else:
+            return [ctx.finding(site, "init_process_group on a shared line in a program whose launch now starts the group: "
+                                      "guard it with `if not dist.is_initialized():` by hand"), *extra]
+        message = (message + "; " if message else "") + ("guarded with `not dist.is_initialized()`: the launch rewrite already "
+                                                         "starts the group whenever torchrun runs the script")
+        return [ctx.finding(site, message[0].upper() + message[1:], fix=fx.build(), note=note), *extra]
+    fx.replace(call, new_call)
+    return [ctx.finding(site, message, fix=fx.build(), note=note), *extra]
+
+
+def _guarded_init(ctx, site) -> bool:
+    """An `if` around the init already asks `dist.is_initialized()` (or the WORLD_SIZE check of the launch rewrite)."""
+    for anc in site.ancestors():
+        if isinstance(anc, ast.If):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.Attribute) and n.attr == "is_initialized" or isinstance(n, ast.Constant) and n.value == "WORLD_SIZE":
+                    return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+    return False
 
 
 # -- NM127 xmp.spawn / torch_xla.launch ------------------------------------------------------------
@@ -772,12 +1201,17 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
     docs=f"""
         `xmp.spawn(fn, args=(...))` started one process per device and called `fn(global_ordinal, *args)` in each;
         `torch_xla.launch(fn, args)` did the same, or under torchrun called `fn(LOCAL_RANK, *args)`. TorchNeuron
-        runs one process per NeuronCore started by torchrun ({DIST_GUIDE}), so the call becomes a direct call:
-        `fn(int(os.environ.get("RANK", 0)), *args)` for `xmp.spawn` (the global ordinal) and `LOCAL_RANK` for
-        `torch_xla.launch`. When the file never calls `init_process_group`, the process group is initialised
-        first (`dist.init_process_group("neuron")` when torchrun set `WORLD_SIZE`), since the rewritten
-        collectives need it, and destroyed after the worker returns; run without torchrun, the script still
-        works as one process. The finding's note
+        runs one process per NeuronCore started by torchrun ({DIST_GUIDE}), so the call becomes a direct call
+        `fn(dist.get_rank(), *args)`: both pass the global ordinal, as torch_xla documents for both (on one host
+        it is also the LOCAL_RANK torch_xla.launch passed under torchrun). Unless the worker always starts the
+        group itself first, the rewrite starts it before the call: torchrun's group (`dist.init_process_group(
+        "neuron")` when torchrun set `WORLD_SIZE`), else a group of one process (`store=dist.HashStore(), rank=0,
+        world_size=1`), so the script still runs as one process without torchrun and every rewritten collective,
+        rank and barrier is a plain `torch.distributed` call that works in both. The script's own init (behind a
+        flag, say) is then guarded with `not dist.is_initialized()` (NM126). When the worker always starts the
+        group itself, the index is `int(os.environ.get("RANK", 0))`. The group is destroyed after the worker
+        returns. `nprocs`, `join`,
+        `daemon`, `start_method` are dropped (each is a finding on its own line). The finding's note
         gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
         trn2.48xlarge> script.py`. `start_method='fork'` is reported: the Neuron runtime cannot be initialised in
         a forked process (torch_neuronx raises "Cannot re-initialize Neuron runtime in forked subprocess"), and
@@ -785,9 +1219,11 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
     """,
     examples=[
         ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
-         "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ and not dist.is_initialized():\n        dist.init_process_group(\"neuron\")\n"
-         "    _mp_fn(int(os.environ.get(\"RANK\", 0)), flags)\n"
-         "    if dist.is_initialized():\n        dist.destroy_process_group()"),
+         "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ:  # started by torchrun\n        dist.init_process_group(\"neuron\")\n"
+         "    else:  # run without torchrun: a group of one process\n"
+         "        dist.init_process_group(\"neuron\", store=dist.HashStore(), rank=0, world_size=1)\n"
+         "    _mp_fn(dist.get_rank(), flags)\n"
+         "    dist.destroy_process_group()"),
     ],
 )
 def xmp_spawn(site, ctx):
@@ -813,28 +1249,49 @@ def xmp_spawn(site, ctx):
                                  "and launch with torchrun", note=note)
     fx = ctx.fixer()
     os_ = fx.ref("os")
-    env = "RANK" if what == "xmp.spawn" else "LOCAL_RANK"
+    dist = fx.ref(DIST)
     fn_src = atom(ctx, fn) if not isinstance(fn, ast.Lambda) else f"({ctx.src(fn)})"
-    call_args = [f'int({os_}.environ.get("{env}", 0))']
+    owns_group = program(ctx).launch_needs_init(fn.id if isinstance(fn, ast.Name) else None)
+    # torch_xla documents the index as the global ordinal for both (launch wraps xmp.spawn's docs); on one host
+    # it equals LOCAL_RANK, which torch_xla.launch passed under torchrun
+    call_args = [f"{dist}.get_rank()" if owns_group else f'int({os_}.environ.get("RANK", 0))']
     if isinstance(args, (ast.Tuple, ast.List)):
         call_args += [ctx.src(e) for e in args.elts]
     elif args is not None and not is_none(args):
         call_args.append(f"*{atom(ctx, args)}")
     lines = []
-    owns_group = f"{DIST}.init_process_group" not in ctx.analysis.qualnames
-    if owns_group:
-        dist = fx.ref(DIST)
-        lines += [f'if "WORLD_SIZE" in {os_}.environ and not {dist}.is_initialized():',
-                  f'    {dist}.init_process_group("neuron")']
+    if owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
+        lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
+                  f'    {dist}.init_process_group("neuron")',
+                  "else:  # run without torchrun: a group of one process",
+                  f'    {dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)']
     lines.append(f"{fn_src}({', '.join(call_args)})")
-    if owns_group:  # the group this code started is closed cleanly (xmp.spawn did that for its workers)
+    destroys = any(q.endswith("destroy_process_group") for q in ctx.analysis.qualnames)
+    if owns_group and not destroys:
+        lines.append(f"{dist}.destroy_process_group()")
+    else:
         lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
     fx.replace(site.stmt, "\n".join(lines) + "\n")
-    nprocs = kwarg(call, "nprocs", 2) if what == "xmp.spawn" else None
-    if nprocs is not None and const_value(nprocs, 0) not in (None, 1):
-        note += f" (nprocs={ctx.src(nprocs)} becomes --nproc_per_node={ctx.src(nprocs)})"
-    return ctx.finding(site, f"{what}: becomes a direct call of the worker with its {'global' if env == 'RANK' else 'local'} rank; "
-                             "torchrun starts one process per NeuronCore", fix=fx.build(), note=note)
+    if what == "xmp.spawn":
+        named = [("nprocs", 2), ("join", 3), ("daemon", 4), ("start_method", 5)]
+    else:
+        named = [("start_method", 2), ("debug_single_process", 3)]
+    drops = []
+    for name, pos in named:
+        node = kwarg(call, name, pos)
+        if node is None:
+            continue
+        for kw in call.keywords:
+            if kw.value is node:
+                node = kw
+        value = node.value if isinstance(node, ast.keyword) else node
+        if name == "nprocs" and const_value(value, 0) not in (None, 1):
+            note += f" (nprocs={ctx.src(value)} becomes --nproc_per_node={ctx.src(value)})"
+        drops.append((node, f"{name}={ctx.src(value)} (torchrun decides how processes start)"))
+    return [ctx.finding(site, f"{what}: becomes a direct call of the worker with its global rank; torchrun starts one process "
+                              "per NeuronCore" + ("; a process group is started first (torchrun's, else one of a single process)"
+                                                  if owns_group else "")
+                              + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
 
 
 # -- NM128 xmp.MpModelWrapper ----------------------------------------------------------------------
@@ -879,10 +1336,71 @@ def mp_model_wrapper(site, ctx):
         dataset download that must not run concurrently) and returned its result in each. It becomes
         `_neuron_serial_executor()`, an inserted helper whose `.run(fn)` lets each local rank (LOCAL_RANK) run `fn`
         in turn, separated by barriers. Every process must call `.run` the same number of times, as before.
+
+        When `X = xmp.MpSerialExecutor()` is only used as `X.run(fn)` (the usual module-level `SERIAL_EXEC`), the
+        assignment goes and each `X.run(fn)` becomes `fn()` in a single-device program; after an init that always
+        runs, `result = X.run(fn)` becomes a loop over LOCAL_WORLD_SIZE turns in which the process whose local rank
+        has the turn calls `result = fn()`, with `dist.barrier()` after each turn; elsewhere
+        `_neuron_run_serially(fn)`. This keeps module-level code from calling a helper that is defined further
+        down the file.
     """,
     examples=[("SERIAL_EXEC = xmp.MpSerialExecutor()", "SERIAL_EXEC = _neuron_serial_executor()")],
 )
 def mp_serial_executor(site, ctx):
     if site.kind == "call" and (site.call.args or site.call.keywords):
         return ctx.finding(site, "xmp.MpSerialExecutor with arguments: run fn on each local rank in turn with dist.barrier() between")
-    return replace_callee(site, ctx, "_neuron_serial_executor", "xmp.MpSerialExecutor: becomes _neuron_serial_executor (turns by local rank)")
+    runs = _serial_runs(ctx, site) if site.kind == "call" else None
+    if runs is None:
+        return replace_callee(site, ctx, "_neuron_serial_executor", "xmp.MpSerialExecutor: becomes _neuron_serial_executor (turns by local rank)")
+    fx = ctx.fixer()
+    facts = program(ctx)
+    fx.delete(site.stmt)
+    direct = 0
+    for run in runs:
+        fn = run.args[0]
+        state = facts.group_at(run)
+        stmt = _stmt_of(ctx.analysis, run)
+        if state is Group.NONE:
+            fx.replace(run, f"{atom(ctx, fn)}()")
+            direct += 1
+        elif state is Group.ALWAYS and alone_on_lines(ctx, stmt) and (
+                isinstance(stmt, ast.Expr) and stmt.value is run
+                or isinstance(stmt, ast.Assign) and stmt.value is run and all(simple_ref(t) for t in stmt.targets)):
+            # each process of this host in turn, a barrier between turns: what the executor did, written out
+            dist, os_ = fx.ref(DIST, site.scope), fx.ref("os", site.scope)
+            call = ctx.src(stmt)[: run.col_offset - stmt.col_offset] + f"{atom(ctx, fn)}()"
+            fx.replace(stmt, f'for turn in range(int({os_}.environ.get("LOCAL_WORLD_SIZE", 1))):  # one process of this host at a time\n'
+                             f"    if {dist}.get_node_local_rank(fallback_rank=0) == turn:\n"
+                             f"        {call}\n"
+                             f"    {dist}.barrier()\n")
+        else:
+            fx.replace(run, f"{fx.helper('_neuron_run_serially')}({ctx.src(fn)})")
+    how = "a direct call fn() (single-device program)" if direct == len(runs) else "fn() run by each local rank in turn"
+    name = site.stmt.targets[0].id
+    return ctx.finding(site, f"xmp.MpSerialExecutor: the executor `{name}` goes and each {name}.run(fn) becomes {how}", fix=fx.build())
+
+
+def _serial_runs(ctx, site):
+    """The `X.run(fn)` calls of `X = xmp.MpSerialExecutor()` when they are all the file does with X, else None.
+
+    Rewriting the uses instead of the construction keeps module-level code free of inserted helpers, which are only
+    defined further down the file (issue: inserted code used before it is defined)."""
+    stmt = site.stmt
+    if not (isinstance(stmt, ast.Assign) and stmt.value is site.call and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and alone_on_lines(ctx, stmt)):
+        return None
+    name = stmt.targets[0].id
+    runs = []
+    for node in ast.walk(ctx.analysis.tree):
+        if isinstance(node, ast.Global) and name in node.names:
+            return None
+        if not (isinstance(node, ast.Name) and node.id == name) or node is stmt.targets[0]:
+            continue
+        attr = ctx.analysis.parent_of.get(node)
+        call = ctx.analysis.parent_of.get(attr)
+        if not (isinstance(node.ctx, ast.Load) and isinstance(attr, ast.Attribute) and attr.attr == "run"
+                and isinstance(call, ast.Call) and call.func is attr and len(call.args) == 1 and not call.keywords
+                and not isinstance(call.args[0], ast.Starred)):
+            return None
+        runs.append(call)
+    return runs or None

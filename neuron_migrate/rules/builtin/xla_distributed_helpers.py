@@ -1,7 +1,7 @@
 """Helper functions the torch_xla distributed fixes (NM110-NM129) insert into user code.
 
 Registered into `neuron_migrate.rules.helpers.HELPERS` on import. Sources are `str.format` templates:
-`{dist}`, `{torch}`, `{os}`, `{pytree}` become the local spelling of those modules; literal braces are doubled.
+`{dist}`, `{torch}`, `{os}` become the local spelling of those modules; literal braces are doubled.
 Every helper keeps the torch_xla call's signature where it stands in for a function used as a value, and
 behaves as the torch_xla call did when torch.distributed is not initialised (one process).
 """
@@ -80,17 +80,15 @@ NEW_HELPERS = {
     ),
     "_neuron_reduce_gradients": Helper(
         '''def _neuron_reduce_gradients(optimizer, groups=None, pin_layout=True):
-    """Average every gradient of `optimizer` over all processes, as xm.reduce_gradients() did."""
+    """Average the gradients of `optimizer` over all processes, as xm.reduce_gradients() did."""
     if groups:
-        raise NotImplementedError("gradient reduction over replica groups: use DDP with a process group made by dist.new_group")
-    if not ({dist}.is_available() and {dist}.is_initialized()) or {dist}.get_world_size() == 1:
-        return
-    world = {dist}.get_world_size()
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None:
-                {dist}.all_reduce(p.grad, op={dist}.ReduceOp.SUM)
-                p.grad.div_(world)
+        raise NotImplementedError("gradients over replica groups: use DDP with a group made by dist.new_group")
+    if {dist}.is_initialized() and {dist}.get_world_size() > 1:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    {dist}.all_reduce(p.grad)
+                    p.grad /= {dist}.get_world_size()
 ''',
         _DIST,
     ),
@@ -171,20 +169,20 @@ NEW_HELPERS = {
         {"dist": "torch.distributed", "torch": "torch"},
     ),
     "_neuron_to_cpu": Helper(
-        '''def _neuron_to_cpu(data):
-    """`data` with every tensor moved to the CPU (a tensor shared by several entries stays shared)."""
-    memo = {{}}
-
-    def move(t):
-        if isinstance(t, {torch}.Tensor):
-            if id(t) not in memo:
-                memo[id(t)] = t.detach().cpu()
-            return memo[id(t)]
-        return t
-
-    return {pytree}.tree_map(move, data)
+        '''def _neuron_to_cpu(data, memo=None):
+    """`data` with every tensor moved to the CPU (dicts, lists and tuples are walked; a shared tensor stays shared)."""
+    memo = {{}} if memo is None else memo
+    if isinstance(data, {torch}.Tensor):
+        if id(data) not in memo:
+            memo[id(data)] = data.detach().cpu()
+        return memo[id(data)]
+    if isinstance(data, dict):
+        return {{k: _neuron_to_cpu(v, memo) for k, v in data.items()}}
+    if isinstance(data, (list, tuple)):
+        return [_neuron_to_cpu(v, memo) for v in data]  # xm.save also wrote sequences as lists
+    return data
 ''',
-        {"torch": "torch", "pytree": "torch.utils._pytree"},
+        {"torch": "torch"},
     ),
     "_neuron_mesh_reduce": Helper(
         '''def _neuron_mesh_reduce(tag, data, reduce_fn):
@@ -223,12 +221,26 @@ NEW_HELPERS = {
         '''def _neuron_save(data, file_or_path, master_only=True, global_master=False):
     """xm.save: torch.save of `data` moved to the CPU, written by rank 0 of each host (global_master=True:
     by global rank 0 only; master_only=False: by every rank); then all ranks wait for each other."""
-    if not master_only or (_neuron_rank() if global_master else _neuron_local_rank()) == 0:
+    if not master_only or (_neuron_rank() if global_master else {dist}.get_node_local_rank(fallback_rank=0)) == 0:
         {torch}.save(_neuron_to_cpu(data), file_or_path)
     _neuron_barrier()
 ''',
-        {"torch": "torch"},
-        ("_neuron_rank", "_neuron_local_rank", "_neuron_to_cpu", "_neuron_barrier"),
+        {"torch": "torch", "dist": "torch.distributed"},
+        ("_neuron_rank", "_neuron_to_cpu", "_neuron_barrier"),
+    ),
+    "_neuron_run_serially": Helper(
+        '''def _neuron_run_serially(fn):
+    """fn() on one process of this host at a time, as xmp.MpSerialExecutor().run(fn) did; returns its result."""
+    if not ({dist}.is_available() and {dist}.is_initialized()):
+        return fn()
+    result = None
+    for turn in range(int({os}.environ.get("LOCAL_WORLD_SIZE", 1))):
+        if {dist}.get_node_local_rank(fallback_rank=0) == turn:
+            result = fn()
+        {dist}.barrier()
+    return result
+''',
+        {"dist": "torch.distributed", "os": "os"},
     ),
     "_neuron_serial_executor": Helper(
         '''def _neuron_serial_executor():
@@ -236,17 +248,12 @@ NEW_HELPERS = {
 
     class _SerialExecutor:
         def run(self, fn):
-            result = None
-            for turn in range(_neuron_local_world_size()):
-                if _neuron_local_rank() == turn:
-                    result = fn()
-                _neuron_barrier()
-            return result
+            return _neuron_run_serially(fn)
 
     return _SerialExecutor()
 ''',
         {},
-        ("_neuron_local_world_size", "_neuron_local_rank", "_neuron_barrier"),
+        ("_neuron_run_serially",),
     ),
 }
 

@@ -20,6 +20,8 @@ before the script, which then runs with:
 
 Settings (environment):
 - `NEURON_ON_CPU=0` disables the shim (the folder may stay on PYTHONPATH).
+- `NEURON_ON_CPU_COLLECTIVES=DIR` counts collectives and records the process group joined (see
+  `_count_collectives`), written to DIR at exit.
 - `NEURON_ON_CPU_DEVICE_TYPES` comma-separated device types mapped to cpu (default `neuron`; add `xla` or
   `cuda` to run un-migrated code the same way).
 - `NEURON_ON_CPU_COMPILE_BACKEND` backend used instead of `neuron`/`inductor`/unset (default `eager`).
@@ -139,9 +141,14 @@ def _install() -> None:
         if "device_id" in kwargs:
             kwargs.pop("device_id")
         _install_fast_exit()
-        return real_init(*args, **kwargs)
+        result = real_init(*args, **kwargs)
+        if _COLLECTIVES["dir"]:
+            _record_group(dist)
+        return result
 
     dist.init_process_group = init_process_group
+    if os.environ.get("NEURON_ON_CPU_COLLECTIVES"):
+        _count_collectives(dist, os.environ["NEURON_ON_CPU_COLLECTIVES"])
 
     # -- torch.compile -------------------------------------------------------------------------------
     real_compile = torch.compile
@@ -220,6 +227,77 @@ _FACTORIES = (
 )
 
 _EXIT = {"code": 0, "installed": False}
+_COLLECTIVES = {"dir": None, "counts": {}, "group": None}
+_COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
+            "barrier", "all_gather_object", "broadcast_object_list", "all_to_all_single", "reduce")
+
+
+def _count_collectives(dist, log_dir: str) -> None:
+    """NEURON_ON_CPU_COLLECTIVES=DIR: count the collectives this process calls, and record the group it joined.
+
+    Each `torch.distributed` collective is wrapped (counted by name; all_reduce also by tensor shape), DDP's
+    gradient buckets are counted through a comm hook (DDP reduces them in C++, past the Python functions), and at
+    init every rank gathers the process ids of the group's members. At exit DIR/rank<RANK>-<pid>.json holds
+    {"rank", "world_size", "members", "counts", "all_reduce_shapes"}: a test can then assert that two ranks joined
+    one group and that gradients were all-reduced, not only that the loss fell.
+    """
+    import functools
+
+    _COLLECTIVES["dir"] = log_dir
+    counts = _COLLECTIVES["counts"]
+    shapes = _COLLECTIVES.setdefault("shapes", {})
+
+    def wrap(name, orig):
+        @functools.wraps(orig)
+        def collective(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            if name == "all_reduce" and args and hasattr(args[0], "shape"):
+                key = "x".join(map(str, args[0].shape)) or "scalar"
+                shapes[key] = shapes.get(key, 0) + 1
+            return orig(*args, **kwargs)
+
+        return collective
+
+    for name in _COUNTED:
+        orig = getattr(dist, name, None)
+        if orig is not None:
+            setattr(dist, name, wrap(name, orig))
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    real_ddp_init = DistributedDataParallel.__init__
+
+    @functools.wraps(real_ddp_init)
+    def ddp_init(self, *args, **kwargs):
+        real_ddp_init(self, *args, **kwargs)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def counting_hook(state, bucket):
+            counts["ddp_gradient_bucket"] = counts.get("ddp_gradient_bucket", 0) + 1
+            return default_hooks.allreduce_hook(state, bucket)
+
+        self.register_comm_hook(None, counting_hook)
+
+    DistributedDataParallel.__init__ = ddp_init
+
+
+def _record_group(dist) -> None:
+    """After init: every member's pid (gathered with the unwrapped function), and a log written at exit."""
+    import atexit
+    import json
+    from torch.distributed import distributed_c10d
+
+    members = [None] * dist.get_world_size()
+    distributed_c10d.all_gather_object(members, os.getpid())
+    _COLLECTIVES["group"] = {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "members": members}
+
+    def write_log():
+        data = dict(_COLLECTIVES["group"], counts=_COLLECTIVES["counts"], all_reduce_shapes=_COLLECTIVES.get("shapes", {}))
+        path = os.path.join(_COLLECTIVES["dir"], f"rank{data['rank']}-{os.getpid()}.json")
+        with open(path, "w") as f:
+            json.dump(data, f)
+
+    atexit.register(write_log)  # registered after the fast exit handler, so it runs before it
 
 
 def _install_fast_exit() -> None:
