@@ -156,6 +156,7 @@ class FixBuilder:
         self.edits: list[Edit] = []
         self.imports: list[ImportReq] = []
         self.helpers: list[tuple[str, str]] = []
+        self.scope = None  # scope of the site being fixed, when a rule sets it: `ref` looks names up from there
 
     def ref(self, module: str, scope=None) -> str:
         """The local spelling of `module` (existing alias if any), importing it when needed.
@@ -164,6 +165,7 @@ class FixBuilder:
         that import comes only after the first statement that runs the fixed code (a late `import time`).
         """
         a = self.ctx.analysis
+        scope = scope or self.scope
         bound = a.binding_for(module, scope)
         if bound:
             found = (scope or a.module_scope).lookup(bound)[1]
