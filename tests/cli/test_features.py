@@ -121,6 +121,12 @@ def test_cache_clean_and_warm_runs(xla_project):
     assert "No cache to remove." in cli("cache", "clean").output
     (xla_project / "notacache").mkdir()
     (xla_project / "notacache" / "keep.txt").write_text("x")
+    os.environ["NEURON_MIGRATE_CACHE_DIR"] = str(xla_project / "notacache")
+    try:
+        refused = cli("cache", "clean")
+    finally:
+        del os.environ["NEURON_MIGRATE_CACHE_DIR"]
+    assert "not removing" in refused.output and (xla_project / "notacache" / "keep.txt").exists()
 
 
 def test_watch_reruns_on_change(xla_project):
