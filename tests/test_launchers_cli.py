@@ -114,3 +114,21 @@ def test_unreadable_yaml_without_migration_content_is_quiet(tmp_path):
     (tmp_path / "chart.yaml").write_text("script:\n  - python {{ .Values.x }\nbad: [\n")
     p = _run("audit", "chart.yaml", cwd=tmp_path)
     assert p.returncode == 0, p.stdout
+
+
+def test_pre_commit_hooks_pass_exactly_the_files_discovery_knows():
+    import re
+
+    import yaml
+
+    from neuron_migrate.files.discover import _wanted
+
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text())
+    names = ["a.py", "b.pyi", "nb.ipynb", "run.sh", "x.bash", "j.slurm", "j.sbatch", "Dockerfile", "Dockerfile.gpu",
+             "api.dockerfile", "Containerfile", ".env", ".env.local", "prod.env", "k8s.yaml", "ci.yml", "environment.yml",
+             "requirements.txt", "requirements-dev.txt", "requirements/base.in", "dev-requirements.txt", "pyproject.toml",
+             "setup.py", "setup.cfg", "README.md", "notes.txt", "myrequirementsfoo.txt", "setup.pyc", "data.json", "Makefile"]
+    for hook in hooks:
+        rx = re.compile(hook["files"])
+        for n in names:
+            assert bool(rx.search(n)) == _wanted(n.rsplit("/", 1)[-1]), (hook["id"], n)

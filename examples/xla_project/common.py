@@ -19,3 +19,10 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+def parity_model(batch=32, seed=0):
+    """The model and one batch, for `neuron-migrate probe common.py:parity_model --save-reference/--compare`."""
+    torch.manual_seed(seed)
+    x, _ = make_dataset(n=batch, seed=seed).tensors
+    return MLP(), x

@@ -14,6 +14,8 @@ def report(
     paths: List[str] = typer.Argument(None, help="Files or folders (Python, notebooks, launchers, job files, dependency lists)."),
     output: str = typer.Option("neuron-migrate-report.html", "--output", "-o", help="The HTML file to write."),
     probe: Optional[List[str]] = typer.Option(None, "--probe", help="A `neuron-migrate probe --json` report to chart (repeatable)."),
+    parity: Optional[List[str]] = typer.Option(None, "--parity", help="A `neuron-migrate probe --compare/--parity --format json` "
+                                               "result to chart per module (repeatable)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the report's data as JSON to this file."),
     unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Count unsafe fixes as automatic."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Rule codes or prefixes to run (comma separated)."),
@@ -35,10 +37,19 @@ def report(
             probes.append((Path(p).stem, json.loads(Path(p).read_text(encoding="utf-8"))))
         except (OSError, ValueError) as exc:
             fail(f"--probe {p}: cannot read a probe JSON report ({exc})")
+    parities = []
+    for p in parity or []:
+        try:
+            doc = json.loads(Path(p).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            fail(f"--parity {p}: cannot read a parity JSON result ({exc})")
+        if not isinstance(doc, dict) or "status" not in doc or ("checks" not in doc and "error" not in doc):
+            fail(f"--parity {p}: not a parity result (write one with `neuron-migrate probe TARGET --compare REF --format json`)")
+        parities.append((Path(p).stem, doc))
     run = prepare(paths or [], Selection(select=select, ignore=ignore, exclude=exclude, unsafe_fixes=unsafe_fixes, config=config))
     results = [res for g in run.groups
                for res in run_files(g.items, g.ruleset.spec, g.settings_kw, fix=True, write=False, jobs=jobs)]
-    data = report_data(results, run.messages, probes)
+    data = report_data(results, run.messages, probes, parities)
     try:
         Path(output).write_text(render_html(data), encoding="utf-8")
         if json_out:

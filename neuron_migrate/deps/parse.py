@@ -87,8 +87,8 @@ def _requirements(doc: Doc) -> None:
         stripped = logical.lstrip()
         if not stripped or stripped.startswith(("#", "-")):
             continue  # comments and options (-r, -e, --index-url, ...)
-        body = re.split(r"\s+#", logical, 1)[0]
-        body = re.split(r"\s+--?[a-z]", body, 1)[0]  # per-requirement options (--hash=...)
+        body = re.split(r"\s+#", logical, maxsplit=1)[0]
+        body = re.split(r"\s+--?[a-z]", body, maxsplit=1)[0]  # per-requirement options (--hash=...)
         body = body.rstrip(" \\\t")
         lead = len(logical) - len(stripped)
         _add(doc, body[lead:], a + lead, (a, pos), "line", stmt=(a, a + len(logical)))

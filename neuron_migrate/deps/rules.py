@@ -51,6 +51,17 @@ def _family_of(spec: str, conda: bool = False) -> Optional[str]:
     return ""
 
 
+def _allows(spec: str, fam: str) -> bool:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    try:
+        ss = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return False
+    return any(ss.contains(Version(c), prereleases=True) for c in (fam + ".0", fam + ".3.0", fam + ".3.0.100"))
+
+
 def _torch_site(doc):
     return next((s for s in doc.sites if s.kind == "requirement" and s.key in ("torch", "pytorch")), None)
 
@@ -137,8 +148,9 @@ def torch_xla_dependency(site, ctx):
         `torch-neuronx==2.14.*` with torch 2.14.0 ({RELEASE_NOTES}; {INSTALL_DOC}). An XLA-era pin (`2.1.2.2.x` ...
         `2.9.0.2.15.x`, the legacy library that needs torch-xla) is repinned to the family of the file's torch pin
         (safe fix); with no torch pin in the file it is repinned to the newest family, `2.14.*`, as an unsafe fix (pin
-        torch==2.14.0 as well). An unpinned torch-neuronx next to a torch pin gets that family. `neuronx-cc` is kept
-        as it is. A torch-neuronx family that differs from the torch pin is NM603.
+        torch==2.14.0 as well). An unpinned torch-neuronx next to a torch pin gets that family, and so does a range that
+        also allows another family (`torch-neuronx>=2.13` with torch 2.13.0 could install 2.14.x). `neuronx-cc` is
+        kept as it is. A torch-neuronx family that differs from the torch pin is NM603.
     """,
     examples=[("torch==2.13.0\ntorch-neuronx==2.9.0.2.15.32035\n", "torch==2.13.0\ntorch-neuronx==2.13.*\n")],
 )
@@ -149,11 +161,12 @@ def torch_neuronx_family(site, ctx):
     if nf and not _legacy(nf):
         return None  # native family: NM603 compares it with torch
     if tf in FAMILIES:
-        if nf == "" and site.data["spec"]:
-            return None  # a range (e.g. >=2.13): pip picks within it; NM603 checks what it allows
+        if nf == "" and site.data["spec"] and not _allows(site.data["spec"], tf):
+            return None  # a range without the torch family: NM603
         fx = ctx.fixer()
         fx.replace(a, b, f"=={tf}.*")
-        what = f"XLA-era {site.data['text']}" if nf else "torch-neuronx without a version"
+        what = (f"XLA-era {site.data['text']}" if nf else f"{site.data['text']} (a range that also allows other families)"
+                if site.data["spec"] else "torch-neuronx without a version")
         return ctx.finding(site, f"{what}: pinned to torch-neuronx=={tf}.*, the family built for torch {FAMILIES[tf]} (the torch pin here)",
                            fix=fx.build(), note=f"source: {RELEASE_NOTES}")
     if nf and _legacy(nf) and tf in (None, ""):
@@ -193,6 +206,9 @@ def torch_family_mismatch(site, ctx):
         if nf in FAMILIES and tf in FAMILIES and nf != tf:
             return ctx.finding(site, f"{site.data['text']} is the family built for torch {FAMILIES[nf]}, but torch is pinned to "
                                      f"{tsite.data['text']}: use torch-neuronx=={tf}.* or torch=={FAMILIES[nf]}")
+        if nf == "" and site.data["spec"] and tf in FAMILIES and not _allows(site.data["spec"], tf):
+            return ctx.finding(site, f"{site.data['text']} allows no torch-neuronx built for torch {FAMILIES[tf]} "
+                                     f"({tsite.data['text']}): use torch-neuronx=={tf}.*")
         return None
     if site is not tsite or tf in (None, "") or tf in FAMILIES:
         return None

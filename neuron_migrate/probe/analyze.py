@@ -328,7 +328,7 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
         "mode": spec.get("mode"),
         "device": next((d.get("device") for d in docs if d.get("device")), None),
         "device_kind": next((d.get("device_kind") for d in docs if d.get("device_kind")), None),
-        "emulate_precision": any(d.get("emulate_precision") for d in docs),
+        "emulate_precision": next((d.get("emulate_precision") for d in docs if d.get("emulate_precision")), None),
         "device_reason": next((d.get("device_reason") for d in docs if d.get("device_reason")), None),
         "torch_version": next((d.get("torch_version") for d in docs if d.get("torch_version")), None),
         "table_version": classifier.version,

@@ -446,10 +446,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     writer.state.update(device=device, device_kind=kind, device_reason=why, torch_version=torch.__version__)
     if spec.get("emulate_precision"):
-        from neuron_migrate.probe.numerics import Float64AsFloat32
+        from neuron_migrate.probe.precision import EmulatedPrecision, parse_kinds
 
-        rec.extra_modes.append(Float64AsFloat32())
-        writer.state["emulate_precision"] = True
+        kinds = parse_kinds(spec["emulate_precision"])
+        rec.extra_modes.append(EmulatedPrecision(kinds))
+        writer.state["emulate_precision"] = list(kinds)
     if tnx is not None:
         writer.state["torch_neuronx_version"] = getattr(tnx, "__version__", None)
 

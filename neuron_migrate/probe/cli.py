@@ -5,6 +5,7 @@ Kept light at import time: no torch here (the child process imports it).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from enum import Enum
@@ -85,6 +86,15 @@ def parse_fail_on(value: str | None) -> list[str]:
     return items
 
 
+def _parse_precision(value: str | None) -> tuple[str, ...]:
+    from neuron_migrate.probe.precision_kinds import parse_kinds
+
+    try:
+        return parse_kinds(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--emulate-precision") from None
+
+
 def probe(
     ctx: typer.Context,
     target: str = typer.Argument(..., help="path/to/train.py (run as __main__; script args after --), or "
@@ -101,7 +111,6 @@ def probe(
                                   "else the emulated neuron device; emulate: the emulated device; cpu: the CPU dispatch trace."),
     keep_going: bool = typer.Option(False, "--keep-going", help="Emulated device: record ops the table calls unsupported "
                                     "and run them on the host instead of raising as the device would."),
-    emulate_precision: bool = typer.Option(False, "--emulate-precision", help="Compute float64 as float32 during the run, as TorchNeuron does."),
     compile_: bool = typer.Option(False, "--compile", help="Also run through torch.compile with a capturing backend."),
     shapes: List[str] = typer.Option([], "--shapes", help="Input shapes for the recompile count, e.g. --shapes 8x128,16x128 (first tensor input)."),
     numerics: bool = typer.Option(False, "--numerics", help="Compare float64-as-float32 (and neuron vs CPU) results."),
@@ -113,6 +122,17 @@ def probe(
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc", min=1, help="Run under torchrun with N ranks; one record per rank, merged."),
     seed: int = typer.Option(0, "--seed"),
     top: int = typer.Option(10, "--top", help="How many fallbacks to list."),
+    save_reference: Optional[str] = typer.Option(None, "--save-reference", help="Run here and save a parity reference "
+                                                 "(inputs, weights, outputs, losses, gradient norms, module outputs) to FILE.nmref."),
+    compare: Optional[str] = typer.Option(None, "--compare", help="Run again and compare with a saved reference; "
+                                          "exit 1 when a gate fails, naming where the divergence starts."),
+    emulate_precision: Optional[str] = typer.Option(None, "--emulate-precision", help="Run with the device's precision "
+                                                    "emulated: float64 (as float32), int64 (as int32), bf16 (autocast); "
+                                                    "comma-separated, e.g. float64,int64,bf16."),
+    parity: bool = typer.Option(False, "--parity", help="Compare a run under --emulate-precision with the same run in "
+                                "this environment's precision, without a saved reference."),
+    gates: Optional[str] = typer.Option(None, "--gates", help="Parity gates, e.g. cosine=0.99,output-rtol=0.05,"
+                                        "grad-rtol=0.1,grad-floor=0.001,loss-rtol=0.05,act-rtol=0.05."),
 ) -> None:
     """Run a model or training script and report, per aten op, whether TorchNeuron runs it natively, falls
     back to CPU, downcasts float64 or cannot run it, with your file and line. Exit: 0 ok, 1 --fail-on hit,
@@ -122,12 +142,25 @@ def probe(
         fail_list = parse_fail_on(fail_on)
         shape_list = parse_shapes(shapes)
         tgt = parse_target(target, cwd)
+        precision_kinds = list(_parse_precision(emulate_precision))
     except typer.BadParameter as exc:
         typer.echo(f"neuron-migrate probe: {exc.format_message()}", err=True)
         raise typer.Exit(EXIT_ERROR) from None
     if not torch_available():
         typer.echo(INSTALL_HINT, err=True)
         raise typer.Exit(EXIT_ERROR)
+    if save_reference or compare or parity:
+        def given(name):  # the reference's settings win over defaults; an explicit option that differs is noted
+            source = ctx.get_parameter_source(name)
+            return source is not None and source.name != "DEFAULT"
+
+        raise typer.Exit(_parity(tgt, list(ctx.args), cwd=cwd, mode=mode.value if given("mode") else None,
+                                 steps=steps if given("steps") else None,
+                                 inputs=inputs,
+                                 optimizer=optimizer.value if given("optimizer") else None, device=device.value,
+                                 compile_=compile_, seed=seed, save_reference=save_reference, compare=compare, emulate_precision=",".join(precision_kinds),
+                                 gates=gates, timeout=timeout, fmt=fmt.value, json_out=json_out,
+                                 max_output=int(max_output_mb * 1024 * 1024)))
     script_args = list(ctx.args)
     if script_args and tgt["kind"] != "script":
         typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
@@ -145,7 +178,7 @@ def probe(
         "time_limit": time_limit, "inputs": inputs, "optimizer": optimizer.value, "device": device.value,
         "compile": compile_ and tgt["kind"] == "factory", "shapes": shape_list if tgt["kind"] == "factory" else [],
         "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
-        "keep_going": keep_going, "emulate_precision": emulate_precision,
+        "keep_going": keep_going, "emulate_precision": precision_kinds,
     }
     code = run_and_report(spec, timeout=timeout, nproc=nproc_per_node, fmt=fmt.value, report_md=report,
                           json_out=json_out, fail_on=fail_list, table=table, top=top,
@@ -185,6 +218,35 @@ def run_and_report(spec: dict, *, timeout: float, nproc: int | None, fmt: str, r
     if rep["status"] != "ok":
         return EXIT_ERROR
     return EXIT_FAIL_ON if rep["failed_checks"] else EXIT_OK
+
+
+def _parity(tgt: dict, script_args: list[str], *, cwd: str, mode: str | None, steps: int | None, inputs: str | None,
+            optimizer: str | None, device: str, compile_: bool, seed: int, save_reference: str | None, compare: str | None,
+            emulate_precision: str | None, gates: str | None, timeout: float, fmt: str, json_out: str | None,
+            max_output: int) -> int:
+    from neuron_migrate.probe.parity_run import EXIT_ERROR as PARITY_ERROR, exit_code, render_text, run_parity_child
+
+    if save_reference and compare:
+        typer.echo("neuron-migrate probe: --save-reference and --compare are two runs; give one", err=True)
+        return PARITY_ERROR
+    if tgt["kind"] != "factory" or script_args:
+        typer.echo("neuron-migrate probe: --save-reference/--compare/--parity need a factory target "
+                   "(package.module:fn or path/file.py:fn returning (model, inputs))", err=True)
+        return PARITY_ERROR
+    spec = {"target": tgt, "cwd": cwd, "mode": mode, "steps": steps, "inputs": inputs, "optimizer": optimizer,
+            "device": device, "compile": compile_, "seed": seed, "save_reference": save_reference,
+            "compare": compare, "emulate_precision": emulate_precision, "gates": gates}
+    if not save_reference:
+        prebuild_emulator(spec)  # a compare runs on the device (emulated off-Trainium); a reference where it runs today
+    doc = run_parity_child(spec, timeout=timeout, max_output=max_output or 1 << 62)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        typer.echo(render_text(doc, cwd))
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+    return exit_code(doc)
 
 
 def prebuild_emulator(spec: dict) -> None:

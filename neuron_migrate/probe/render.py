@@ -40,7 +40,11 @@ def _device_line(report: dict) -> str:
     kind = report.get("device_kind")
     label = {"emulated": "neuron (EMULATED on the host)", "cpu": "cpu (CPU dispatch trace)"}.get(kind or "",
                                                                                                report.get("device") or "?")
-    return label + (", float64 computed as float32" if report.get("emulate_precision") else "")
+    kinds = report.get("emulate_precision")
+    if not kinds:
+        return label
+    names = {"float64": "float64 as float32", "int64": "int64 as int32", "bf16": "bf16 autocast"}
+    return label + ", emulated precision: " + ", ".join(names.get(k, k) for k in (kinds if isinstance(kinds, list) else ["float64"]))
 
 
 def _unknown_line(rows: list[dict], n: int = 25) -> str:

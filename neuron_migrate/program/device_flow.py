@@ -51,7 +51,8 @@ class DeviceFlow:
         self.a = analysis
         self._fn_of: dict[int, Optional[ast.AST]] = {}
         self._assigns: dict[tuple, list] = {}  # (id(function) or 0, name) -> assigned values
-        self._moved: set = set()  # (id(function) or 0, name) of names moved to the device (`x.to(device)`)
+        self._moved: set = set()  # (id(function) or 0, name) of names whose value goes to the device (`x.to(device)`)
+        self._moved_inplace: set = set()  # ... and that hold the device value afterwards (`model.to(device)`, `x = x.to(device)`)
         self._backends: dict[int, set] = {}  # id(function) or 0 -> backends it tests
         self.dispatch_reasons: dict[int, str] = {}
         self.touches_device = False
@@ -116,7 +117,7 @@ class DeviceFlow:
             return True if _DEVICE_NAME.match(expr.attr) else None
         return None
 
-    def device_name_at(self, node) -> Optional[str]:
+    def device_name_at(self, node, objects_only: bool = False) -> Optional[str]:
         """A name that holds the program's chosen device at `node`: assigned once, at the top level of the same
         function before `node` (or once at module level, not shadowed), from a device value
         (`device = torch.device("cuda" if ... else "cpu")`). A fix can then write `x.to(device)`, as a hand
@@ -134,7 +135,8 @@ class DeviceFlow:
                         vals = self._assigns.get((self._fid(scope), name), ())
                         if (_DEVICE_NAME.match(name) and vals and all(self.is_device_value(v, scope) is not False for v in vals)
                                 and any(self.is_device_value(v, scope) for v in vals)
-                                and all(v.lineno < node.lineno for v in vals) and scope is fn):
+                                and all(v.lineno < node.lineno for v in vals) and scope is fn
+                                and (not objects_only or all(_is_device_object(v) for v in vals))):
                             return name
                     continue
                 if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
@@ -146,7 +148,8 @@ class DeviceFlow:
                     continue
                 if scope is None and fn is not None and name in {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}:
                     continue
-                if self.is_device_value(stmt.value, scope) and not isinstance(stmt.value, ast.Name):
+                if self.is_device_value(stmt.value, scope) and not isinstance(stmt.value, ast.Name) and (
+                        not objects_only or _is_device_object(stmt.value)):
                     return name
         return None
 
@@ -184,7 +187,7 @@ class DeviceFlow:
             return UNKNOWN
         if isinstance(expr, ast.Name):
             key = (self._fid(fn), expr.id)
-            if key in self._moved or (0, expr.id) in self._moved:
+            if key in self._moved_inplace or (0, expr.id) in self._moved_inplace:
                 return DEVICE
             vals = self._assigns.get(key) or []
             places = {self.placement(v, fn, depth + 1) for v in vals if not (isinstance(v, ast.Name) and v.id == expr.id)}
@@ -280,6 +283,7 @@ class DeviceFlow:
                     self._assigns.setdefault((fid, t.id), []).append(node.value)
                     if isinstance(node.value, ast.Call) and self._moves_self(node.value, t.id):
                         self._moved.add((fid, t.id))
+                        self._moved_inplace.add((fid, t.id))  # `x = x.to(device)`: the name now holds the device copy
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             self._assigns.setdefault((fid, node.target.id), []).append(node.value)
         elif isinstance(node, ast.Call):
@@ -294,7 +298,9 @@ class DeviceFlow:
                 if moved:
                     self.touches_device = True
                     if isinstance(func.value, ast.Name):
-                        self._moved.add((fid, func.value.id))
+                        self._moved.add((fid, func.value.id))  # its value goes to the device (a copy, or itself)
+                        if isinstance(self.a.parent_of.get(node), ast.Expr):
+                            self._moved_inplace.add((fid, func.value.id))  # `model.to(device)`: modules move in place
             dev = _kw(node, "device")
             if dev is not None and self.is_device_value(dev, fn):
                 self.touches_device = True
@@ -325,6 +331,17 @@ class DeviceFlow:
                 and func.value.id == name):
             return False
         return self.placement(call) == DEVICE
+
+
+def _is_device_object(expr) -> bool:
+    """The expression makes a `torch.device` (not a device string): `torch.device(...)`, `xm.xla_device()`, ..."""
+    if isinstance(expr, ast.IfExp):
+        return _is_device_object(expr.body) and _is_device_object(expr.orelse)
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        return name in ("device", "xla_device", "current_accelerator")
+    return False
 
 
 def _assigned_on_every_path(stmt: ast.If) -> set:

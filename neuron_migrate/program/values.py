@@ -200,7 +200,7 @@ class _Builder:
         if isinstance(node, ast.Name):
             return self.name_slot(node.id, fn)
         if isinstance(node, ast.Attribute):
-            if node.attr == "type" or (node.attr == "device" and isinstance(node.value, ast.Call)):
+            if node.attr == "type":
                 slot = f"type:{id(fn)}:{a.source(node.value)}"
                 self.sink_slots.add(slot)
                 return slot
@@ -230,8 +230,12 @@ class _Builder:
                 self.sink_slots.add(slot)
                 return slot
             if isinstance(func, ast.Name) and func.id == "str" and len(node.args) == 1:
-                inner = self.slot_of(node.args[0], fn)
-                return inner
+                arg = node.args[0]
+                if isinstance(arg, ast.Attribute) and arg.attr == "device":  # str(x.device): a real device's name
+                    slot = f"type:{id(fn)}:{a.source(arg)}"
+                    self.sink_slots.add(slot)
+                    return slot
+                return self.slot_of(arg, fn)
             if isinstance(func, ast.Name) and func.id in self.functions:
                 return f"ret:{func.id}"
             if isinstance(func, ast.Attribute) and func.attr in ("lower", "upper", "strip", "split", "casefold") :

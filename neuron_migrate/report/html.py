@@ -34,7 +34,8 @@ def file_status(res) -> str:
     return "clean"
 
 
-def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterable[tuple[str, dict]] = ()) -> dict:
+def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterable[tuple[str, dict]] = (),
+                parities: Iterable[tuple[str, dict]] = ()) -> dict:
     """Plain data for the page from rewrite dry-run FileResults (files.process.FileResult)."""
     from neuron_migrate import __version__
     from neuron_migrate.files.discover import file_kind
@@ -83,6 +84,34 @@ def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterabl
         "launch": launch,
         "install": INSTALL,
         "probes": [probe_summary(name, p) for name, p in probes],
+        "parities": [parity_summary(name, p) for name, p in parities],
+    }
+
+
+def parity_summary(name: str, doc: dict) -> dict:
+    """A `probe --compare/--parity --format json` document: gates, per-module divergence, culprits."""
+    def num(v):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return None
+
+    loc = doc.get("localisation") or {}
+    return {
+        "name": name, "status": doc.get("status", "?"), "ok": bool(doc.get("ok")), "device": doc.get("device"),
+        "reference": doc.get("reference_device"), "precision": doc.get("precision") or [],
+        "error": (doc.get("error") or {}).get("message"),
+        "gates": [{"gate": c.get("gate"), "ok": bool(c.get("ok")), "value": num(c.get("value")), "limit": num(c.get("limit"))}
+                  for c in doc.get("checks") or []],
+        "modules": [{"module": m.get("module"), "rel_err": num(m.get("rel_err")), "ok": bool(m.get("ok")),
+                     "where": f"{m.get('file')}:{m.get('line')}" if m.get("file") else "-", "class": m.get("class", "")}
+                    for m in doc.get("modules") or []],
+        "tolerance": num((doc.get("gates") or {}).get("act_rtol")),
+        "origin": doc.get("origin_module"),
+        "culprits": [{"op": c.get("op"), "where": f"{c.get('file')}:{c.get('line')}",
+                      "with": [f"{w.get('op')} at {w.get('file')}:{w.get('line')}" for w in c.get("with") or []]}
+                     for c in loc.get("culprits") or []],
+        "confirmed": bool(loc.get("confirmed")),
     }
 
 
@@ -164,6 +193,56 @@ JS = """
 """
 
 
+def _divergence_chart(modules: list[dict], tol: float | None, test_id: str, width: int = 640) -> str:
+    """One bar per module, in execution order: relative error on a log scale (1e-8 .. 10), the tolerance as a line."""
+    import math
+
+    row, label_w = 18, 200
+    height = row * len(modules) + 6
+
+    def x(v):
+        v = min(max(v if v is not None and v > 0 else 1e-8, 1e-8), 10.0)
+        return (math.log10(v) + 8) / 9 * (width - label_w)
+
+    bars = []
+    for k, m in enumerate(modules):
+        err = m["rel_err"]
+        w = x(err) if err is not None else width - label_w
+        color = "#2e7d32" if m["ok"] else "#c62828"
+        shown = "inf" if err is None else f"{err:.3g}"
+        bars.append(f'<text x="0" y="{k * row + 13}" font-size="11">{_e(m["module"])}</text>'
+                    f'<rect x="{label_w}" y="{k * row + 3}" width="{w:.1f}" height="{row - 6}" fill="{color}" '
+                    f'data-module="{_e(m["module"])}" data-ok="{str(m["ok"]).lower()}"><title>{_e(m["module"])}: '
+                    f'relative error {shown}</title></rect>')
+    if tol:
+        tx = label_w + x(tol)
+        bars.append(f'<line x1="{tx:.1f}" y1="0" x2="{tx:.1f}" y2="{height}" stroke="#232f3e" stroke-dasharray="3,3">'
+                    f'<title>tolerance {tol:g}</title></line>')
+    return (f'<svg class="bar" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'data-testid="{_e(test_id)}" xmlns="http://www.w3.org/2000/svg">{"".join(bars)}</svg>')
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def _parity_section(i: int, p: dict) -> str:
+    verdict = "all gates passed" if p["ok"] else ("failed: " + (p["error"] or "a gate failed"))
+    gates = "".join(f'<tr data-testid="parity-{i}-gate" data-ok="{str(g["ok"]).lower()}"><td>{_e(g["gate"])}</td>'
+                    f'<td>{"PASS" if g["ok"] else "FAIL"}</td><td class="n">{_num(g["value"])}</td>'
+                    f'<td class="n">{_num(g["limit"])}</td></tr>' for g in p["gates"])
+    culprits = "".join(f'<li data-testid="parity-{i}-culprit"><code>{_e(c["op"])}</code> at <code>{_e(c["where"])}</code>'
+                       f'{"".join(", with <code>" + _e(w) + "</code>" for w in c["with"])}</li>' for c in p["culprits"])
+    origin = (f'<p>Divergence starts in module <code data-testid="parity-{i}-origin">{_e(p["origin"])}</code>'
+              f'{" (confirmed by a replay in reference precision)" if p["confirmed"] else ""}.</p><ul>{culprits}</ul>'
+              if p["origin"] else "")
+    return (f'<section data-testid="parity-{i}"><h2>Parity: {_e(p["name"])} <span class="note">({_e(p["device"])} vs '
+            f'{_e(p["reference"])}; emulated precision: {_e(", ".join(p["precision"]) or "none")}; {_e(verdict)})</span></h2>'
+            f'<table><thead><tr><th>gate</th><th></th><th>value</th><th>limit</th></tr></thead><tbody>{gates}</tbody></table>'
+            f'{origin}<h3>Module outputs, relative error (log scale, dashed: tolerance)</h3>'
+            f'{_divergence_chart(p["modules"], p["tolerance"], f"parity-{i}-modules")}</section>')
+
+
 def render_html(data: dict, title: str = "TorchNeuron migration report") -> str:
     t = data["totals"]
     cards = "".join(f'<div class="card" style="background:{STATUS_COLOR[s]}"><b data-testid="total-{s}">{t[s]}</b>{_e(STATUS_LABEL[s])}</div>'
@@ -215,9 +294,10 @@ def render_html(data: dict, title: str = "TorchNeuron migration report") -> str:
                        f'<div>calls</div>{_bar(cparts, test_id=f"probe-{i}-calls")}<div>{_legend(cparts, f"probe-{i}-calls")}</div>'
                        f'<h3>float64 sites (TorchNeuron computes float64 in float32): <span data-testid="probe-{i}-f64">{len(p["float64"])}</span></h3>'
                        f'<table><tbody>{f64 or "<tr><td>none</td></tr>"}</tbody></table></section>')
+    parity_html = "".join(_parity_section(i, p) for i, p in enumerate(data.get("parities") or []))
     payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
             f'<title>{_e(title)}</title><style>{CSS}</style></head><body>'
             f'<header><h1>{_e(title)}</h1><p>{_e(data["tool"])}: a dry run of <code>neuron-migrate rewrite</code>; '
-            f'nothing was changed.</p></header><main><pre id="nm-js-errors"></pre>{summary}{files}{rules}{manual}{launch}{probe_html}</main>'
+            f'nothing was changed.</p></header><main><pre id="nm-js-errors"></pre>{summary}{files}{rules}{manual}{launch}{probe_html}{parity_html}</main>'
             f'<script id="nm-data" type="application/json">{payload}</script><script>{JS}</script></body></html>')

@@ -55,7 +55,8 @@ class Rule:
 
     @property
     def category(self) -> str:
-        return {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.compile"}.get(self.code[2:3], "other")
+        return {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.compile", "5": "launchers",
+                "6": "dependencies"}.get(self.code[2:3], "other")
 
     @property
     def url(self) -> str:

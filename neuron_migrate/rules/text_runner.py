@@ -23,9 +23,10 @@ class Lines:
 
     def __init__(self, text: str):
         self.starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self.starts.append(i + 1)
+        i = text.find("\n")
+        while i >= 0:
+            self.starts.append(i + 1)
+            i = text.find("\n", i + 1)
 
     def pos(self, offset: int) -> tuple[int, int]:
         i = bisect.bisect_right(self.starts, offset) - 1

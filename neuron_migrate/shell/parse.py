@@ -142,7 +142,7 @@ def _deletable(doc: Doc, stmt, m) -> Optional[tuple[int, int]]:
     if parent.type != "program":
         cond = parent.child_by_field_name("condition")
         body = [c for c in parent.named_children if c.type in _STATEMENTS and c != cond]
-        if len(body) < 2:
+        if len(body) < 2 or stmt == cond:
             return None
     a, b = m(stmt.start_byte), m(stmt.end_byte)
     if not doc.alone_on_lines(a, b):
@@ -165,7 +165,7 @@ def _assignment(doc: Doc, n, src: bytes, m, env_seen: dict) -> None:
         form = src[parent.start_byte:parent.end_byte].split()[0].decode()  # export, declare, local, readonly
         assigns = [c for c in parent.named_children if c.type in ("variable_assignment", "variable_name", "word")]
         if len(assigns) == 1:
-            delete = _deletable(doc, _statement_of(parent), m)
+            delete = _deletable(doc, parent, m) if _statement_of(parent) == parent else None  # not inside `a && b`
         else:
             delete = _list_item_range(assigns, n, m)
         stmt = parent
@@ -177,7 +177,7 @@ def _assignment(doc: Doc, n, src: bytes, m, env_seen: dict) -> None:
     else:
         form = "assign"
         stmt = n if parent is None or parent.type != "variable_assignments" else parent
-        delete = _deletable(doc, _statement_of(n), m) if stmt is n else _list_item_range(
+        delete = (_deletable(doc, n, m) if _statement_of(n) == n else None) if stmt is n else _list_item_range(
             [c for c in parent.named_children if c.type == "variable_assignment"], n, m)
     if value is not None and value.type == "array":
         lit = None
@@ -293,7 +293,7 @@ def _docker_env(doc: Doc, kw: str, a: int, b: int, line_start: int, env_seen: di
         return
     # `ENV A=1 B="x y"` has shell word syntax: parse it as an `export` line, mapped back
     buf = "export " + args
-    table = list(range(a - 7, a)) + list(range(a, b))
+    table = [max(0, a - 7 + i) for i in range(7)] + list(range(a, b))
     before = len(doc.sites)
     _shell(doc, buf, [], 0, len(buf), table=table)
     new = doc.sites[before:]
@@ -384,16 +384,19 @@ def _yaml(doc: Doc) -> None:
 def _yaml_walk(doc: Doc, node, key: Optional[str]) -> None:
     import yaml
 
+    env_key = (key or "").lower() in _ENV_KEYS  # also SageMaker/CloudFormation `Environment:`
     if isinstance(node, yaml.MappingNode):
-        if key in _ENV_KEYS:
+        if env_key:
             for k, v in node.value:
                 if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode):
                     _yaml_env(doc, k.value, k, v, (k.start_mark.index, v.end_mark.index), "yaml-map", len(node.value))
         for k, v in node.value:
             _yaml_walk(doc, v, k.value if isinstance(k, yaml.ScalarNode) else None)
     elif isinstance(node, yaml.SequenceNode):
+        if key in _ARGV_KEYS and _yaml_argv(doc, node):
+            return
         for item in node.value:
-            if key in _ENV_KEYS and isinstance(item, yaml.MappingNode):
+            if env_key and isinstance(item, yaml.MappingNode):
                 fields = {k.value: v for k, v in item.value if isinstance(k, yaml.ScalarNode)}
                 name, value = fields.get("name"), fields.get("value")
                 if isinstance(name, yaml.ScalarNode) and (value is None or isinstance(value, yaml.ScalarNode)):
@@ -406,6 +409,30 @@ def _yaml_walk(doc: Doc, node, key: Optional[str]) -> None:
                 _yaml_walk(doc, item, key)
     elif isinstance(node, yaml.ScalarNode) and key in _SCRIPT_KEYS:
         _yaml_script(doc, node)
+
+
+_ARGV_KEYS = {"command", "args", "entrypoint", "cmd"}
+
+
+def _yaml_argv(doc: Doc, seq) -> bool:
+    """`command: ["python", "train.py"]` (Kubernetes, compose): one argv word per item, as a command site."""
+    import yaml
+
+    items = seq.value
+    if not items or not all(isinstance(i, yaml.ScalarNode) for i in items) or not re.match(r"^python(3(\.\d+)?)?$", items[0].value):
+        return False
+    words = []
+    for i in items:
+        a, b = i.start_mark.index, i.end_mark.index
+        raw = doc.text[a:b]
+        q = raw[:1] if raw[:1] in "\"'" else ""
+        literal = raw == i.value or (q and raw[1:-1] == i.value)
+        words.append((i.value if literal else None, a, b))
+    style = "yaml-flow" if seq.flow_style else "yaml-block"
+    site = doc.add(TextSite("command", items[0].value, words[0][1], words[-1][2], seq.start_mark.index, seq.end_mark.index,
+                            {"words": words, "style": style, "delete": None, "statement": (seq.start_mark.index, seq.end_mark.index)}))
+    site.data["env_before"] = {}  # filled from the file's env entries by the rules (they come later in the text)
+    return True
 
 
 def _yaml_env(doc: Doc, name: str, name_node, value_node, item: tuple[int, int], form: str, siblings: int) -> None:

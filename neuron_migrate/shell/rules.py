@@ -120,8 +120,9 @@ def xla_env_launcher(site, ctx):
         return ctx.finding(site, f"{site.key} is XLA-only: remove it by hand (removing it here would leave an empty block){extra}")
     fx = ctx.fixer()
     fx.delete(*delete)
-    msg = "becomes torchrun --nproc_per_node" if what == "launch" else "is read only by torch_xla / the XLA flow: removed"
-    return ctx.finding(site, f"{site.key} {msg}{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
+    if what == "launch":
+        return ctx.finding(site, f"{site.key} (the process count of xmp.spawn) is now torchrun --nproc_per_node: removed", fix=fx.build())
+    return ctx.finding(site, f"{site.key} is read only by torch_xla / the XLA flow: removed{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
 
 
 # -- NM502 ---------------------------------------------------------------------------------------------
@@ -352,7 +353,9 @@ def _py_index(words) -> Optional[int]:
         dropped (torchrun always runs python unbuffered). The target script is found next to the launcher (or up to
         three folders up) and recognised by its `xmp.spawn`/`torch_xla.launch` call or by NM127's rewrite of it; other
         python flags, `python -m` and scripts that cannot be found are left alone. In a Dockerfile exec form
-        (`CMD ["python", "train.py"]`) N must be a literal (no shell there), else the command is reported. On
+        (`CMD ["python", "train.py"]`) and in YAML argv lists (Kubernetes `command: ["python", "train.py"]`, the
+        container's `env` entries giving `NEURONCORE_NUM_DEVICES`) N must be a literal (no shell there), else the
+        command is reported. On
         trn2.48xlarge one process per logical NeuronCore is 64.
     """,
     examples=[("export NEURONCORE_NUM_DEVICES=2\npython train.py --epochs 3",
@@ -365,6 +368,9 @@ def spawn_launch_torchrun(site, ctx):
     words = site.data["words"]
     env = site.data.get("env_before", {})
     style = site.data["style"]
+    if style.startswith("yaml"):  # an argv list: the container's env entries (anywhere in the file) apply
+        values = {s.data.get("value") for s in ctx.doc.sites if s.kind == "env" and s.key == "NEURONCORE_NUM_DEVICES"}
+        env = {"NEURONCORE_NUM_DEVICES": values.pop()} if len(values) == 1 else ({} if not values else {"NEURONCORE_NUM_DEVICES": None})
     n_env = env.get("NEURONCORE_NUM_DEVICES", "unset")
     if n_env not in ("unset", None) and str(n_env).isdigit():
         n, source = str(n_env), "NEURONCORE_NUM_DEVICES in this file"
@@ -385,6 +391,17 @@ def spawn_launch_torchrun(site, ctx):
     start, end = words[facts["python_at"]][1], words[facts["script_at"]][1]
     if style == "json":
         fx.replace(start, end, f'"torchrun", "--nproc_per_node={n}", ')
+    elif style.startswith("yaml"):
+        raw = ctx.doc.text[words[facts["python_at"]][1]:words[facts["python_at"]][2]]
+        q = raw[:1] if raw[:1] in "\"'" else ""
+        if style == "yaml-flow":
+            fx.replace(start, end, f"{q}torchrun{q}, {q}--nproc_per_node={n}{q}, ")
+        else:  # block list: the flag is an item of its own, indented like the script's
+            line_start = ctx.doc.text.rfind("\n", 0, end) + 1
+            prefix = ctx.doc.text[line_start:end]
+            if prefix.strip() != "-":
+                return ctx.finding(site, f"{facts['script']} used xmp.spawn: launch it with torchrun --nproc_per_node={n}", note=note)
+            fx.replace(start, end, f"{q}torchrun{q}\n{prefix}{q}--nproc_per_node={n}{q}\n{prefix}")
     else:
         fx.replace(start, end, f"torchrun --nproc_per_node={n} ")
     return ctx.finding(site, f"{facts['script']} started its workers with xmp.spawn: launched with torchrun --nproc_per_node={n} "

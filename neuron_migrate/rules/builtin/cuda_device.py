@@ -59,7 +59,7 @@ def agnostic_type(fx, quote: str = '"') -> str:
 def device_type_expr(site, ctx, fx) -> str:
     """Accelerator style, where a device type string is expected: the program's device variable's `.type` when it
     has one at this point, else the accelerator's type (or 'cpu')."""
-    name = device_flow.facts(ctx.analysis).device_name_at(site.node)
+    name = device_flow.facts(ctx.analysis).device_name_at(site.node, objects_only=True)
     return f"{name}.type" if name else agnostic_type(fx, string_quote(site, ctx))
 
 
@@ -165,6 +165,8 @@ def set_fix(ctx, vs, kind: str, text_for):
     def build(_analysis):
         fx = ctx.fixer()
         for m in vs.of_kind(kind):
+            if kind == "cuda" and _choice_of_cuda_is_available(m.node, ctx, None):
+                continue  # NM203 rewrites `"cuda" if torch.cuda.is_available() else ...` whole, in the same round
             fx.replace(m.node, text_for(m, fx))
         return fx.build()
 
@@ -246,17 +248,20 @@ def cuda_method(site, ctx):
 
 
 def _choice_of_cuda_is_available(node, ctx, site) -> bool:
-    """The string is the body of `... if torch.cuda.is_available() else ...`: NM203 rewrites that choice whole."""
+    """The string is the CUDA branch of `... if [not] torch.cuda.is_available() else ...` (directly or as the argument
+    of `torch.device(...)` there): NM203 rewrites that choice whole."""
     parent = ctx.analysis.parent_of.get(node)
-    if not (isinstance(parent, ast.IfExp) and parent.body is node):
-        if isinstance(parent, ast.Call) and isinstance(ctx.analysis.parent_of.get(parent), ast.IfExp):
-            node, parent = parent, ctx.analysis.parent_of.get(parent)
-            if parent.body is not node:
-                return False
-        else:
-            return False
+    if isinstance(parent, ast.Call) and isinstance(ctx.analysis.parent_of.get(parent), ast.IfExp):
+        node, parent = parent, ctx.analysis.parent_of.get(parent)
+    if not isinstance(parent, ast.IfExp) or node is parent.test:
+        return False
     test = parent.test
-    return isinstance(test, ast.Call) and ctx.analysis.resolve(test.func, site.scope, count_use=False) == "torch.cuda.is_available"
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    if negated:
+        test = test.operand
+    if (parent.orelse if negated else parent.body) is not node:
+        return False
+    return isinstance(test, ast.Call) and ctx.analysis.resolve(test.func, ctx.analysis.module_scope, count_use=False) == "torch.cuda.is_available"
 
 
 def _agnostic_string(site, ctx, node, why, fx):
