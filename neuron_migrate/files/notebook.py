@@ -5,6 +5,7 @@ rewritten text back into cells. Only code-cell sources change; outputs, metadata
 """
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ class Notebook:
     text: str  # joined, masked Python text
     indent: int | None  # json indentation to write back with
     trailing_newline: bool
+    raw: bytes = b""  # the file as read
 
 
 def _mask(line: str) -> str:
@@ -66,7 +68,7 @@ def load_notebook(raw: bytes) -> Notebook:
         parts.append(CELL_MARK.format(index=i) + "\n" + "\n".join(lines) + "\n")
     text = "".join(parts)
     indent = _detect_indent(raw)
-    return Notebook(data, code_cells, text, indent, raw.endswith(b"\n"))
+    return Notebook(data, code_cells, text, indent, raw.endswith(b"\n"), raw)
 
 
 def _detect_indent(raw: bytes) -> int | None:
@@ -78,7 +80,10 @@ def dump_notebook(nb: Notebook, new_text: str) -> bytes:
     """Write the rewritten joined text back into the cells it came from."""
     cells: dict[int, list[str]] = {}
     current = None
-    for line in new_text.split("\n"):
+    # every cell was joined as marker + "\n" + source + "\n": without the text's final newline, splitting gives
+    # each cell's source lines exactly (a cell's own trailing newline is an empty last line)
+    body = new_text[:-1] if new_text.endswith("\n") else new_text
+    for line in body.split("\n"):
         m = _CELL_RE.match(line)
         if m:
             current = int(m.group(1))
@@ -97,20 +102,27 @@ def dump_notebook(nb: Notebook, new_text: str) -> bytes:
             pre.pop()
         if pre:
             cells[nb.code_cells[0]] = pre + cells[nb.code_cells[0]]
+    new_sources = {}
     for i in nb.code_cells:
-        lines = cells[i]
-        # each cell was written with one trailing "\n" before the next marker
-        if lines and lines[-1] == "":
-            lines = lines[:-1]
-        src = "\n".join(_unmask(ln) for ln in lines)
-        cell = nb.data["cells"][i]
-        orig = cell.get("source", "")
+        src = "\n".join(_unmask(ln) for ln in cells[i])
+        orig = nb.data["cells"][i].get("source", "")
         orig_text = "".join(orig) if isinstance(orig, list) else str(orig)
-        if src == orig_text:
-            continue
-        cell["source"] = src.splitlines(keepends=True) if isinstance(orig, list) else src
-    out = json.dumps(nb.data, indent=nb.indent, ensure_ascii=False)
-    return (out + ("\n" if nb.trailing_newline else "")).encode("utf-8")
+        if src != orig_text:  # untouched cells keep their exact source (and list-of-lines form)
+            new_sources[i] = src.splitlines(keepends=True) if isinstance(orig, list) else src
+    if not new_sources:
+        return nb.raw
+    tail = "\n" if nb.trailing_newline else ""
+    # write back in the file's own JSON style, so that untouched cells stay byte-identical
+    style = {"indent": nb.indent, "ensure_ascii": False}
+    raw_text = nb.raw.decode("utf-8-sig") if nb.raw else ""
+    for candidate in ({"indent": nb.indent, "ensure_ascii": False}, {"indent": nb.indent, "ensure_ascii": True}):
+        if json.dumps(nb.data, **candidate) + tail == raw_text:
+            style = candidate
+            break
+    for i, src in new_sources.items():
+        nb.data["cells"][i]["source"] = src
+    out = json.dumps(nb.data, **style) + tail
+    return (codecs.BOM_UTF8 if nb.raw.startswith(codecs.BOM_UTF8) else b"") + out.encode("utf-8")
 
 
 def name_cells(findings, text: str) -> None:

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import io
 import os
 import stat
 import tempfile
+import time
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +76,107 @@ def decode_source(raw: bytes) -> tuple[str, str, bool]:
     return text, encoding, bom
 
 
-def write_atomic(src: SourceFile, data: bytes) -> None:
-    """Replace the file with `data` atomically, keeping its mode; refuse if it changed since it was read."""
+TMP_SUFFIX = ".nm-tmp"
+COPYBACK_SUFFIX = ".nm-copyback"  # the complete new bytes of a file being written in place
+STALE_AFTER_S = 600  # a temp file of a live run older than this is stale too (pid reuse)
+
+
+def _tmp_prefix(target: Path) -> str:
+    return f".{target.name}."
+
+
+def remove_stale_temps(target: Path) -> int:
+    """Remove temp files an interrupted run left beside `target` (`.<name>.<pid>.<random>.nm-tmp`, ours only):
+    those whose process is gone, or that are older than STALE_AFTER_S. Returns how many were removed."""
+    prefix = _tmp_prefix(target)
+    removed = 0
+    names = [n for n in _temp_names(str(target.parent)) if n.startswith(prefix)]
+    if not names:
+        return 0
+    entries = []
+    for n in names:
+        try:
+            entries.append(_Entry(n, os.path.join(target.parent, n), os.stat(os.path.join(target.parent, n), follow_symlinks=False)))
+        except OSError:
+            pass
+    now = time.time()
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(TMP_SUFFIX):
+            continue
+        middle = name[len(prefix) : -len(TMP_SUFFIX)].split(".")
+        if len(middle) != 2 or not middle[0].isdigit():
+            continue  # not our naming: leave it
+        pid = int(middle[0])
+        st = entry.st
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if pid != os.getpid() and (not _alive(pid) or now - st.st_mtime > STALE_AFTER_S):
+            try:
+                os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                pass
+    for entry in entries:
+        if entry.name.startswith(prefix) and entry.name.endswith(COPYBACK_SUFFIX):
+            _finish_copy_back(target, Path(entry.path))
+    return removed
+
+
+@dataclass
+class _Entry:
+    name: str
+    path: str
+    st: os.stat_result
+
+
+@functools.lru_cache(maxsize=4096)
+def _temp_names(directory: str) -> tuple[str, ...]:
+    """Names in `directory` that look like our temp files (one listing per directory and process)."""
+    try:
+        with os.scandir(directory) as it:
+            return tuple(e.name for e in it if e.name.endswith((TMP_SUFFIX, COPYBACK_SUFFIX)) and e.name.startswith("."))
+    except OSError:
+        return ()
+
+
+def _finish_copy_back(target: Path, pending: Path) -> None:
+    """An in-place write was interrupted: its complete new bytes are in `pending`. The file is then either
+    as it was, complete, or partly written; writing the new bytes again makes it complete. Done only when
+    the file was not modified after the interruption; otherwise both are left and the write is refused."""
+    middle = pending.name[len(_tmp_prefix(target)) : -len(COPYBACK_SUFFIX)].split(".")
+    if len(middle) != 2 or not middle[0].isdigit() or int(middle[0]) == os.getpid() or _alive(int(middle[0])):
+        return
+    try:
+        if os.stat(target).st_mtime - os.stat(pending).st_mtime > 60:
+            raise SourceError(f"an interrupted in-place write left {pending.name} (its new content) and the file was "
+                              f"modified afterwards; check the file, then delete {pending.name}")
+        _copy_back(target, pending.read_bytes())
+        os.unlink(pending)
+    except OSError as exc:
+        raise SourceError(f"cannot finish the interrupted in-place write from {pending.name}: {exc.strerror or exc}") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def write_atomic(src: SourceFile, data: bytes, hardlinks: str = "copy-back") -> None:
+    """Replace the file with `data`, keeping its mode and group; refuse if it changed since it was read.
+
+    Normally a temp file beside the target is renamed over it (atomic). A file with several hard links
+    would lose the link that way (the other names keep the old code), so it is written in place
+    (`hardlinks="copy-back"`: the new bytes are first made durable in a `.nm-copyback` file, then copied
+    into the file, which keeps its inode, owner and links; a run killed meanwhile is completed by the next
+    one) or refused (`hardlinks="refuse"`). A file whose owner or group this process cannot give a new
+    file (someone else's file in a shared directory) is written in place the same way.
+    """
     path = src.path
     try:
         st = os.stat(path)
@@ -86,21 +187,51 @@ def write_atomic(src: SourceFile, data: bytes) -> None:
     if current != src.raw:
         raise SourceError("file changed on disk during the run; not overwritten")
     target = Path(os.path.realpath(path))  # write through a symlink to its target, keeping the link
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".nm-tmp", dir=str(target.parent))
+    remove_stale_temps(target)
+    if st.st_nlink > 1 and hardlinks == "refuse":
+        raise SourceError(f"has {st.st_nlink} hard links; not rewritten (writing would break the links)")
+    suffix = COPYBACK_SUFFIX if st.st_nlink > 1 else TMP_SUFFIX
+    fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(target)}{os.getpid()}.", suffix=suffix, dir=str(target.parent))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        try:
-            os.chown(tmp, st.st_uid, st.st_gid)
-        except OSError:
-            pass
-        os.replace(tmp, target)
+        if st.st_nlink == 1:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            if _keep_owner(tmp, st):
+                os.replace(tmp, target)
+                return
+            # we may not give the new file the owner/group the file has: write in place instead
+            pending = tmp[: -len(TMP_SUFFIX)] + COPYBACK_SUFFIX
+            os.rename(tmp, pending)
+            tmp = pending
+        _copy_back(target, data)
+        os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+
+
+def _keep_owner(tmp: str, st: os.stat_result) -> bool:
+    """Give the temp file the target's owner and group; False when that is not allowed here."""
+    for uid in (st.st_uid, -1):
+        try:
+            os.chown(tmp, uid, st.st_gid)
+            break
+        except OSError:
+            continue
+    now = os.stat(tmp)
+    return now.st_uid == st.st_uid and now.st_gid == st.st_gid
+
+
+def _copy_back(target: Path, data: bytes) -> None:
+    """Write `data` into the existing file (same inode: hard links, owner, group and mode stay)."""
+    with open(target, "r+b") as fh:
+        fh.write(data)
+        fh.truncate(len(data))
+        fh.flush()
+        os.fsync(fh.fileno())

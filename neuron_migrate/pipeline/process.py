@@ -5,6 +5,7 @@ and results out, never parsed trees).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -41,6 +42,14 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
     shown = display or path
     res = FileResult(shown)
     p = Path(path)
+    if write:
+        try:  # an interrupted earlier --write may have left our temp files beside this one
+            from neuron_migrate.files.source import remove_stale_temps
+
+            remove_stale_temps(Path(os.path.realpath(p)))
+        except SourceError as exc:
+            res.error = str(exc)
+            return res
     from neuron_migrate.files.discover import file_kind
 
     kind = file_kind(p.name)

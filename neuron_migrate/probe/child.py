@@ -427,8 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "phase": "setup", "file": None, "line": None, "traceback": ""})
         return 2
 
-    from neuron_migrate.probe.recorder import Recorder
+    from neuron_migrate.probe.recorder import STOP_CODES, Recorder
 
+    STOP_CODES.update({_run_factory.__code__, _load_factory.__code__})
     rec = Recorder(on_tick=lambda: writer.flush(), tick_s=0.5)
     writer.recorder = rec
     rec.journal = open(os.path.join(spec["results_dir"], f"rank{rank}.ops.jsonl"), "a", encoding="utf-8")

@@ -229,11 +229,10 @@ def _parity(tgt: dict, script_args: list[str], *, cwd: str, mode: str | None, st
     if save_reference and compare:
         typer.echo("neuron-migrate probe: --save-reference and --compare are two runs; give one", err=True)
         return PARITY_ERROR
-    if tgt["kind"] != "factory" or script_args:
-        typer.echo("neuron-migrate probe: --save-reference/--compare/--parity need a factory target "
-                   "(package.module:fn or path/file.py:fn returning (model, inputs))", err=True)
+    if script_args and tgt["kind"] != "script":
+        typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
         return PARITY_ERROR
-    spec = {"target": tgt, "cwd": cwd, "mode": mode, "steps": steps, "inputs": inputs, "optimizer": optimizer,
+    spec = {"target": tgt, "args": script_args, "cwd": cwd, "mode": mode, "steps": steps, "inputs": inputs, "optimizer": optimizer,
             "device": device, "compile": compile_, "seed": seed, "save_reference": save_reference,
             "compare": compare, "emulate_precision": emulate_precision, "gates": gates}
     if not save_reference:

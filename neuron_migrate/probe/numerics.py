@@ -13,69 +13,19 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-_LOW = {torch.float64: torch.float32, torch.complex128: torch.complex64}
-_HIGH = {torch.float32: torch.float64, torch.complex64: torch.complex128}
+from neuron_migrate.probe.precision import EmulatedPrecision
 
-# Ops that move or describe data without computing on it: left alone.
-_PASSTHROUGH = {
-    "_to_copy", "copy_", "clone", "detach", "alias", "lift_fresh", "lift_fresh_copy", "empty_like", "zeros_like",
-    "ones_like", "full_like", "empty", "empty_strided", "new_empty", "new_empty_strided", "new_zeros", "new_ones",
-    "new_full", "_local_scalar_dense", "set_", "resize_", "zero_", "_unsafe_view", "is_same_size", "equal",
-}
-
-
-class Float64AsFloat32(TorchDispatchMode):
+class Float64AsFloat32(EmulatedPrecision):
     """Every op that reads a float64 (complex128) tensor computes in float32 (complex64); results are stored
-    back as float64, in place where the op writes its inputs."""
+    back as float64, in place where the op writes its inputs (`precision.EmulatedPrecision`, float64 only)."""
 
     def __init__(self):
-        super().__init__()
-        self.downcast_ops = 0
+        super().__init__(["float64"])
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        leaves = pytree.tree_leaves((args, kwargs))
-        if not any(isinstance(t, torch.Tensor) and t.dtype in _LOW for t in leaves):
-            return func(*args, **kwargs)
-        if getattr(func, "is_view", False) or func._opname in _PASSTHROUGH:
-            return func(*args, **kwargs)
-        self.downcast_ops += 1
-        conv: dict[int, torch.Tensor] = {}
-
-        def low(t):
-            if isinstance(t, torch.Tensor) and t.dtype in _LOW:
-                c = t.to(_LOW[t.dtype])
-                conv[id(t)] = c
-                return c
-            return t
-
-        new_args, new_kwargs = pytree.tree_map(low, (args, kwargs))
-        out = func(*new_args, **new_kwargs)
-        # Arguments the op writes: copy the float32 result back into the caller's float64 tensor.
-        rev: dict[int, torch.Tensor] = {}
-        for i, a in enumerate(func._schema.arguments):
-            if a.alias_info is None or not a.alias_info.is_write:
-                continue
-            if a.kwarg_only or i >= len(args):
-                orig, new = kwargs.get(a.name), new_kwargs.get(a.name)
-            else:
-                orig, new = args[i], new_args[i]
-            for o, n in zip(pytree.tree_leaves(orig), pytree.tree_leaves(new)):
-                if isinstance(o, torch.Tensor) and o is not n:
-                    o.copy_(n)
-                    rev[id(n)] = o
-
-        def back(t):
-            if isinstance(t, torch.Tensor):
-                if id(t) in rev:
-                    return rev[id(t)]
-                if t.dtype in _HIGH:
-                    return t.to(_HIGH[t.dtype])
-            return t
-
-        return pytree.tree_map(back, out)
+    @property
+    def downcast_ops(self) -> int:
+        return self.counts["float64"]
 
 
 def _diff(ref, other) -> dict[str, Any]:

@@ -223,6 +223,159 @@ def _sync(out) -> None:
         pass
 
 
+class _ScriptDone(BaseException):
+    """Ends a script after --steps optimizer steps (a BaseException: a script's `except Exception` lets it through)."""
+
+
+class ScriptCapture:
+    """What `run_model` records, for a script: global module and optimizer hooks find the model (the first module
+    called from outside any other module), its first step's activations and outputs, the loss each `backward()`
+    is called on, and the gradient norms of the first optimizer's parameters at each step."""
+
+    def __init__(self, steps: int, initial_state: dict | None = None):
+        self.steps = steps
+        self.initial_state = initial_state  # the reference's weights, loaded into the model at its first call
+        self.root = None
+        self.names: dict[int, str] = {}
+        self.param_names: dict[int, str] = {}
+        self.depth = 0
+        self.step = 0
+        self.order: list[str] = []
+        self.summaries: dict[str, dict] = {}
+        self.modules: dict[str, dict] = {}
+        self.outputs: list[torch.Tensor] = []
+        self.losses: list[float] = []
+        self.grad_norms: dict[str, list[float]] = {}
+        self.optimizer = None
+        self.marks: list[float] = []
+        self.root_inputs = None
+        self.root_state: dict | None = None
+        self.root_copy = None
+        self.notes: list[str] = []
+        self._loss_seen = False
+
+    def _pre(self, module, args):
+        if self.depth == 0 and self.root is None:
+            self._adopt(module, args)
+        self.depth += 1
+
+    def _adopt(self, module, args):
+        self.root = module
+        self.names = {id(m): (n or "<model>") for n, m in module.named_modules()}
+        self.param_names = {id(p): n for n, p in module.named_parameters()}
+        if self.initial_state is not None:
+            res = module.load_state_dict({k: v.to(next(iter(module.state_dict().values())).device)
+                                          for k, v in self.initial_state.items()}, strict=False)
+            if res.missing_keys or res.unexpected_keys:
+                self.notes.append(f"weights: {len(res.missing_keys)} missing, {len(res.unexpected_keys)} unexpected keys")
+        self.root_state = {k: v.detach().to("cpu").clone() for k, v in module.state_dict().items()}
+        self.root_inputs = (_cpu_tree(tuple(args)), {})
+        try:
+            self.root_copy = copy.deepcopy(module).to("cpu")
+        except Exception as exc:  # noqa: BLE001 - only op-level localisation needs it
+            self.notes.append(f"the model could not be copied to the CPU for localisation ({type(exc).__name__})")
+        self.t0 = time.perf_counter()
+
+    def _post(self, module, args, out):
+        self.depth = max(0, self.depth - 1)
+        if self.step != 0:
+            return
+        name = self.names.get(id(module))
+        if name is None or name in self.summaries:
+            return
+        t = _first_tensor(out)
+        if t is None:
+            return
+        self.order.append(name)
+        self.summaries[name] = summarize(t)
+        x = _first_tensor(args)
+        if x is not None:
+            self.summaries[name]["input"] = summarize(x)
+        self.modules[name] = module_site(module)
+        if module is self.root:
+            self.outputs = [o.detach().to("cpu").clone() for o in _output_leaves(out)]
+
+    def _backward(self, tensor):
+        if not self._loss_seen and tensor.numel() == 1:
+            self._loss_seen = True
+            self.losses.append(float(tensor.detach().to("cpu").float()))
+
+    def _opt_pre(self, opt, args, kwargs):
+        if self.optimizer is None:
+            self.optimizer = opt
+        if opt is not self.optimizer:
+            return
+        for group in opt.param_groups:
+            for prm in group["params"]:
+                name = self.param_names.get(id(prm))
+                if name is None:
+                    continue
+                g = prm.grad
+                self.grad_norms.setdefault(name, []).append(
+                    float(torch.linalg.vector_norm(g.detach().to("cpu").double())) if g is not None else 0.0)
+
+    def _opt_post(self, opt, args, kwargs):
+        if opt is not self.optimizer:
+            return
+        self.marks.append(time.perf_counter())
+        self.step += 1
+        self._loss_seen = False
+        if self.step >= self.steps:
+            raise _ScriptDone(f"stopped after {self.steps} optimizer steps")
+
+    def run(self, path: str, argv: list[str], precision: tuple[str, ...]) -> dict[str, Any]:
+        from torch.nn.modules import module as mm
+        from torch.optim import optimizer as om
+
+        hooks = [mm.register_module_forward_pre_hook(self._pre),
+                 mm.register_module_forward_hook(self._post, always_call=True),
+                 om.register_optimizer_step_pre_hook(self._opt_pre),
+                 om.register_optimizer_step_post_hook(self._opt_post)]
+        real_backward = torch.Tensor.backward
+        capture = self
+
+        def backward(self, *a, **k):
+            capture._backward(self)
+            return real_backward(self, *a, **k)
+
+        torch.Tensor.backward = backward
+        old_argv, old_path = sys.argv, list(sys.path)
+        sys.argv = [path] + list(argv)
+        sys.path.insert(0, os.path.dirname(path))
+        emulation = EmulatedPrecision(precision) if precision else _Null()
+        try:
+            with emulation:
+                import runpy
+
+                runpy.run_path(path, run_name="__main__")
+        except _ScriptDone:
+            pass
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise ParityError(f"the script exited with sys.exit({exc.code!r})") from None
+        finally:
+            torch.Tensor.backward = real_backward
+            for h in hooks:
+                h.remove()
+            sys.argv, sys.path[:] = old_argv, old_path
+        if self.root is None:
+            raise ParityError("the script never called a torch.nn.Module: nothing to compare")
+        starts = [getattr(self, "t0", 0.0)] + self.marks[:-1]
+        times = [b - a for a, b in zip(starts, self.marks)]
+        timing: dict[str, Any] = {"first_step_s": times[0] if times else 0.0, "steps": len(times), "compiled": False}
+        if len(times) > 1:
+            timing["steady_step_s"] = statistics.median(times[1:])
+        return {"outputs": self.outputs, "losses": self.losses, "grad_norms": self.grad_norms, "order": self.order,
+                "activations": self.summaries, "modules": self.modules, "timing": timing}
+
+
+def run_script(spec: dict, precision: tuple[str, ...] = (), initial_state: dict | None = None):
+    path = os.path.abspath(os.path.join(spec["cwd"], spec["target"]["path"]))
+    torch.manual_seed(int(spec.get("seed", 0)))
+    cap = ScriptCapture(max(1, int(spec.get("steps") or 3)), initial_state)
+    return cap, cap.run(path, spec.get("args") or [], precision)
+
+
 # ---------------------------------------------------------------------------------------------- reference file
 
 
@@ -522,8 +675,6 @@ def _cpu_tree(tree):
 def run(spec: dict) -> dict[str, Any]:
     from neuron_migrate.probe.child import resolve_device
 
-    if spec["target"]["kind"] != "factory":
-        raise ParityError("--save-reference/--compare/--emulate-precision need a factory target (module:fn)")
     seed = int(spec.get("seed", 0))
     torch.manual_seed(seed)
     requested = spec.get("device") or "auto"
@@ -533,6 +684,10 @@ def run(spec: dict) -> dict[str, Any]:
     device, _tnx, why, kind = resolve_device(requested, spec)
     kinds = parse_kinds(spec.get("emulate_precision"))
     gates = parse_gates(spec.get("gates"))
+    if spec["target"]["kind"] == "script":
+        return _run_script_parity(spec, kinds, gates, {"device": device, "device_kind": kind, "device_reason": why,
+                                                       "torch": str(torch.__version__), "precision": list(kinds),
+                                                       "gates": gates})
     model, (args, kwargs) = _load_target(spec)
     initial = copy.deepcopy(model.state_dict())
     result: dict[str, Any] = {"device": device, "device_kind": kind, "device_reason": why, "torch": str(torch.__version__),
@@ -592,6 +747,57 @@ def run(spec: dict) -> dict[str, Any]:
         fresh.load_state_dict(initial)
         result["localisation"] = localise_ops(fresh.to("cpu"), cmp["origin_module"], *cpu_inputs, kinds,
                                               gates["act_rtol"])
+    return result
+
+
+def _run_script_parity(spec: dict, kinds: tuple[str, ...], gates: dict, result: dict) -> dict[str, Any]:
+    """A script: its own data, device and loop; the probe finds the model, stops after --steps optimizer steps,
+    and feeds the reference's weights into the model at its first call."""
+    ref = None
+    if spec.get("compare"):
+        ref = load_reference(spec["compare"])
+        if json.loads(ref["meta"]["target"]).get("kind") != "script":
+            raise ParityError("the reference was saved from a factory target; compare it with a factory target")
+        if spec.get("steps") is not None and int(spec["steps"]) != int(ref["meta"]["steps"]):
+            result.setdefault("notes", []).append(f"--steps {spec['steps']} differs from the reference's "
+                                                  f"{ref['meta']['steps']}; using the reference's")
+        spec["steps"] = ref["meta"]["steps"]
+    if spec.get("save_reference"):
+        if kinds:
+            raise ParityError("--save-reference records this environment as it is; drop --emulate-precision")
+        cap, out = run_script(spec)
+        save_reference(spec["save_reference"], spec=spec, inputs=cap.root_inputs, state_dict=cap.root_state,
+                       result=out, device=result["device"])
+        result.update(saved=spec["save_reference"], timing=out["timing"], steps=len(out["losses"]) or 1,
+                      losses=out["losses"], modules=len(out["order"]), notes=cap.notes)
+        return result
+    if ref is None:  # --parity: the script in reference precision, then emulated, with the same weights
+        ref_cap, ref = run_script(spec)
+        ref = dict(ref, meta={"device": "the same device in reference precision"})
+        initial = ref_cap.root_state
+    else:
+        initial = ref["state_dict"]
+    cap, out = run_script(spec, kinds, initial_state=initial)
+    cmp = compare(ref, out, gates)
+    r_in = (ref["activations"].get("<model>") or {}).get("input")
+    a_in = (out["activations"].get("<model>") or {}).get("input")
+    if r_in is not None and a_in is not None:
+        same = r_in["shape"] == a_in["shape"] and relative_error(a_in["sample"], r_in["sample"]) <= 1e-6
+        cmp["checks"].insert(0, _gate("inputs", same, 0.0 if same else 1.0, 0.0,
+                                      "the model saw the reference's first batch" if same else
+                                      "the script fed the model other data than the reference run (seed, data order "
+                                      "or preprocessing): the other gates compare different inputs"))
+        cmp["ok"] = all(c["ok"] for c in cmp["checks"])
+    result.update(cmp)
+    result["notes"] = result.get("notes", []) + cap.notes
+    result["timing"] = {"reference": ref.get("timing"), "run": out["timing"]}
+    result["losses"] = {"reference": ref["losses"], "run": out["losses"]}
+    result["reference_device"] = ref["meta"].get("device")
+    if not cmp["ok"] and cmp["origin_module"] and kinds and cap.root_copy is not None:
+        model = cap.root_copy
+        model.load_state_dict(initial, strict=False)
+        args, kwargs = cap.root_inputs
+        result["localisation"] = localise_ops(model, cmp["origin_module"], args, kwargs, kinds, gates["act_rtol"])
     return result
 
 

@@ -113,6 +113,9 @@ def render_text(doc: dict, cwd: str) -> str:
     lines.append(f"Parity: device {device} vs reference ({against}); emulated precision: {prec}")
     for c in doc.get("checks", []):
         mark = "PASS" if c["ok"] else "FAIL"
+        if c["gate"] == "inputs":
+            lines.append(f"  {mark}  inputs: {c['detail']}")
+            continue
         rel = ">=" if c["detail"] == "at least" else "<="
         detail = "" if c["detail"] in ("at least", "at most") else f"  ({c['detail']})"
         digits = 6 if "cosine" in c["gate"] else 4
@@ -134,8 +137,11 @@ def render_text(doc: dict, cwd: str) -> str:
             lines.append(f"  replaying {loc['module']!r} with {'these ops' if loc.get('culprits') else 'no op'} in "
                          f"reference precision: module error {_fmt(loc['module_error'])} -> "
                          f"{_fmt(loc['module_error_with_culprits_exempt'])} ({verdict})")
-    elif doc.get("checks"):
+    elif doc.get("checks") and doc.get("ok"):
         lines.append("Every module output is within tolerance.")
+    elif doc.get("checks"):
+        lines.append("Every module output is within tolerance: the divergence is made after the model's forward "
+                     "(the loss computation, the backward pass, the optimizer step or the code between them).")
     timing = doc.get("timing") or {}
     if timing.get("reference"):
         lines.append(_timing_line("reference", timing["reference"]))

@@ -82,6 +82,9 @@ _EXCLUDED = tuple(sorted({_PROBE_DIR, _TORCH_DIR, *(p.rstrip(os.sep) for p in _L
 
 _SKIP, _LIB, _USER = 0, 1, 2
 _code_info: dict[Any, tuple[int, str | None, str]] = {}
+# code objects of the probe harness (the loop that calls the model): a stack walk stops there, nothing the
+# user wrote lies further out
+STOP_CODES: set = set()
 
 
 def _classify(code) -> tuple[int, str | None, str]:
@@ -132,6 +135,8 @@ def locate(f, want_init: bool = False):
     init = False
     while f is not None:
         code = f.f_code
+        if code in STOP_CODES:
+            break
         kind, t, path = _classify(code)
         if want_init and not init and code.co_name == "__init__":
             init = _module_init(f)
@@ -257,6 +262,10 @@ class Recorder:
         self._hooks: list = []
         self._modes: list = []
         self._patched: list[tuple[Any, str, Any]] = []
+        # the torch-level call being run (set by _SiteTagger): [its frame, its locations once computed], so the
+        # aten ops inside one call walk the stack once between them
+        self.tls = threading.local()
+        self.flush_cost = 0.0  # seconds the last on_tick took: ticks are spaced so flushing stays a small cost
 
     # ------------------------------------------------------------------ recording
     def record(self, func, args, kwargs, out, raised: bool = False) -> None:
@@ -285,8 +294,15 @@ class Recorder:
                 user, lib, tag, _ = locate(frame)
         else:
             phase = self.phase
-            user, lib, tag, init = locate(frame, want_init=phase == "forward")
-            if init:
+            call = getattr(self.tls, "call", None)
+            if call is not None:
+                loc = call[1]
+                if loc is None:
+                    loc = call[1] = locate(call[0], want_init=True)
+                user, lib, tag, init = loc
+            else:
+                user, lib, tag, init = locate(frame, want_init=phase == "forward")
+            if init and phase == "forward":
                 phase = "init"
         ins: list = []
         _tensors(args, ins)
@@ -369,15 +385,21 @@ class Recorder:
         if self.deadline is not None and now > self.deadline and self.stop_reason is None:
             self.stop_reason = "time limit reached"
             raise ProbeStop(self.stop_reason)
-        # flush often while new ops appear (a hard crash keeps them), every tick_s otherwise
-        due = self.tick_s / 5 if self._new_keys else self.tick_s
+        # flush often while new ops appear (the journal already keeps them through a hard crash), every tick_s
+        # otherwise; never more often than 25x the time a flush takes (a big report must not slow the run)
+        due = max(self.tick_s / 5 if self._new_keys else self.tick_s, 25 * self.flush_cost)
         if self.on_tick is not None and now - self._last_tick > due:
-            self._new_keys = False
-            self._last_tick = now
-            try:
-                self.on_tick()
-            except Exception:  # noqa: BLE001 - never break the user's run for a flush
-                pass
+            self.tick()
+
+    def tick(self) -> None:
+        self._new_keys = False
+        t0 = time.monotonic()
+        try:
+            self.on_tick()
+        except Exception:  # noqa: BLE001 - never break the user's run for a flush
+            pass
+        self._last_tick = time.monotonic()
+        self.flush_cost = self._last_tick - t0
 
     # ------------------------------------------------------------------ float64 state
     def _f64_entry(self, kind, name, t, site) -> dict:
@@ -454,11 +476,8 @@ class Recorder:
         def _opt_post(opt, args, kwargs):
             rec.phase = "forward"
             rec.optimizer_steps += 1
-            if rec.on_tick is not None:
-                try:
-                    rec.on_tick()
-                except Exception:  # noqa: BLE001
-                    pass
+            if rec.on_tick is not None and time.monotonic() - rec._last_tick > max(rec.tick_s, 25 * rec.flush_cost):
+                rec.tick()
             if rec.max_steps is not None and rec.optimizer_steps >= rec.max_steps and rec.stop_reason is None:
                 rec.stop_reason = f"--max-steps {rec.max_steps} reached"
                 raise ProbeStop(rec.stop_reason)
@@ -563,21 +582,28 @@ class _SiteTagger(TorchFunctionMode):
         self.rec = rec
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        tls = self.rec.tls
+        saved = getattr(tls, "call", None)
+        call = tls.call = [sys._getframe(1), None]
+        try:
+            out = func(*args, **(kwargs or {}))
+        finally:
+            tls.call = saved
         try:
             if isinstance(out, _Tensor):
                 g = out.grad_fn
                 if g is not None and "nm_site" not in g.metadata:
-                    _tag(g, locate(sys._getframe(1))[:3])
+                    if call[1] is None:
+                        call[1] = locate(call[0], want_init=True)
+                    _tag(g, call[1][:3])
             elif isinstance(out, (tuple, list)):
-                site = None
                 for t in out:
                     if isinstance(t, _Tensor):
                         g = t.grad_fn
                         if g is not None and "nm_site" not in g.metadata:
-                            if site is None:
-                                site = locate(sys._getframe(1))[:3]
-                            _tag(g, site)
+                            if call[1] is None:
+                                call[1] = locate(call[0], want_init=True)
+                            _tag(g, call[1][:3])
         except Exception:  # noqa: BLE001 - tagging is best effort
             pass
         return out

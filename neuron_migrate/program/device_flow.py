@@ -54,7 +54,7 @@ class DeviceFlow:
         self._moved: set = set()  # (id(function) or 0, name) of names whose value goes to the device (`x.to(device)`)
         self._moved_inplace: set = set()  # ... and that hold the device value afterwards (`model.to(device)`, `x = x.to(device)`)
         self._backends: dict[int, set] = {}  # id(function) or 0 -> backends it tests
-        self.dispatch_reasons: dict[int, str] = {}
+        self._file_backends: Optional[set] = None
         self.touches_device = False
         self._build()
 
@@ -69,9 +69,16 @@ class DeviceFlow:
         return None
 
     def dispatch_backends(self, node) -> set:
-        """Backends (accelerators) tested by the function that holds `node`."""
+        """Backends (accelerators) tested by the function that holds `node`; in a file that tests three or more
+        accelerators anywhere (a multi-backend library such as accelerate's), every backend the file tests."""
+        if self._file_backends is None:
+            every: set = set()
+            for kinds in self._backends.values():
+                every |= kinds
+            norm = {"cuda" if k == "gpu" else k for k in every} & _values.ACCELERATORS
+            self._file_backends = every if len(norm) >= 3 else set()
         fn = self.function_of(node)
-        return self._backends.get(id(fn) if fn is not None else 0, set())
+        return self._backends.get(id(fn) if fn is not None else 0, set()) | self._file_backends
 
     def is_dispatch(self, node) -> bool:
         """`node` is in code that dispatches over more than one accelerator backend."""

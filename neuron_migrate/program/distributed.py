@@ -8,8 +8,9 @@ Rules that migrate torch_xla's multi-process API ask these questions instead of 
 - `facts.single_device`: an entry point that never starts a process group (no init, no launcher, no DDP, no
   torchrun environment read): ranks are 0, the world is 1 and every collective is local.
 - `facts.group_at(node)`: the process-group state where `node` runs, a `Group`: NONE (the program never starts
-  one), MAYBE, LAUNCHED (the launch rewrite's own init: a group exists whenever torchrun started the program) or
-  ALWAYS (an unconditional `init_process_group` runs before it on every path).
+  one), MAYBE, LAUNCHED (a group exists whenever torchrun started the program: `if "WORLD_SIZE" in os.environ:
+  init` alone) or ALWAYS (an `init_process_group` runs before it on every path, e.g. the launch rewrite's own:
+  torchrun's group, else a one-process group).
 - `facts.launch_needs_init(fn)`: the launch rewrite has to start the group itself (the worker does not always);
   `facts.launch_inits()`: it does so somewhere in this file (then every other init must be guarded).
 - `facts.always_wrapped(optimizer, at)`: the optimizer's model is DDP/FSDP-wrapped on every path (True), it is
@@ -19,8 +20,8 @@ Rules that migrate torch_xla's multi-process API ask these questions instead of 
   migrate together (all `xm.all_reduce` of a file, or none).
 
 Everything is computed from the `ast` of the file in one cheap pass plus memoised look-ups; nothing is imported.
-The same answers come out before and after the launch rewrite (its `if "WORLD_SIZE" in os.environ:` init is
-recognised), so a fixed-point rewrite does not flip decisions between rounds.
+The same answers come out before and after the launch rewrite (its `if "WORLD_SIZE" in os.environ: ... else: ...`
+init is recognised), so a fixed-point rewrite does not flip decisions between rounds.
 """
 from __future__ import annotations
 
@@ -207,15 +208,18 @@ class DistributedFacts:
         return False
 
     def _launch_init(self, stmt: ast.If) -> bool:
-        """The launch rewrite's `if "WORLD_SIZE" in os.environ...: dist.init_process_group("neuron")`."""
+        """The launch rewrite's `if "WORLD_SIZE" in os.environ: dist.init_process_group("neuron")` (with or
+        without its `else:` one-process group)."""
         mentions = any(isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" for n in ast.walk(stmt.test))
-        return mentions and not stmt.orelse and self._body_inits(stmt.body)
+        return mentions and self._body_inits(stmt.body) and (not stmt.orelse or self._body_inits(stmt.orelse))
 
     def _starts(self, stmt: ast.stmt) -> Optional[Group]:
         """What a statement guarantees for the statements after it in the same block."""
         if self._stmt_inits(stmt):
             return Group.ALWAYS
-        if isinstance(stmt, ast.If) and not stmt.orelse and self._body_inits(stmt.body):
+        if isinstance(stmt, ast.If) and self._body_inits(stmt.body):
+            if stmt.orelse:
+                return Group.ALWAYS if self._body_inits(stmt.orelse) else None  # both branches start one
             if self._not_initialized_test(stmt.test):
                 return Group.ALWAYS
             if self._launch_init(stmt):
@@ -300,7 +304,8 @@ class DistributedFacts:
                 for ref in self.local_refs.get(name, ()):
                     launch = self.analysis.parent_of.get(ref)
                     if isinstance(launch, ast.Call) and launch in self._launch_calls() and _launched_fn(launch) is ref:
-                        states.append(Group.LAUNCHED if self.launch_needs_init(name) else Group.MAYBE)
+                        # the launch rewrite starts the group before calling the worker (NM127)
+                        states.append(Group.ALWAYS if self.launch_needs_init(name) else Group.MAYBE)
                     else:
                         states.append(Group.MAYBE)
                 state = _join(states) if states else Group.MAYBE

@@ -63,6 +63,51 @@ def _pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _quote_of(start: str) -> str:
+    q = start.lstrip("rRbBuUfFtT")
+    return q
+
+
+class _Requote(cst.CSTTransformer):
+    """Strings inside a replacement placed in an f-string: quotes the f-string does not use (Python < 3.12
+    ends the f-string at its own quote, even inside a replacement field)."""
+
+    def __init__(self, outer: list[str]):
+        super().__init__()
+        self.bad = {_quote_of(q)[0] for q in outer}
+        self.failed = False
+
+    def leave_SimpleString(self, original_node, updated_node):
+        value = updated_node.value
+        prefix = value[: len(value) - len(value.lstrip("rRbBuUfF"))]
+        body = value[len(prefix):]
+        q = body[:3] if body[:3] in ('"""', "'''") else body[0]
+        if q[0] not in self.bad:
+            return updated_node
+        alt = [c for c in "'\"" if c not in self.bad]
+        inner = body[len(q): len(body) - len(q)]
+        if not alt or len(q) == 3 or alt[0] in inner or "\\" in inner:
+            self.failed = True
+            return updated_node
+        return updated_node.with_changes(value=f"{prefix}{alt[0]}{inner}{alt[0]}")
+
+    def leave_FormattedString(self, original_node, updated_node):
+        if _quote_of(updated_node.start)[0] in self.bad:
+            self.failed = True
+        return updated_node
+
+
+def _fit_in_fstring(new: cst.BaseExpression, outer: list[str], edit: Edit) -> cst.BaseExpression:
+    """`new` rewritten to be valid inside the replacement field of the f-strings `outer` on every Python from
+    3.10: other quotes, no backslash, one line."""
+    fixer = _Requote(outer)
+    new = new.visit(fixer)
+    code = cst.Module([]).code_for_node(new)
+    if fixer.failed or "\\" in code or ("\n" in code and not any(_quote_of(q).startswith(("'''", '"""')) for q in outer)):
+        raise ApplyError(f"line {edit.span.line}: the fix cannot be written inside this f-string for Python < 3.12")
+    return new
+
+
 def _has_comments(node: cst.CSTNode) -> bool:
     """Does the clause hold a comment (its header, the pass a removal left, lines carried into it)?"""
     return "#" in cst.Module([]).code_for_node(node)
@@ -78,10 +123,12 @@ class _Applier(cst.CSTTransformer):
         for e in edits:
             (self.expr if e.kind == "replace_expr" else self.stmt)[_skey(e.span)] = e
         self.applied: set[tuple] = set()
+        self.unfit: set[tuple] = set()  # edits whose text cannot be written where they go
         self._carry: list[list[cst.EmptyLine]] = []
         self._emptied: set[int] = set()
         self._dropped: set[int] = set()  # ids of original statements removed
         self._new: set[int] = set()  # ids of expression nodes a fix wrote
+        self._fstrings: list[str] = []  # openings (f", rf''', ...) of the f-strings around the current node
 
     # -- helpers ---------------------------------------------------------------------------------
     def _pos_key(self, node: cst.CSTNode) -> Optional[tuple]:
@@ -120,12 +167,24 @@ class _Applier(cst.CSTTransformer):
         return node
 
     # -- expressions -----------------------------------------------------------------------------
+    def visit_FormattedString(self, node):
+        self._fstrings.append(node.start)
+        return True
+
     def on_leave(self, original_node, updated_node):
+        if isinstance(original_node, cst.FormattedString):
+            self._fstrings.pop()
         if self.expr and isinstance(original_node, cst.BaseExpression):
             k = self._pos_key(original_node)
             edit = self.expr.get(k) if k else None
             if edit is not None:
                 new = cst.parse_expression(edit.text)
+                if self._fstrings:
+                    try:
+                        new = _fit_in_fstring(new, self._fstrings, edit)
+                    except ApplyError:
+                        self.unfit.add(k)  # the fix's text cannot go here: the fix is left out
+                        return super().on_leave(original_node, updated_node)
                 if getattr(updated_node, "lpar", None) and hasattr(new, "lpar"):
                     new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
                 self.applied.add(k)
@@ -374,6 +433,12 @@ def _shift(edit: Edit, delta: int) -> Edit:
     return Edit(edit.kind, Span(sp.line - delta, sp.col, sp.end_line - delta, sp.end_col), edit.text)
 
 
+def _unshift(k: tuple, delta: int, n: int) -> tuple:
+    if k[0] == "unfit":
+        return ("unfit", *_unshift(k[1:], delta, n))
+    return (k[0] + delta, k[1] + n, k[2] + delta, k[3] + n)
+
+
 def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     """Run the applier on `text`; returns the new code and the (unshifted) keys of the edits applied."""
     try:
@@ -383,8 +448,8 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     applier = _Applier(edits)
     new_module = MetadataWrapper(module, unsafe_skip_copy=True).visit(applier)
     if not new_module.body and not new_module.header and not new_module.footer:
-        return "", applier.applied  # libcst writes "\n" for an empty module; a removed chunk leaves nothing
-    return new_module.code, applier.applied
+        return "", applier.applied | {("unfit", *k) for k in applier.unfit}  # libcst writes "\n" for an empty module
+    return new_module.code, applier.applied | {("unfit", *k) for k in applier.unfit}
 
 
 def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
@@ -424,7 +489,7 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
             delta = a - 1
             shifted = [_shift(e, delta) for e in by_chunk[idx]]
             code, keys = _apply_edits(chunk, shifted)
-            applied_keys.update((k[0] + delta, k[1], k[2] + delta, k[3]) for k in keys)
+            applied_keys.update(_unshift(k, delta, 0) for k in keys)
         else:
             # only the innermost function/class holding every edit goes through libcst, dedented
             ra, rb, prefix = region
@@ -434,7 +499,7 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
             shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
                        for e in by_chunk[idx]]
             inner, keys = _apply_edits(body, shifted)
-            applied_keys.update((k[0] + delta, k[1] + n, k[2] + delta, k[3] + n) for k in keys)
+            applied_keys.update(_unshift(k, delta, n) for k in keys)
             inner = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in inner.splitlines(keepends=True))
             code = "".join(lines[a - 1 : ra - 1]) + inner + "".join(lines[rb:b])
         if not code and all(not ln.strip() for ln in gap):
@@ -445,6 +510,11 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
     out.extend(lines[pos:])
     new_text = "".join(out)
     applied = [f for f in fixes if all(_skey(e.span) in applied_keys for e in f.edits)]
+    unfit = {k[1:] for k in applied_keys if k[0] == "unfit"}
+    if unfit:
+        # leave out every fix with an edit that cannot be written (it stays a finding), and redo the rest
+        keep = [f for f in fixes if not any(_skey(e.span) in unfit for e in f.edits)]
+        return apply_fixes(text, keep, tree, helper_import) if keep else (text, [])
     missed = [e for f in fixes for e in f.edits if _skey(e.span) not in applied_keys]
     if missed:
         e = missed[0]

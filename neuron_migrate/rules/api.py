@@ -111,7 +111,32 @@ class Ctx:
         return any(name in q for name in qualnames)
 
     def src(self, node: ast.AST) -> str:
+        """The node's exact source text (comments and line breaks inside it included, columns as in the file)."""
         return self.analysis.source(node)
+
+    def src_relative(self, node: ast.AST) -> str:
+        """The node's exact source, ready to be part of a fix's text: comments and layout kept, continuation
+        lines re-indented relative to the statement that holds the node (the fix applier writes a multi-line
+        fix text relative to the statement's own indentation). Lines inside a multi-line string stay as they are.
+        """
+        text = self.analysis.source(node)
+        if "\n" not in text:
+            return text
+        stmt = node
+        parents = self.analysis.parent_of
+        while stmt is not None and not isinstance(stmt, ast.stmt):
+            stmt = parents.get(stmt)
+        first = self.analysis.lines[(stmt or node).lineno - 1]
+        indent = len(first) - len(first.lstrip(" "))
+        return _dedent_continuation(text, indent)
+
+    def args_src(self, call: ast.Call) -> str:
+        """The text between a call's parentheses as `src_relative` gives it (comments, line breaks and
+        alignment kept), for a fix that keeps the arguments of a call it rewrites: `f"{new}({ctx.args_src(call)})"`."""
+        whole = self.src_relative(call)
+        head = self.src_relative(call.func)
+        rest = whole[len(head):].lstrip()
+        return rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
 
     # -- results ---------------------------------------------------------------------------------
     def finding(self, at, message: str, fix: Optional[Fix] = None, note: str = "", rule: Optional[Rule] = None) -> Finding:
@@ -131,6 +156,7 @@ class FixBuilder:
         self.edits: list[Edit] = []
         self.imports: list[ImportReq] = []
         self.helpers: list[tuple[str, str]] = []
+        self.scope = None  # scope of the site being fixed, when a rule sets it: `ref` looks names up from there
 
     def ref(self, module: str, scope=None) -> str:
         """The local spelling of `module` (existing alias if any), importing it when needed.
@@ -139,6 +165,7 @@ class FixBuilder:
         that import comes only after the first statement that runs the fixed code (a late `import time`).
         """
         a = self.ctx.analysis
+        scope = scope or self.scope
         bound = a.binding_for(module, scope)
         if bound:
             found = (scope or a.module_scope).lookup(bound)[1]
@@ -201,6 +228,28 @@ class FixBuilder:
             helpers=list(self.helpers),
             description=description,
         )
+
+
+def _dedent_continuation(text: str, indent: int) -> str:
+    """Remove `indent` leading spaces from the second and later lines of `text`, except lines that begin
+    inside a multi-line string."""
+    import io
+    import tokenize
+
+    in_string: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
+                in_string.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return text
+    lines = text.split("\n")
+    pad = " " * indent
+    for i in range(1, len(lines)):
+        if i + 1 not in in_string:
+            ln = lines[i]
+            lines[i] = ln[indent:] if ln.startswith(pad) else ln.lstrip(" ")
+    return "\n".join(lines)
 
 
 # -- small AST helpers rules share ----------------------------------------------------------------

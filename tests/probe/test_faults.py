@@ -32,11 +32,11 @@ def test_model_that_raises():
 
 def test_model_that_hangs_is_killed():
     t0 = time.monotonic()
-    # 20 s: starting torch on a busy 2-core machine can take most of 10
-    rc, rep, _ = run_json([f"{rel('hanging_model.py')}:make", "--timeout", "20"])
+    # 60 s: starting torch on a busy shared 2-core machine has taken over 20
+    rc, rep, _ = run_json([f"{rel('hanging_model.py')}:make", "--timeout", "60"])
     assert rc == 2 and rep["status"] == "timeout"
-    assert time.monotonic() - t0 < 120
-    assert "did not finish within 20 s" in rep["error"]["message"]
+    assert time.monotonic() - t0 < 240
+    assert "did not finish within 60 s" in rep["error"]["message"]
     assert rep["outcome"]["timed_out"] and rep["outcome"]["killed"]
     assert any(o["op"] == "aten::addmm.default" for o in rep["ops"])  # partial results kept
     assert rep["ranks"][0]["status"] == "killed"

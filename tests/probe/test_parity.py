@@ -31,8 +31,13 @@ def probe(*args, cwd=MODELS):
     return res
 
 
-def probe_json(*args):
-    res = probe(*args, "--format", "json")
+def probe_json(*args, cwd=MODELS):
+    args = list(args)
+    extra = []
+    if "--" in args:  # script arguments stay last
+        extra = args[args.index("--"):]
+        args = args[:args.index("--")]
+    res = probe(*args, "--format", "json", *extra, cwd=cwd)
     assert res.stdout.strip(), res.stderr
     return res.returncode, json.loads(res.stdout)
 
@@ -134,11 +139,11 @@ def test_unreadable_reference_is_a_one_line_error(tmp_path):
     assert missing.returncode == 2 and "no such reference file" in missing.stdout
 
 
-def test_script_target_is_refused_with_a_message(tmp_path):
+def test_script_without_a_model_is_a_one_line_error(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
-    res = probe(str(script), "--compare", "x.nmref", cwd=tmp_path)
-    assert res.returncode == 2 and "factory target" in res.stderr
+    res = probe(str(script), "--parity", "--emulate-precision", "bf16", cwd=tmp_path)
+    assert res.returncode == 2 and "never called a torch.nn.Module" in res.stdout
 
 
 # ------------------------------------------------------------------------------------------ the emulation itself
@@ -194,3 +199,57 @@ def test_example_project_walk_through(tmp_path):
     cmp = probe("common.py:parity_model", "--compare", str(ref), "--emulate-precision", "bf16", cwd=after)
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
     assert "All gates passed" in cmp.stdout and "emulated precision: bf16" in cmp.stdout
+
+
+SCRIPT = '''\
+import argparse
+import torch
+from torch import nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--data-seed", type=int, default=1)
+p.add_argument("--shift", type=float, default=0.0)
+args = p.parse_args()
+torch.manual_seed(1)
+device = torch.device("neuron") if hasattr(torch, "neuron") else torch.device("cpu")
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).double().to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+g = torch.Generator().manual_seed(args.data_seed)
+data = [(torch.randn(8, 16, dtype=torch.float64, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(10)]
+for x, y in data:
+    x, y = x.to(device), y.to(device)
+    big = model(x) + args.shift
+    loss = nn.functional.cross_entropy((big - args.shift) * 100, y)  # CULPRIT script
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_script_reference_and_compare(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    ref = tmp_path / "ref.nmref"
+    saved = probe("train.py", "--save-reference", str(ref), "--steps", "2", cwd=tmp_path)
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    doc = torch.load(ref, weights_only=True)
+    assert len(doc["losses"]) == 2 and len(doc["grad_norms"]["0.weight"]) == 2 and doc["order"][-1] == "<model>"
+
+    rc, same = probe_json("train.py", "--compare", str(ref), cwd=tmp_path)
+    assert rc == 0 and same["ok"], same
+    assert same["checks"][0]["gate"] == "inputs" and same["checks"][0]["ok"]
+
+    # other data: the inputs gate says so instead of blaming the model
+    rc, other = probe_json("train.py", "--compare", str(ref), "--", "--data-seed", "2", cwd=tmp_path)
+    assert rc == 1
+    assert other["checks"][0]["gate"] == "inputs" and not other["checks"][0]["ok"]
+
+
+def test_script_parity_finds_divergence_outside_the_model(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    res = probe("train.py", "--parity", "--emulate-precision", "float64", "--steps", "2", "--", "--shift", "1e8",
+                cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "FAIL  loss curve" in res.stdout
+    assert "Every module output is within tolerance: the divergence is made after the model's forward" in res.stdout
+    clean = probe("train.py", "--parity", "--emulate-precision", "float64", "--steps", "2", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout

@@ -135,12 +135,17 @@ def test_spawned_worker_gets_the_launch_group_before_and_after_the_rewrite():
     """
     a, f = _facts(body.format(launch="xmp.spawn(_mp_fn, args=(None,))"))
     assert f.launch == "spawn" and f.launch_needs_init("_mp_fn") and f.launch_inits()
-    assert f.group_at(_call(a, "get_ordinal")) is Group.LAUNCHED
+    assert f.group_at(_call(a, "get_ordinal")) is Group.ALWAYS
     rewritten = ('if "WORLD_SIZE" in os.environ:  # started by torchrun\n'
                  '                dist.init_process_group("neuron")\n'
-                 '            _mp_fn(int(os.environ.get("RANK", 0)), None)')
+                 '            else:\n'
+                 '                dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)\n'
+                 '            _mp_fn(dist.get_rank(), None)')
     a, f = _facts(body.format(launch=rewritten))
     assert f.launch_inits()
+    assert f.group_at(_call(a, "get_ordinal")) is Group.ALWAYS
+    # torchrun-only init (no one-process group): a group exists only when torchrun started the program
+    a, f = _facts(body.format(launch=rewritten.split("            else")[0] + "            _mp_fn(0, None)"))
     assert f.group_at(_call(a, "get_ordinal")) is Group.LAUNCHED
 
 

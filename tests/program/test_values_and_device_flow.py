@@ -190,6 +190,15 @@ def test_dispatch_functions():
             if torch.cuda.is_available():
                 return torch.device("cuda")
             return torch.device("cpu")
+    """)
+    flow = device_flow.facts(a)
+    cuda_strings = _strings(a, "cuda")
+    assert flow.is_dispatch(cuda_strings[0]) and flow.dispatch_backends(cuda_strings[0]) == {"cuda", "mps"}
+    assert not flow.is_dispatch(cuda_strings[1])  # two backends: only the function that tests both dispatches
+    b = _analysis("""
+        def cuda_only():
+            if torch.cuda.is_available():
+                return torch.device("cuda")
 
         def accelerate_style():
             if is_torch_xla_available():
@@ -198,8 +207,6 @@ def test_dispatch_functions():
                 return "npu"
             return "cpu"
     """)
-    flow = device_flow.facts(a)
-    cuda_strings = _strings(a, "cuda")
-    assert flow.is_dispatch(cuda_strings[0]) and flow.dispatch_backends(cuda_strings[0]) == {"cuda", "mps"}
-    assert not flow.is_dispatch(cuda_strings[1])
-    assert flow.is_dispatch(_strings(a, "npu")[0])
+    flow = device_flow.facts(b)
+    assert flow.is_dispatch(_strings(b, "npu")[0])
+    assert flow.is_dispatch(_strings(b, "cuda")[0])  # three backends in the file: a multi-backend library

@@ -177,6 +177,14 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
     """Finding (and shared fix) for a string that belongs to a value set, following the set's plan."""
     members = vs.of_kind(kind)
     member = next(m for m in members if m.node is node)
+    if kind != "cuda" and (vs.multi_backend or device_flow.facts(ctx.analysis).is_dispatch(node)):
+        # a device table or dispatch over several backends: the user-facing names keep meaning only unchanged
+        if member is not members[0]:
+            return None
+        backends = sorted((vs.kinds | device_flow.facts(ctx.analysis).dispatch_backends(node)) - {"cpu", "meta"})
+        return ctx.finding(site, f"{ctx.src(node)} is one of several backends here ({', '.join(backends)}): left unchanged "
+                                 f"(lines {', '.join(map(str, vs.lines()))}), so that callers passing {kind!r} keep working; "
+                                 f"add {new!r} beside it where the code picks the backend")
     raw = ctx.src(node)
     lines = vs.lines()
     plan = vs.plan()
@@ -225,6 +233,7 @@ def cuda_method(site, ctx):
     if has_star_args(call) or not isinstance(call.func, ast.Attribute):
         return ctx.finding(site, "`.cuda(*args)`: move it with `.to(\"neuron\")` by hand")
     fx = ctx.fixer()
+    fx.scope = site.scope
     index = kwarg(call, "device", 0)
     extra = [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords if k.arg != "device"]
     note = ""
@@ -335,6 +344,7 @@ def cuda_device_string(site, ctx):
         device_name = device_flow.facts(ctx.analysis).device_name_at(node)
         if device_name:
             fx = ctx.fixer()
+            fx.scope = site.scope
             fx.replace(node, device_name)
             return ctx.finding(site, f"{ctx.src(node)} names the device: use the program's `{device_name}`", fix=fx.build())
     if not accelerator(ctx):
@@ -346,6 +356,7 @@ def cuda_device_string(site, ctx):
                 return ctx.finding(site, f"string {ctx.src(node)} may be a device choice in configuration: add 'neuron' where users pick the device")
             return None
         fx = ctx.fixer()
+        fx.scope = site.scope
         fx.replace(node, ctx.src(node).replace("cuda", "neuron", 1))
         return ctx.finding(site, f"{ctx.src(node)} names the device: becomes 'neuron'", fix=fx.build())
     # accelerator style: device positions become the accelerator; a value that is also a label stays
@@ -366,6 +377,7 @@ def cuda_device_string(site, ctx):
                                  f"{', '.join(map(str, vs.lines()))}): device-style accelerator cannot keep both; "
                                  "migrate by hand or use device-style neuron")
     fx = ctx.fixer()
+    fx.scope = site.scope
     has_index = ":" in (node.value if isinstance(node, ast.Constant) else "cuda:")
     fx.replace(node, _agnostic_string(site, ctx, node, why, fx))
     parent = ctx.analysis.parent_of.get(node)
@@ -396,6 +408,7 @@ def is_cuda(site, ctx):
     if skip:
         return out
     fx = ctx.fixer()
+    fx.scope = site.scope
     recv = ctx.src(site.node.value)
     if not isinstance(site.node.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         recv = f"({recv})"
@@ -441,6 +454,7 @@ def cuda_is_available(site, ctx):
     if skip:
         return out
     fx = ctx.fixer()
+    fx.scope = site.scope
     torch = fx.ref("torch")
     avail = f"{torch}.accelerator.is_available()"
     node = site.node
@@ -535,6 +549,7 @@ def cuda_device_module(site, ctx):
     name = site.key.rsplit(".", 1)[1]
     neuron_t, acc_t, default = _DEVICE_CALLS[name]
     fx = ctx.fixer()
+    fx.scope = site.scope
     style_acc = accelerator(ctx)
     if name == "set_device" and not style_acc and site.kind == "call" and site.is_statement:
         # torchrun + TorchNeuron: each process sees only its own NeuronCore, which is already its current device

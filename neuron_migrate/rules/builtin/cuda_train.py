@@ -13,7 +13,7 @@ import ast
 
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src, device_type_expr
+from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src, device_type_expr, skip_dispatch
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -39,8 +39,12 @@ COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/co
                'with torch.autocast("neuron", dtype=torch.bfloat16):\n    pass')],
 )
 def cuda_amp_autocast(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     fx = ctx.fixer()
+    fx.scope = site.scope
     torch = fx.ref("torch")
     device = device_type_expr(site, ctx, fx) if accelerator(ctx) else '"neuron"'
     args = call_args_src(call, ctx)
@@ -98,6 +102,7 @@ def _scaler_removal(site, ctx):
     name = stmt.targets[0].id
     owner = next((n for n in site.ancestors() if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), a.tree)
     fx = ctx.fixer("safe")
+    fx.scope = site.scope
     fx.delete(stmt)
     for node in ast.walk(owner):
         if not (isinstance(node, ast.Name) and node.id == name) or node is stmt.targets[0]:
@@ -201,6 +206,9 @@ def _neuron_backend(value: str):
     examples=[('dist.init_process_group(backend="nccl")', 'dist.init_process_group(backend="neuron")')],
 )
 def nccl_backend(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     pos = 0 if site.key.endswith("init_process_group") else 1
     backend = kwarg(call, "backend", pos)
@@ -211,6 +219,7 @@ def nccl_backend(site, ctx):
     if new is None:
         return None
     fx = ctx.fixer()
+    fx.scope = site.scope
     if accelerator(ctx):
         fx.replace(backend, f"{fx.ref('torch.distributed')}.get_default_backend_for_device({agnostic_device(fx, bare=True)})")
         note = "Check on Neuron that the backend TorchNeuron registers for its device is `neuron`."
@@ -239,11 +248,15 @@ def nccl_backend(site, ctx):
                "model = nn.parallel.DistributedDataParallel(model)")],
 )
 def ddp_device_ids(site, ctx):
+    skip, out = skip_dispatch(site, ctx)
+    if skip:
+        return out
     call = site.call
     drop = [k for k in call.keywords if k.arg in ("device_ids", "output_device") and const_value(k.value, 0) is not None]
     if not drop or len(call.args) > 1:
         return None
     fx = ctx.fixer()
+    fx.scope = site.scope
     fx.replace(call, f"{ctx.src(call.func)}({call_args_src(call, ctx, drop={k.arg for k in drop})})")
     return ctx.finding(site, "DDP device_ids/output_device name a CUDA device: drop them (DDP uses the module's device)", fix=fx.build())
 

@@ -698,7 +698,8 @@ def all_reduce(site, ctx):
     target = ctx.src(stmt.targets[0])
     dist = fx.ref(DIST, site.scope)
     op = _reduce_op(ctx, kwarg(call, "reduce_type", 0))
-    lines = [f"{target} = {atom(ctx, inputs)}.clone()",
+    copy = ctx.src(inputs) if _fresh_tensor(ctx, inputs) else f"{atom(ctx, inputs)}.clone()"
+    lines = [f"{target} = {copy}",
              f"{dist}.all_reduce({target}{'' if op == 'SUM' else f', op={dist}.ReduceOp.{op}'})"]
     scale = kwarg(call, "scale", 2)
     note = ""
@@ -726,6 +727,23 @@ def _reduce_op(ctx, node):
         if q and q.startswith(XM + ".REDUCE_"):
             value = _REDUCE_CONSTANTS.get(q.rsplit(".", 1)[1])
     return _OPS.get(value) if isinstance(value, str) else None
+
+
+_FRESH_FACTORIES = {"tensor", "ones", "zeros", "full", "empty", "stack", "cat", "rand", "randn", "arange", "ones_like", "zeros_like"}
+_FRESH_METHODS = {"sum", "mean", "norm", "clone", "argmax", "argmin", "count_nonzero", "prod", "std", "var"}
+
+
+def _fresh_tensor(ctx, node) -> bool:
+    """The expression builds a new tensor (a factory, a reduction, arithmetic): reducing it in place needs no clone."""
+    if isinstance(node, ast.BinOp):
+        return _tensor_like(ctx, node)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, (ast.Name, ast.Attribute)):
+        q = program(ctx).qualname(node.func)
+        if q is not None:
+            return q.startswith("torch.") and q.count(".") == 1 and q.split(".")[1] in _FRESH_FACTORIES
+    return isinstance(node.func, ast.Attribute) and node.func.attr in _FRESH_METHODS and not node.args and not node.keywords
 
 
 def _tensor_like(ctx, node, depth: int = 0) -> bool:
@@ -1184,12 +1202,15 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
         `xmp.spawn(fn, args=(...))` started one process per device and called `fn(global_ordinal, *args)` in each;
         `torch_xla.launch(fn, args)` did the same, or under torchrun called `fn(LOCAL_RANK, *args)`. TorchNeuron
         runs one process per NeuronCore started by torchrun ({DIST_GUIDE}), so the call becomes a direct call
-        `fn(int(os.environ.get("RANK", 0)), *args)`: both pass the global ordinal, as torch_xla documents for
-        both (on one host it is also the LOCAL_RANK torch_xla.launch passed under torchrun). Unless the worker
-        always starts the group itself first, the rewrite starts it (`dist.init_process_group("neuron")` when
-        torchrun set `WORLD_SIZE`), since the rewritten collectives need it even when the script's own init is
-        behind a flag; that init is then guarded with `not dist.is_initialized()` (NM126). The group is destroyed
-        after the worker returns; run without torchrun, the script still works as one process. `nprocs`, `join`,
+        `fn(dist.get_rank(), *args)`: both pass the global ordinal, as torch_xla documents for both (on one host
+        it is also the LOCAL_RANK torch_xla.launch passed under torchrun). Unless the worker always starts the
+        group itself first, the rewrite starts it before the call: torchrun's group (`dist.init_process_group(
+        "neuron")` when torchrun set `WORLD_SIZE`), else a group of one process (`store=dist.HashStore(), rank=0,
+        world_size=1`), so the script still runs as one process without torchrun and every rewritten collective,
+        rank and barrier is a plain `torch.distributed` call that works in both. The script's own init (behind a
+        flag, say) is then guarded with `not dist.is_initialized()` (NM126). When the worker always starts the
+        group itself, the index is `int(os.environ.get("RANK", 0))`. The group is destroyed after the worker
+        returns. `nprocs`, `join`,
         `daemon`, `start_method` are dropped (each is a finding on its own line). The finding's note
         gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
         trn2.48xlarge> script.py`. `start_method='fork'` is reported: the Neuron runtime cannot be initialised in
@@ -1199,8 +1220,10 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
     examples=[
         ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
          "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ:  # started by torchrun\n        dist.init_process_group(\"neuron\")\n"
-         "    _mp_fn(int(os.environ.get(\"RANK\", 0)), flags)\n"
-         "    if dist.is_initialized():\n        dist.destroy_process_group()"),
+         "    else:  # run without torchrun: a group of one process\n"
+         "        dist.init_process_group(\"neuron\", store=dist.HashStore(), rank=0, world_size=1)\n"
+         "    _mp_fn(dist.get_rank(), flags)\n"
+         "    dist.destroy_process_group()"),
     ],
 )
 def xmp_spawn(site, ctx):
@@ -1228,20 +1251,26 @@ def xmp_spawn(site, ctx):
     os_ = fx.ref("os")
     dist = fx.ref(DIST)
     fn_src = atom(ctx, fn) if not isinstance(fn, ast.Lambda) else f"({ctx.src(fn)})"
+    owns_group = program(ctx).launch_needs_init(fn.id if isinstance(fn, ast.Name) else None)
     # torch_xla documents the index as the global ordinal for both (launch wraps xmp.spawn's docs); on one host
     # it equals LOCAL_RANK, which torch_xla.launch passed under torchrun
-    call_args = [f'int({os_}.environ.get("RANK", 0))']
+    call_args = [f"{dist}.get_rank()" if owns_group else f'int({os_}.environ.get("RANK", 0))']
     if isinstance(args, (ast.Tuple, ast.List)):
         call_args += [ctx.src(e) for e in args.elts]
     elif args is not None and not is_none(args):
         call_args.append(f"*{atom(ctx, args)}")
     lines = []
-    owns_group = program(ctx).launch_needs_init(fn.id if isinstance(fn, ast.Name) else None)
-    if owns_group:  # the worker's own init (if any) is conditional: collectives need a group under torchrun
+    if owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
         lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
-                  f'    {dist}.init_process_group("neuron")']
+                  f'    {dist}.init_process_group("neuron")',
+                  "else:  # run without torchrun: a group of one process",
+                  f'    {dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)']
     lines.append(f"{fn_src}({', '.join(call_args)})")
-    lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
+    destroys = any(q.endswith("destroy_process_group") for q in ctx.analysis.qualnames)
+    if owns_group and not destroys:
+        lines.append(f"{dist}.destroy_process_group()")
+    else:
+        lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
     fx.replace(site.stmt, "\n".join(lines) + "\n")
     if what == "xmp.spawn":
         named = [("nprocs", 2), ("join", 3), ("daemon", 4), ("start_method", 5)]
@@ -1260,7 +1289,8 @@ def xmp_spawn(site, ctx):
             note += f" (nprocs={ctx.src(value)} becomes --nproc_per_node={ctx.src(value)})"
         drops.append((node, f"{name}={ctx.src(value)} (torchrun decides how processes start)"))
     return [ctx.finding(site, f"{what}: becomes a direct call of the worker with its global rank; torchrun starts one process "
-                              "per NeuronCore" + ("; the group is started whenever torchrun runs the script" if owns_group else "")
+                              "per NeuronCore" + ("; a process group is started first (torchrun's, else one of a single process)"
+                                                  if owns_group else "")
                               + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
 
 
@@ -1308,8 +1338,11 @@ def mp_model_wrapper(site, ctx):
         in turn, separated by barriers. Every process must call `.run` the same number of times, as before.
 
         When `X = xmp.MpSerialExecutor()` is only used as `X.run(fn)` (the usual module-level `SERIAL_EXEC`), the
-        assignment goes and each `X.run(fn)` becomes `_neuron_run_serially(fn)`, or `fn()` in a single-device
-        program; this keeps module-level code from calling a helper that is defined further down the file.
+        assignment goes and each `X.run(fn)` becomes `fn()` in a single-device program; after an init that always
+        runs, `result = X.run(fn)` becomes a loop over LOCAL_WORLD_SIZE turns in which the process whose local rank
+        has the turn calls `result = fn()`, with `dist.barrier()` after each turn; elsewhere
+        `_neuron_run_serially(fn)`. This keeps module-level code from calling a helper that is defined further
+        down the file.
     """,
     examples=[("SERIAL_EXEC = xmp.MpSerialExecutor()", "SERIAL_EXEC = _neuron_serial_executor()")],
 )
@@ -1325,12 +1358,24 @@ def mp_serial_executor(site, ctx):
     direct = 0
     for run in runs:
         fn = run.args[0]
-        if facts.group_at(run) is Group.NONE:
+        state = facts.group_at(run)
+        stmt = _stmt_of(ctx.analysis, run)
+        if state is Group.NONE:
             fx.replace(run, f"{atom(ctx, fn)}()")
             direct += 1
+        elif state is Group.ALWAYS and alone_on_lines(ctx, stmt) and (
+                isinstance(stmt, ast.Expr) and stmt.value is run
+                or isinstance(stmt, ast.Assign) and stmt.value is run and all(simple_ref(t) for t in stmt.targets)):
+            # each process of this host in turn, a barrier between turns: what the executor did, written out
+            dist, os_ = fx.ref(DIST, site.scope), fx.ref("os", site.scope)
+            call = ctx.src(stmt)[: run.col_offset - stmt.col_offset] + f"{atom(ctx, fn)}()"
+            fx.replace(stmt, f'for turn in range(int({os_}.environ.get("LOCAL_WORLD_SIZE", 1))):  # one process of this host at a time\n'
+                             f"    if {dist}.get_node_local_rank(fallback_rank=0) == turn:\n"
+                             f"        {call}\n"
+                             f"    {dist}.barrier()\n")
         else:
             fx.replace(run, f"{fx.helper('_neuron_run_serially')}({ctx.src(fn)})")
-    how = "a direct call fn() (single-device program)" if direct == len(runs) else "_neuron_run_serially(fn) (each local rank in turn)"
+    how = "a direct call fn() (single-device program)" if direct == len(runs) else "fn() run by each local rank in turn"
     name = site.stmt.targets[0].id
     return ctx.finding(site, f"xmp.MpSerialExecutor: the executor `{name}` goes and each {name}.run(fn) becomes {how}", fix=fx.build())
 

@@ -80,17 +80,15 @@ NEW_HELPERS = {
     ),
     "_neuron_reduce_gradients": Helper(
         '''def _neuron_reduce_gradients(optimizer, groups=None, pin_layout=True):
-    """Average every gradient of `optimizer` over all processes, as xm.reduce_gradients() did."""
+    """Average the gradients of `optimizer` over all processes, as xm.reduce_gradients() did."""
     if groups:
-        raise NotImplementedError("gradient reduction over replica groups: use DDP with a process group made by dist.new_group")
-    if not ({dist}.is_available() and {dist}.is_initialized()) or {dist}.get_world_size() == 1:
-        return
-    world = {dist}.get_world_size()
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None:
-                {dist}.all_reduce(p.grad, op={dist}.ReduceOp.SUM)
-                p.grad.div_(world)
+        raise NotImplementedError("gradients over replica groups: use DDP with a group made by dist.new_group")
+    if {dist}.is_initialized() and {dist}.get_world_size() > 1:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    {dist}.all_reduce(p.grad)
+                    p.grad /= {dist}.get_world_size()
 ''',
         _DIST,
     ),

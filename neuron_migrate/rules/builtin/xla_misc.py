@@ -9,7 +9,7 @@ import ast
 
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.program import cached
-from neuron_migrate.rules.api import has_star_args, kwarg, rule
+from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 
 PL = "torch_xla.distributed.parallel_loader"
 XM = "torch_xla.core.xla_model"
@@ -93,11 +93,12 @@ def _loop_over(node, site, ctx):
     return None
 
 
-def _loader_loops(target, site, ctx):
+def _loader_loops(target, site, ctx, device):
     """The for loops that consume the device loader built by `target`, when that is all that consumes it.
 
     Either the call is itself a loop's iterable, or it is assigned to a name that, in this scope only, is
-    iterated by for loops (maybe through enumerate) or measured with len(). None otherwise: then the loader
+    iterated by for loops (maybe through enumerate), measured with len(), or handed to a function defined
+    in this scope that does only that with it. None otherwise: then the loader
     escapes to code this rule cannot see and keeps a wrapper object.
     """
     a = ctx.analysis
@@ -123,9 +124,72 @@ def _loader_loops(target, site, ctx):
         loop = _loop_over(n, site, ctx)
         if loop is not None:
             loops.append(loop)
+        elif _builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1:
+            continue
+        else:
+            inner = _loops_in_local_function(n, name, scope_node, device, site, ctx)
+            if inner is None:
+                return None
+            loops.extend(inner)
+    return loops if stores == 1 else None
+
+
+def _param_uses(fn, param: str, site, ctx):
+    """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed), else None."""
+    a = ctx.analysis
+    if any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(fn) if n is not fn) and _nested_mentions(fn, param):
+        return None
+    loops = []
+    for n in _scope_body_nodes(fn):
+        if not (isinstance(n, ast.Name) and n.id == param):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        loop = _loop_over(n, site, ctx)
+        if loop is not None:
+            loops.append(loop)
         elif not (_builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1):
             return None
-    return loops if stores == 1 else None
+    return loops
+
+
+def _binds(fn, name: str) -> bool:
+    args = fn.args
+    params = [p.arg for p in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if p is not None]
+    return name in params or any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+                                 for n in _scope_body_nodes(fn))
+
+
+def _loops_in_local_function(use, name: str, scope_node, device, site, ctx):
+    """`train_loop_fn(loader, epoch)` where train_loop_fn is a function defined in this same scope, called only
+    with this loader at that position, that only iterates the parameter: its loops, else None.
+
+    The device expression must mean the same inside the function (a name it does not rebind)."""
+    a = ctx.analysis
+    call = a.parent_of.get(use)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and use in call.args and not has_star_args(call)):
+        return None
+    index = call.args.index(use)
+    fname = call.func.id
+    defs = [n for n in _scope_body_nodes(scope_node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fname]
+    if len(defs) != 1 or defs[0].decorator_list:
+        return None
+    fn = defs[0]
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    if index >= len(params):
+        return None
+    root = device
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or _binds(fn, root.id):
+        return None
+    for n in _scope_body_nodes(scope_node):  # every use of the function is such a call with this loader
+        if isinstance(n, ast.Name) and n.id == fname:
+            c = a.parent_of.get(n)
+            if not (isinstance(c, ast.Call) and c.func is n and len(c.args) > index
+                    and isinstance(c.args[index], ast.Name) and c.args[index].id == name):
+                return None
+    return _param_uses(fn, params[index].arg, site, ctx)
 
 
 def _batch_names(loop, enumerated):
@@ -223,7 +287,7 @@ def mp_device_loader(site, ctx):
         return ctx.finding(site, f"pl.{cls} with {', '.join(unknown)}=: migrate by hand")
     note = "; ".join(dropped)
     fx = ctx.fixer()
-    loops = _loader_loops(target, site, ctx)
+    loops = _loader_loops(target, site, ctx, device)
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):
@@ -621,10 +685,11 @@ def xla_metrics(site, ctx):
         `with xp.StepTrace(name, step_num=i):` and `with xp.Trace(name):` annotate a region for the XLA
         profiler; `StepTrace` also cut the lazy graph on exit, which eager TorchNeuron does not need. Both
         become `torch.profiler.record_function(name)`, which labels the region in `torch.profiler` traces.
-        `xp.start_server(port)` as a statement (it starts the XLA profiler's gRPC server) is removed. The
-        capture functions (`xp.trace`, `trace_detached`, `start_trace`/`stop_trace`) and the `trace_me`
-        decorator are reported: profile with `torch.profiler.profile(...)` and the Neuron profiler
-        (Neuron Explorer) instead.
+        `xp.start_server(port)` as a statement (it starts the XLA profiler's gRPC server) is removed, and so are
+        the capture statements (`xp.trace(...)`, `trace_detached`, `start_trace`/`stop_trace`), each named with
+        its line in the rewrite's notes, since no XLA profile is written any more: profile with
+        `torch.profiler.profile(...)` and the Neuron profiler (Neuron Explorer) instead. The `@xp.trace_me(name)`
+        decorator becomes `@torch.profiler.record_function(name)`. Their values used elsewhere are reported.
     """,
     examples=[("import torch_xla.debug.profiler as xp\nwith xp.StepTrace('train', step_num=step):\n    train_step()", "import torch.profiler\nwith torch.profiler.record_function('train'):\n    train_step()")],
 )
@@ -646,7 +711,19 @@ def xla_profiler(site, ctx):
     if short == "start_server" and site.is_statement:
         fx = ctx.fixer()
         fx.delete(site.stmt)
-        return ctx.finding(site, f"xp.start_server starts the XLA profiler server: removed; {advice}", fix=fx.build())
+        return ctx.finding(site, f"xp.start_server starts the XLA profiler server: removed; {advice}", fix=fx.build(),
+                           note=f"removed `{ctx.src(site.stmt).strip()}` (the XLA profiler's server); {advice}")
+    if short in ("trace", "trace_detached", "start_trace", "stop_trace") and site.is_statement:
+        fx = ctx.fixer()
+        fx.delete(site.stmt)
+        return ctx.finding(site, f"xp.{short} captured an XLA profile: removed; {advice}", fix=fx.build(),
+                           note=f"removed `{ctx.src(site.stmt).strip()}`: no XLA profile is captured any more; {advice}")
+    if short == "trace_me" and isinstance(site.parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and site.node in site.parent.decorator_list:
+        name = kwarg(call, "scope", 0)
+        if name is not None and not has_star_args(call) and len(call.args) + len(call.keywords) == 1:
+            fx = ctx.fixer()
+            fx.replace(call, f"{fx.ref('torch.profiler')}.record_function({ctx.src(name)})")
+            return ctx.finding(site, "@xp.trace_me: becomes @torch.profiler.record_function (a decorator too)", fix=fx.build())
     return ctx.finding(site, f"xp.{short} is XLA-profiler specific: {advice}")
 
 
@@ -756,3 +833,261 @@ def torch_xla_reference(site, ctx):
     what = "used as a value" if site.kind == "ref" else "called"
     return ctx.finding(site, f"`{site.key}` ({what}) has no automatic migration: replace it with native PyTorch on the neuron device "
                              "(torch.*, torch.distributed backend \"neuron\", torch.neuron), or remove it if it only served the XLA runtime")
+
+
+# -- NM144-NM146: torch_xla's pure-Python utilities -------------------------------------------------
+XU = "torch_xla.utils.utils"
+TU = "torch_xla.test.test_utils"
+
+HELPERS["_RateTracker"] = Helper(
+    '''class _RateTracker:
+    """Examples per second, smoothed over the calls to rate() (what xm.RateTracker computed)."""
+
+    def __init__(self, smooth_factor=None):
+        if smooth_factor is None:
+            smooth_factor = float({os}.environ.get("RATE_TRACKER_SMOOTHING", 0.4))
+        self._smooth_factor = smooth_factor
+        self._start_time = self._partial_time = {time}.time()
+        self._partial_count = self._count = 0.0
+        self._partial_rate = None
+
+    def add(self, count):
+        self._count += count
+
+    def rate(self):
+        now = {time}.time()
+        delta = now - self._partial_time
+        if delta <= 0:
+            return 0.0
+        rate = self._count / delta
+        if self._partial_rate is not None:
+            rate = (1 - self._smooth_factor) * rate + self._smooth_factor * self._partial_rate
+        self._partial_count += self._count
+        self._count = 0.0
+        self._partial_time, self._partial_rate = now, rate
+        return rate
+
+    def global_rate(self):
+        delta = {time}.time() - self._start_time
+        return (self._partial_count + self._count) / delta if delta > 0 else 0.0
+''',
+    {"os": "os", "time": "time"},
+)
+HELPERS["_print_training_update"] = Helper(
+    '''def _print_training_update(device, step, loss, rate, global_rate, epoch=None, summary_writer=None):
+    """One training log line, and the rates to TensorBoard with a writer (as test_utils.print_training_update did)."""
+    epoch_field = f" Epoch={{epoch}}" if epoch is not None else ""
+    print(f"| Training Device={{device}}{{epoch_field}} Step={{step}} Loss={{loss:.5f}} Rate={{rate:.2f}} "
+          f"GlobalRate={{global_rate:.2f}} Time={{{datetime}.datetime.now():%H:%M:%S}}", flush=True)
+    if summary_writer:
+        summary_writer.add_scalar("examples/sec", rate)
+        summary_writer.add_scalar("average_examples/sec", global_rate)
+''',
+    {"datetime": "datetime"},
+)
+HELPERS["_summary_writer"] = Helper(
+    '''def _summary_writer(logdir):
+    """A TensorBoard writer for `logdir`, or None without one (as test_utils.get_summary_writer did)."""
+    if not logdir:
+        return None
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(log_dir=logdir)
+    writer.add_scalar("TensorboardStartTimestamp", {time}.time(), 0)
+    return writer
+''',
+    {"time": "time"},
+)
+
+
+def _datetime_class(fx, scope) -> str:
+    """Local spelling of datetime.datetime: `datetime` after `from datetime import datetime`, else datetime.datetime."""
+    bound = fx.ctx.analysis.binding_for("datetime.datetime", scope)
+    return bound or f"{fx.ref('datetime')}.datetime"
+
+
+@rule(
+    code="NM144",
+    name="xla-rate-tracker",
+    summary="xm.RateTracker (examples/sec) becomes a small inserted _RateTracker class with the same methods",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XM}.RateTracker"), ("ref", f"{XM}.RateTracker")],
+    docs="""
+        `xm.RateTracker(smooth_factor=None)` is a pure-Python throughput meter: `add(n)` counts examples,
+        `rate()` returns examples per second since the previous `rate()` call, smoothed with the previous
+        rate (`smooth_factor`, default `RATE_TRACKER_SMOOTHING` or 0.4), and `global_rate()` the average since
+        construction. Native PyTorch has no such class, and a whole script should not keep importing torch_xla
+        for it, so the constructor becomes `_RateTracker(...)`: a copy of that logic (about twenty lines, time
+        and os only) inserted once into the module. Arguments and calls stay as they are.
+    """,
+    examples=[("tracker = xm.RateTracker()", "tracker = _RateTracker()")],
+)
+def xla_rate_tracker(site, ctx):
+    if site.kind == "ref" and _isinstance_or_base(site, ctx):
+        return ctx.finding(site, "xm.RateTracker subclassed or tested with isinstance: use the inserted _RateTracker by hand")
+    fx = ctx.fixer()
+    name = fx.helper("_RateTracker")
+    fx.replace(site.node.func if site.kind == "call" else site.node, name)
+    return ctx.finding(site, "xm.RateTracker: becomes _RateTracker, the same examples/sec meter without torch_xla", fix=fx.build())
+
+
+@rule(
+    code="NM145",
+    name="xla-sample-generator",
+    summary="xu.SampleGenerator(data, sample_count) becomes [data] * sample_count",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{XU}.SampleGenerator"), ("ref", f"{XU}.SampleGenerator")],
+    docs="""
+        `torch_xla.utils.utils.SampleGenerator(data, sample_count)` stands in for a DataLoader in synthetic-data
+        runs: every iteration yields the same `data` object `sample_count` times, it can be iterated again each
+        epoch, and `len()` is `sample_count`. A list holding `sample_count` references to `data`,
+        `[data] * sample_count`, does exactly that (one reference per batch, no copies). Used as a value it is
+        reported.
+    """,
+    examples=[("import torch_xla.utils.utils as xu\nloader = xu.SampleGenerator(data=(x, y), sample_count=100)", "loader = [(x, y)] * 100")],
+)
+def xla_sample_generator(site, ctx):
+    if site.kind == "ref":
+        return ctx.finding(site, "xu.SampleGenerator used as a value: use a list, [data] * sample_count, by hand")
+    call = site.call
+    data, count = kwarg(call, "data", 0), kwarg(call, "sample_count", 1)
+    if data is None or count is None or has_star_args(call) or len(call.args) + len(call.keywords) != 2:
+        return ctx.finding(site, "xu.SampleGenerator without plain (data, sample_count) arguments: use [data] * sample_count by hand")
+    count_src = ctx.src(count)
+    if not isinstance(count, (ast.Name, ast.Attribute, ast.Constant, ast.Call, ast.Subscript)):
+        count_src = f"({count_src})"
+    text = f"[{ctx.src(data)}] * {count_src}"
+    parent = site.parent
+    if not isinstance(parent, (ast.Assign, ast.AnnAssign, ast.keyword, ast.Call, ast.Return)):
+        text = f"({text})"
+    fx = ctx.fixer()
+    fx.replace(call, text)
+    return ctx.finding(site, "xu.SampleGenerator: becomes [data] * sample_count (the same object, sample_count times, re-iterable, with len())",
+                       fix=fx.build())
+
+
+_TU_FUNCS = ("print_training_update", "print_test_update", "now", "get_summary_writer", "write_to_summary", "close_summary_writer")
+_FSTRING_UNSAFE = ('"', "\\", "\n", "#", "{", "}", "lambda")
+
+
+def _field(ctx, node) -> str | None:
+    """Source of an argument for use inside an f-string field on every supported Python, or None."""
+    src = ctx.src(node)
+    return None if any(c in src for c in _FSTRING_UNSAFE) else src
+
+
+def _given(node) -> bool:
+    return node is not None and not (isinstance(node, ast.Constant) and node.value is None)
+
+
+def _simple(node) -> bool:
+    """Cheap to evaluate twice and free of side effects: a name or an attribute chain on one."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+@rule(
+    code="NM146",
+    name="xla-test-utils",
+    summary="torch_xla.test.test_utils logging helpers become print()/TensorBoard calls",
+    fix="safe",
+    severity="warning",
+    triggers=[*[("call", f"{TU}.{f}") for f in _TU_FUNCS], *[("ref", f"{TU}.{f}") for f in _TU_FUNCS]],
+    docs="""
+        `torch_xla.test.test_utils` holds the logging helpers of PyTorch/XLA's example scripts. Each becomes
+        what it did, in plain Python:
+        `print_training_update(device, step, loss, rate, global_rate, epoch)` prints
+        `| Training Device=... Epoch=... Step=... Loss=... Rate=... GlobalRate=... Time=...` and becomes that
+        `print(f"...", flush=True)`; with a `summary_writer=` it also wrote both rates to TensorBoard, which
+        needs the rates once, so it becomes a call of an inserted `_print_training_update` with the same
+        arguments. `print_test_update(device, accuracy, epoch, step)` becomes its `print(f"| Test ...")`.
+        `now(fmt)` is `datetime.now().strftime(fmt)` (default `"%H:%M:%S"`). `get_summary_writer(logdir)`
+        becomes `_summary_writer(logdir)`, an inserted function that, like the original, imports
+        `tensorboardX` only when a log directory is given (the dependency stays the one the script already
+        had), and logs `TensorboardStartTimestamp`. `write_to_summary(writer, step, dict_to_write={...})` with a
+        literal dict becomes `if writer is not None:` plus one `writer.add_scalar(tag, value, step)` per entry;
+        `write_xla_metrics=True` is dropped with a note (there are no XLA metrics). `close_summary_writer(w)`
+        becomes `if w is not None: w.close()` (close flushes). The printed device is the native one
+        (`neuron`), without torch_xla's `/ordinal` suffix.
+    """,
+    examples=[("import torch_xla.test.test_utils as test_utils\ntest_utils.print_test_update(device, accuracy, epoch=epoch)",
+               'print(f"| Test Device={device} Epoch={epoch} Accuracy={accuracy:.2f} Time={datetime.datetime.now():%H:%M:%S}", flush=True)')],
+)
+def xla_test_utils(site, ctx):
+    short = site.key.rsplit(".", 1)[1]
+    if site.kind == "ref":
+        return ctx.finding(site, f"test_utils.{short} used as a value: replace it with print()/SummaryWriter calls by hand")
+    call = site.call
+    by_hand = ctx.finding(site, f"test_utils.{short} with arguments this rule cannot map: replace it with print()/SummaryWriter calls by hand")
+    if has_star_args(call):
+        return by_hand
+    fx = ctx.fixer()
+    if short == "now":
+        fmt = kwarg(call, "format", 0)
+        fx.replace(call, f"{_datetime_class(fx, site.scope)}.now().strftime({ctx.src(fmt) if fmt is not None else repr('%H:%M:%S')})")
+        return ctx.finding(site, "test_utils.now(): becomes datetime.now().strftime(...)", fix=fx.build())
+    if short == "get_summary_writer":
+        logdir = kwarg(call, "logdir", 0)
+        if logdir is None or len(call.args) + len(call.keywords) != 1:
+            return by_hand
+        fx.replace(call.func, fx.helper("_summary_writer"))
+        return ctx.finding(site, "test_utils.get_summary_writer: becomes _summary_writer (tensorboardX, imported only with a log directory, as before)",
+                           fix=fx.build())
+    if not site.is_statement:
+        return by_hand
+    if short == "close_summary_writer":
+        writer = kwarg(call, "summary_writer", 0)
+        if writer is None or not _simple(writer):
+            return by_hand
+        w = ctx.src(writer)
+        fx.replace(site.stmt, f"if {w} is not None:\n    {w}.close()")
+        return ctx.finding(site, "test_utils.close_summary_writer: becomes writer.close() (which flushes) when there is a writer", fix=fx.build())
+    if short == "write_to_summary":
+        writer, step = kwarg(call, "summary_writer", 0), kwarg(call, "global_step", 1)
+        scalars, xla_metrics = kwarg(call, "dict_to_write", 2), kwarg(call, "write_xla_metrics", 3)
+        if writer is None or not _simple(writer) or not isinstance(scalars, ast.Dict) or None in scalars.keys:
+            return by_hand
+        w = ctx.src(writer)
+        step_src = f", {ctx.src(step)}" if _given(step) else ""
+        body = [f"    {w}.add_scalar({ctx.src(k)}, {ctx.src(v)}{step_src})" for k, v in zip(scalars.keys, scalars.values)]
+        note = "write_xla_metrics dropped: TorchNeuron has no XLA metrics to log" if _given(xla_metrics) and const_value(xla_metrics, True) else ""
+        if body:
+            fx.replace(site.stmt, "\n".join([f"if {w} is not None:", *body]))
+        else:
+            fx.delete(site.stmt)
+        return ctx.finding(site, "test_utils.write_to_summary: becomes writer.add_scalar(...) per entry when there is a writer",
+                           fix=fx.build(), note=note)
+    clock = f"{_datetime_class(fx, site.scope)}.now():%H:%M:%S"
+    if short == "print_test_update":
+        device, accuracy = kwarg(call, "device", 0), kwarg(call, "accuracy", 1)
+        epoch, step = kwarg(call, "epoch", 2), kwarg(call, "step", 3)
+        if device is None or len(call.args) + len(call.keywords) > 4:
+            return by_hand
+        fields = [("Device", device, ""), ("Step", step, ""), ("Epoch", epoch, ""), ("Accuracy", accuracy, ":.2f")]
+        kind = "Test"
+    else:
+        names = ("device", "step", "loss", "rate", "global_rate", "epoch", "summary_writer")
+        args = {n: kwarg(call, n, i) for i, n in enumerate(names)}
+        if any(args[n] is None for n in names[:5]) or len(call.args) + len(call.keywords) > 7:
+            return by_hand
+        if _given(args["summary_writer"]) or any(_field(ctx, args[n]) is None for n in names[:6] if args[n] is not None):
+            fx.replace(call.func, fx.helper("_print_training_update"))
+            return ctx.finding(site, "test_utils.print_training_update with a summary writer: becomes _print_training_update "
+                                     "(the same line and TensorBoard scalars)", fix=fx.build())
+        fields = [("Device", args["device"], ""), ("Epoch", args["epoch"], ""), ("Step", args["step"], ""),
+                  ("Loss", args["loss"], ":.5f"), ("Rate", args["rate"], ":.2f"), ("GlobalRate", args["global_rate"], ":.2f")]
+        kind = "Training"
+    parts = []
+    for label, node, spec in fields:
+        if not _given(node):
+            continue
+        src = _field(ctx, node)
+        if src is None:
+            return by_hand
+        parts.append(f"{label}={{{src}{spec}}}")
+    parts.append(f"Time={{{clock}}}")
+    fx.replace(call, f'print(f"| {kind} {" ".join(parts)}", flush=True)')
+    return ctx.finding(site, f"test_utils.{short}: becomes the print() it made", fix=fx.build())

@@ -1,0 +1,71 @@
+"""Notebook cells without a fix stay byte-identical (trailing newline included); only fixed cells change."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _nb(cells, ensure_ascii=False):
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": s}
+                    for s in cells],
+          "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    # as Jupyter writes it: indent 1, sorted keys, a final newline
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=ensure_ascii) + "\n"
+
+
+CELLS = [
+    ["import torch\n", "import torch_xla.core.xla_model as xm\n"],  # list form, ends with a newline
+    ["x = torch.ones(2)\n", "print(x)  # caf\u00e9 \u2014 untouched\n"],
+    "y = x * 2\n\n",  # string form, ends with a blank line
+    ["device = xm.xla_device()\n", "x = x.to(device)"],  # the fixed cell, no trailing newline
+    ["%matplotlib inline\n", "z = 3"],
+]
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True])
+def test_untouched_cells_are_byte_identical(tmp_path, ensure_ascii):
+    path = tmp_path / "train.ipynb"
+    original = _nb(CELLS, ensure_ascii)
+    path.write_text(original, encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "neuron_migrate", "rewrite", "--write", "--no-color", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode in (0, 1), p.stderr
+    new = path.read_text(encoding="utf-8")
+    assert new != original
+    before, after = json.loads(original)["cells"], json.loads(new)["cells"]
+    assert [c["source"] for c in after[1:3]] == [c["source"] for c in before[1:3]]
+    assert after[4]["source"] == before[4]["source"]
+    assert "torch.device(\"neuron\")" in "".join(after[3]["source"])
+    # byte-level: the text of every untouched cell appears exactly as it was in the file
+    for i in (1, 2, 4):
+        blob = json.dumps(before[i]["source"], indent=1, ensure_ascii=ensure_ascii)
+        assert blob.replace("\n", "\n   ") in new or blob in new
+    # the file minus the fixed cells is the original minus those cells
+    strip = lambda text, cells: json.dumps({**json.loads(text), "cells": [c for i, c in enumerate(cells) if i not in (0, 3)]},
+                                           indent=1, sort_keys=True, ensure_ascii=ensure_ascii)
+    assert strip(new, json.loads(new)["cells"]) == strip(original, before)
+
+
+def test_notebook_without_a_fix_is_not_rewritten(tmp_path):
+    path = tmp_path / "clean.ipynb"
+    original = _nb([["import torch\n", "x = torch.ones(2)\n"], "print(x)\n"])
+    path.write_text(original, encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "neuron_migrate", "rewrite", "--write", "--no-color", str(path)],
+                   capture_output=True, text=True, timeout=300)
+    assert path.read_text(encoding="utf-8") == original
+
+
+def test_dump_keeps_every_cell_source_exactly():
+    from neuron_migrate.files.notebook import dump_notebook, load_notebook
+
+    raw = _nb(CELLS).encode()
+    nb = load_notebook(raw)
+    assert dump_notebook(nb, nb.text) == raw  # nothing changed: the very bytes
+    text = nb.text.replace("y = x * 2", "y = x * 3")
+    out = json.loads(dump_notebook(load_notebook(raw), text))
+    assert out["cells"][2]["source"] == "y = x * 3\n\n"
+    assert [c["source"] for i, c in enumerate(out["cells"]) if i != 2] == [c if isinstance(c, list) else c
+                                                                          for i, c in enumerate(CELLS) if i != 2]

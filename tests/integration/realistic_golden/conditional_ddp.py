@@ -1,0 +1,69 @@
+"""torchrun + init_process_group('xla'); DDP only with --ddp, otherwise xm.optimizer_step averages the
+gradients (the ImageNet example's structure): the rewrite must keep the average on the plain path."""
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def average_gradients(optimizer):
+    """Average the gradients over all processes (xm.optimizer_step did this before stepping)."""
+    world_size = dist.get_world_size()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world_size
+
+
+def synthetic_data(n=512, features=16, classes=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g)
+    y = (x @ torch.randn(features, classes, generator=g)).argmax(dim=1)
+    return TensorDataset(x, y)
+
+
+def train_loop(model, optimizer, loader, device, epochs):
+    loss_fn = nn.CrossEntropyLoss()
+    losses, steps = [], 0
+    for epoch in range(epochs):
+        for data, target in loader:
+            data, target = data.to(device), target.to(device)
+            optimizer.zero_grad()
+            loss = loss_fn(model(data), target)
+            loss.backward()
+            average_gradients(optimizer)
+            optimizer.step()
+            losses.append(loss.item())
+            steps += 1
+    return losses, steps
+
+
+def main(args):
+    dist.init_process_group("neuron")
+    device = torch.device("neuron")
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
+    if args.ddp:
+        model = DDP(model, gradient_as_bucket_view=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    dataset = synthetic_data()
+    sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank())
+    loader = DataLoader(dataset, batch_size=16, sampler=sampler)
+    losses, steps = train_loop(model, optimizer, loader, device, args.epochs)
+    if dist.get_rank() == 0:
+        print(f"INITIAL_LOSS {sum(losses[:4]) / 4:.4f}")
+        print(f"FINAL_LOSS {sum(losses[-4:]) / 4:.4f}")
+    print(f"STEPS {steps}")
+    print(f"PARAMS {sum(p.detach().sum().item() for p in model.parameters()):.6f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddp", action="store_true")
+    parser.add_argument("--epochs", type=int, default=3)
+    main(parser.parse_args())
