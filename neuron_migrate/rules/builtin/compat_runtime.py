@@ -83,6 +83,45 @@ def _rank_conditional(site):
     return None
 
 
+def _condition_key(test: ast.expr, src) -> tuple[str, bool]:
+    """(what the test asks, polarity): `r == 0` and `not r != 0` ask the same; `r != 0` asks its opposite."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        key, pol = _condition_key(test.operand, src)
+        return key, not pol
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+        return f"{src(test.left)} == {src(test.comparators[0])}", isinstance(test.ops[0], ast.Eq)
+    return src(test), True
+
+
+def _complementary_barrier(site, cond: ast.If, ctx) -> bool:
+    """True when every rank reaches one barrier: the classic "rank 0 first" pattern
+    (`if not master: barrier()` ... `if master: barrier()`, or a barrier in each branch of one `if`)."""
+    def has_barrier(stmts) -> bool:
+        for stmt in stmts:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and node is not site.node and \
+                        ctx.analysis.resolve(node.func, site.scope, count_use=False) == f"{DIST}.barrier":
+                    return True
+        return False
+
+    in_body = any(anc is cond for anc in site.ancestors()) and any(
+        site.node in ast.walk(stmt) for stmt in cond.body)
+    if has_barrier(cond.orelse if in_body else cond.body):
+        return True
+    src = ctx.analysis.source
+    key, pol = _condition_key(cond.test, src)
+    scope_node = next((a for a in site.ancestors()
+                       if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))), None)
+    if scope_node is None:
+        return False
+    for node in ast.walk(scope_node):
+        if isinstance(node, ast.If) and node is not cond:
+            k, p = _condition_key(node.test, src)
+            if k == key and p != pol and has_barrier(node.body):
+                return True
+    return False
+
+
 @rule(
     code="NM322",
     name="barrier-subgroup",
@@ -108,7 +147,7 @@ def barrier_subgroup(site, ctx):
                                      "only; call dist.barrier() on the world group",
                                **sourced(fact(ctx, "torch.distributed.barrier")))
     cond = _rank_conditional(site)
-    if cond is not None:
+    if cond is not None and not _complementary_barrier(site, cond, ctx):
         return ctx.finding(site, f"dist.barrier() inside `if {ctx.src(cond.test)}:` is reached by only some ranks: it was a "
                                  "no-op under torch_xla but hangs on TorchNeuron; move it out of the rank-conditional block",
                            **sourced(fact(ctx, "torch.distributed.barrier")))
