@@ -11,4 +11,10 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str):
+    # lazy: importlib.metadata costs start-up time on every run, and most runs never print the version
+    if name == "__version__":
+        value = _version()
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module 'neuron_migrate' has no attribute {name!r}")

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_substitutions import DeviceSubstitutes  # noqa: E402  (F.dropout -> native_dropout, SDPA choice)
 
 # CPU-only dispatch decisions replaced by what the Neuron backend selects (with the reason, written to the header).
 DEVICE_SUBSTITUTIONS = {
@@ -39,6 +41,20 @@ DEVICE_SUBSTITUTIONS = {
         "On CPU, SDPA picks the CPU flash kernel; on Neuron the PrivateUse1 _fused_sdp_choice stub selects the "
         "'overrideable' fused attention for 4-D query/key/value (pre-release source csrc/aten/SdpBackendSelection.cpp).",
     ),
+}
+
+# Python-level substitutions applied while recording (scripts/device_substitutions.py), listed in the header.
+API_SUBSTITUTIONS = {
+    "torch.nn.functional.dropout (training)": {
+        "replaced_by": "aten::native_dropout",
+        "why": "A CPU tensor takes empty_like + bernoulli_ + div_ + mul; PyTorch's is_fused_kernel_acceptable "
+               "(aten/src/ATen/native/Dropout.cpp) accepts PrivateUse1 tensors, so the neuron device gets native_dropout.",
+    },
+    "torch.nn.functional.scaled_dot_product_attention (4-D, dropout_p > 0)": {
+        "replaced_by": "aten::_scaled_dot_product_fused_attention_overrideable",
+        "why": "On CPU dropout forces the math path (bernoulli_); the PrivateUse1 _fused_sdp_choice stub picks the "
+               "overrideable fused kernel, which applies dropout itself.",
+    },
 }
 
 # Never call these (global state, I/O, process control, or meaningless here).
@@ -67,12 +83,26 @@ SKIP_PREFIXES = ("_", "set_", "is_", "get_", "q_", "quantize", "fbgemm", "mkldnn
                  "segment_reduce", "fused_moving", "choose_qparams")
 
 
+_PAUSED = [False]
+
+
+def R(*shape):
+    """An input tensor built inside a recorded call: its creation (aten::rand) is not recorded as the API's op."""
+    _PAUSED[0] = True
+    try:
+        return torch.rand(*shape)
+    finally:
+        _PAUSED[0] = False
+
+
 class Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if _PAUSED[0]:
+            return func(*args, **(kwargs or {}))
         name = func.name()  # "aten::add.Tensor"; the default overload is "aten::atan2"
         if name.endswith(".default"):
             name = name[: -len(".default")]
@@ -83,7 +113,7 @@ class Recorder(TorchDispatchMode):
 def record(fn, *args, **kwargs) -> list[str] | None:
     rec = Recorder()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), rec:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), DeviceSubstitutes(), rec:
             warnings.simplefilter("ignore")
             fn(*args, **kwargs)
     except Exception:
@@ -188,12 +218,12 @@ def curated(t):
     vol = torch.rand(1, 2, 4, 4, 4)
     idx = torch.tensor([[0, 1], [2, 3]])
     c = {
-        "F.conv1d": lambda: F.conv1d(sig, torch.rand(4, 3, 3)),
-        "F.conv2d": lambda: F.conv2d(img, torch.rand(4, 3, 3, 3), padding=1),
-        "F.conv3d": lambda: F.conv3d(vol, torch.rand(3, 2, 3, 3, 3)),
-        "F.conv_transpose1d": lambda: F.conv_transpose1d(sig, torch.rand(3, 4, 3)),
-        "F.conv_transpose2d": lambda: F.conv_transpose2d(img, torch.rand(3, 4, 3, 3)),
-        "F.conv_transpose3d": lambda: F.conv_transpose3d(vol, torch.rand(2, 3, 3, 3, 3)),
+        "F.conv1d": lambda: F.conv1d(sig, R(4, 3, 3)),
+        "F.conv2d": lambda: F.conv2d(img, R(4, 3, 3, 3), padding=1),
+        "F.conv3d": lambda: F.conv3d(vol, R(3, 2, 3, 3, 3)),
+        "F.conv_transpose1d": lambda: F.conv_transpose1d(sig, R(3, 4, 3)),
+        "F.conv_transpose2d": lambda: F.conv_transpose2d(img, R(3, 4, 3, 3)),
+        "F.conv_transpose3d": lambda: F.conv_transpose3d(vol, R(2, 3, 3, 3, 3)),
         "F.max_pool1d": lambda: F.max_pool1d(sig, 2),
         "F.max_pool2d": lambda: F.max_pool2d(img, 2),
         "F.max_pool3d": lambda: F.max_pool3d(vol, 2),
@@ -211,17 +241,17 @@ def curated(t):
         "F.interpolate:bicubic": lambda: F.interpolate(img, scale_factor=2, mode="bicubic"),
         "F.interpolate:nearest-exact": lambda: F.interpolate(img, scale_factor=2, mode="nearest-exact"),
         "F.upsample": lambda: F.upsample(img, scale_factor=2),
-        "F.grid_sample": lambda: F.grid_sample(img, torch.rand(2, 4, 4, 2) * 2 - 1, align_corners=False),
-        "F.affine_grid": lambda: F.affine_grid(torch.rand(2, 2, 3), [2, 3, 8, 8], align_corners=False),
-        "F.pixel_shuffle": lambda: F.pixel_shuffle(torch.rand(1, 4, 3, 3), 2),
-        "F.pixel_unshuffle": lambda: F.pixel_unshuffle(torch.rand(1, 1, 4, 4), 2),
+        "F.grid_sample": lambda: F.grid_sample(img, R(2, 4, 4, 2) * 2 - 1, align_corners=False),
+        "F.affine_grid": lambda: F.affine_grid(R(2, 2, 3), [2, 3, 8, 8], align_corners=False),
+        "F.pixel_shuffle": lambda: F.pixel_shuffle(R(1, 4, 3, 3), 2),
+        "F.pixel_unshuffle": lambda: F.pixel_unshuffle(R(1, 1, 4, 4), 2),
         "F.unfold": lambda: F.unfold(img, 2),
-        "F.fold": lambda: F.fold(torch.rand(1, 12, 16), (5, 5), 2),
-        "F.embedding": lambda: F.embedding(idx, torch.rand(5, 3)),
-        "F.embedding_bag": lambda: F.embedding_bag(idx, torch.rand(5, 3)),
+        "F.fold": lambda: F.fold(R(1, 12, 16), (5, 5), 2),
+        "F.embedding": lambda: F.embedding(idx, R(5, 3)),
+        "F.embedding_bag": lambda: F.embedding_bag(idx, R(5, 3)),
         "F.one_hot": lambda: F.one_hot(target, 5),
-        "F.linear": lambda: F.linear(seq, torch.rand(4, 8), torch.rand(4)),
-        "F.bilinear": lambda: F.bilinear(logits, logits, torch.rand(3, 5, 5)),
+        "F.linear": lambda: F.linear(seq, R(4, 8), R(4)),
+        "F.bilinear": lambda: F.bilinear(logits, logits, R(3, 5, 5)),
         "F.layer_norm": lambda: F.layer_norm(seq, (8,)),
         "F.rms_norm": lambda: F.rms_norm(seq, (8,)),
         "F.group_norm": lambda: F.group_norm(img, 3),
@@ -255,30 +285,30 @@ def curated(t):
         "F.multilabel_soft_margin_loss": lambda: F.multilabel_soft_margin_loss(logits, prob.round()),
         "F.soft_margin_loss": lambda: F.soft_margin_loss(logits, torch.ones(4, 5)),
         "F.triplet_margin_loss": lambda: F.triplet_margin_loss(logits, prob, prob),
-        "F.ctc_loss": lambda: F.ctc_loss(torch.rand(6, 2, 4).log_softmax(2), torch.tensor([[1, 2], [1, 3]]),
+        "F.ctc_loss": lambda: F.ctc_loss(R(6, 2, 4).log_softmax(2), torch.tensor([[1, 2], [1, 3]]),
                                          torch.tensor([6, 6]), torch.tensor([2, 2])),
         "F.cosine_similarity": lambda: F.cosine_similarity(logits, prob),
         "F.pairwise_distance": lambda: F.pairwise_distance(logits, prob),
         "F.pdist": lambda: F.pdist(logits),
         "F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, q, q),
         "F.scaled_dot_product_attention:is_causal": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
-        "F.multi_head_attention_forward": lambda: nn.MultiheadAttention(8, 2, batch_first=True)(seq, seq, seq),
+        "F.multi_head_attention_forward": (lambda m: lambda: m(seq, seq, seq))(nn.MultiheadAttention(8, 2, batch_first=True)),
         "F.gumbel_softmax": lambda: F.gumbel_softmax(logits),
         "F.glu": lambda: F.glu(logits[:, :4]),
         "F.pad": lambda: F.pad(img, (1, 1, 1, 1)),
         "F.pad:reflect": lambda: F.pad(img, (1, 1, 1, 1), mode="reflect"),
         "F.pad:replicate": lambda: F.pad(img, (1, 1, 1, 1), mode="replicate"),
         "F.pad:circular": lambda: F.pad(img, (1, 1, 1, 1), mode="circular"),
-        "torch.stft": lambda: torch.stft(torch.rand(64), 16, return_complex=True, window=torch.hann_window(16)),
-        "torch.istft": lambda: torch.istft(torch.stft(torch.rand(64), 16, return_complex=True, window=torch.hann_window(16)),
+        "torch.stft": lambda: torch.stft(R(64), 16, return_complex=True, window=torch.hann_window(16)),
+        "torch.istft": lambda: torch.istft(torch.stft(R(64), 16, return_complex=True, window=torch.hann_window(16)),
                                            16, window=torch.hann_window(16)),
         "torch.einsum": lambda: torch.einsum("ij,jk->ik", t["x"], t["sq"]),
-        "torch.matmul": lambda: torch.matmul(seq, torch.rand(8, 3)),
-        "torch.bmm": lambda: torch.bmm(seq, torch.rand(2, 8, 3)),
-        "torch.baddbmm": lambda: torch.baddbmm(torch.rand(2, 5, 3), seq, torch.rand(2, 8, 3)),
-        "torch.addbmm": lambda: torch.addbmm(torch.rand(5, 3), seq, torch.rand(2, 8, 3)),
-        "torch.addmm": lambda: torch.addmm(torch.rand(3, 3), t["x"], torch.rand(4, 3)),
-        "torch.addmv": lambda: torch.addmv(torch.rand(3), t["x"], t["v"]),
+        "torch.matmul": lambda: torch.matmul(seq, R(8, 3)),
+        "torch.bmm": lambda: torch.bmm(seq, R(2, 8, 3)),
+        "torch.baddbmm": lambda: torch.baddbmm(R(2, 5, 3), seq, R(2, 8, 3)),
+        "torch.addbmm": lambda: torch.addbmm(R(5, 3), seq, R(2, 8, 3)),
+        "torch.addmm": lambda: torch.addmm(R(3, 3), t["x"], R(4, 3)),
+        "torch.addmv": lambda: torch.addmv(R(3), t["x"], t["v"]),
         "torch.addr": lambda: torch.addr(t["sq"], t["v"], t["v"]),
         "torch.chain_matmul": lambda: torch.chain_matmul(t["sq"], t["sq"], t["sq"]),
         "torch.tensordot": lambda: torch.tensordot(t["x"], t["sq"], dims=1),
@@ -298,10 +328,10 @@ def curated(t):
         "torch.take_along_dim": lambda: torch.take_along_dim(t["x"], t["xi"], 1),
         "torch.topk": lambda: torch.topk(t["x"], 2),
         "torch.kthvalue": lambda: torch.kthvalue(t["x"], 2),
-        "torch.multinomial": lambda: torch.multinomial(torch.rand(4), 2),
-        "torch.bernoulli": lambda: torch.bernoulli(torch.rand(4)),
+        "torch.multinomial": lambda: torch.multinomial(R(4), 2),
+        "torch.bernoulli": lambda: torch.bernoulli(R(4)),
         "torch.normal": lambda: torch.normal(torch.zeros(4), torch.ones(4)),
-        "torch.poisson": lambda: torch.poisson(torch.rand(4)),
+        "torch.poisson": lambda: torch.poisson(R(4)),
         "torch.rand": lambda: torch.rand(3, 4),
         "torch.randn": lambda: torch.randn(3, 4),
         "torch.randint": lambda: torch.randint(0, 5, (3, 4)),
@@ -350,8 +380,8 @@ def curated(t):
 
 
 def _clip():
-    p = nn.Parameter(torch.rand(3, 4))
-    p.grad = torch.rand(3, 4)
+    p = nn.Parameter(R(3, 4))
+    p.grad = R(3, 4)
     nn.utils.clip_grad_norm_([p], 1.0)
 
 
@@ -444,7 +474,7 @@ def module_call(name, make, inp):
     seq = torch.rand(2, 5, 8)
     logits, target, prob = torch.rand(4, 5), torch.tensor([0, 1, 2, 3]), torch.rand(4, 5)
     special = {
-        "Bilinear": lambda: m(torch.rand(4, 8), torch.rand(4, 8)),
+        "Bilinear": lambda: m(R(4, 8), R(4, 8)),
         "MultiheadAttention": lambda: m(seq, seq, seq),
         "TransformerDecoderLayer": lambda: m(seq, seq),
         "Transformer": lambda: m(seq, seq),
@@ -550,7 +580,8 @@ def main(argv=None) -> int:
     doc = {
         "torch": str(torch.__version__),
         "command": "python scripts/gen_api_map.py",
-        "device_substitutions": {k: {"replaced_by": v[0], "why": v[1]} for k, v in DEVICE_SUBSTITUTIONS.items()},
+        "device_substitutions": {**{k: {"replaced_by": v[0], "why": v[1]} for k, v in DEVICE_SUBSTITUTIONS.items()},
+                                 **API_SUBSTITUTIONS},
         "count": len(apis),
         "apis": dict(sorted(apis.items())),
     }

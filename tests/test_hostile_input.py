@@ -90,13 +90,15 @@ def test_unreadable_file_reported():
     shutil.rmtree(tree)
 
 
-def test_empty_file_list_and_empty_file(tmp_path):
-    assert run("rewrite", str(tmp_path)).exit_code == 0
+def test_empty_file_list_and_empty_file(tmp_path, monkeypatch):
+    none = run("rewrite", str(tmp_path))  # a folder without any file to process is an error (issue 15)
+    assert none.exit_code == 2 and "no Python files found" in none.output
     (tmp_path / "empty.py").write_bytes(b"")
     res = run("rewrite", "--write", str(tmp_path))
     assert res.exit_code == 0
     assert (tmp_path / "empty.py").read_bytes() == b""
-    assert run("rewrite").exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    assert run("rewrite").exit_code == 0  # no path: the current folder
 
 
 def _rewrite_bytes(tmp_path, name: str, data: bytes) -> bytes:

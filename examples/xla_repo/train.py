@@ -16,11 +16,8 @@ def _mp_fn(index, flags):
     torch.manual_seed(flags["seed"])
     device = xm.xla_device()
     xm.master_print(f"WORLD_SIZE {xm.xrt_world_size()}")
-    if not xm.is_master_ordinal():
-        xm.rendezvous("download_dataset")
     dataset = make_dataset()
-    if xm.is_master_ordinal():
-        xm.rendezvous("download_dataset")
+    xm.rendezvous("dataset_ready")
     sampler = DistributedSampler(dataset, num_replicas=xm.xrt_world_size(), rank=xm.get_ordinal())
     loader = pl.MpDeviceLoader(DataLoader(dataset, batch_size=32, sampler=sampler), device)
     model = MLP().to(device)

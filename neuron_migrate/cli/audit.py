@@ -35,7 +35,7 @@ def audit(
     stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", help="With `-`: the name the standard input is reported and configured as."),
     add_noqa: bool = typer.Option(False, "--add-noqa", help="Add a `# noqa: CODE` comment for every current finding (to adopt the audit on an existing repository)."),
     watch: bool = typer.Option(False, "--watch", "-W", help="Run again whenever a file changes (Ctrl-C stops)."),
-    table: Optional[str] = typer.Option(None, "--table", help="Compatibility table YAML to check ops against (default: the newest shipped)."),
+    table: Optional[str] = typer.Option(None, "--table", help="Compatibility table YAML to check ops against (default: the table for the installed torch family, else the newest)."),
     config: Optional[str] = typer.Option(None, "--config", help="pyproject.toml to read [tool.neuron-migrate] from (default: the closest one)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes, 1 or more (default: all cores)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the result cache."),
@@ -43,12 +43,16 @@ def audit(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Text output: findings without code frames and summary only."),
     color: Optional[str] = typer.Option(None, "--color", help="auto (default: colour on a terminal unless NO_COLOR is set), always or never."),
     no_color: bool = typer.Option(False, "--no-color", hidden=True, help="Same as --color never."),
+    min_confidence: str = typer.Option("low", "--min-confidence",
+                                       help="Drop compatibility findings whose table fact is less sure: high | medium | low."),
 ) -> None:
     from neuron_migrate.cli.common import Selection, check_color, check_jobs, check_level, fail
 
     fmt = output_format.lower()
     if fmt not in FORMATS:
         fail(f"--output-format must be one of {', '.join(FORMATS)}, not {output_format!r}")
+    if min_confidence not in ("high", "medium", "low"):
+        fail(f"--min-confidence must be high, medium or low, not {min_confidence!r}")
     level = check_level("--fail-level", fail_level)  # before any work: a typo must not cost a whole run
     color_mode = check_color(color, no_color)
     check_jobs(jobs)
@@ -69,7 +73,7 @@ def audit(
 
     def once() -> int:
         return _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero, level, stdin_filename,
-                           add_noqa, jobs, no_cache or table is not None, quiet, color_mode)
+                           add_noqa, jobs, no_cache or table is not None, quiet, color_mode, min_confidence)
 
     if watch:
         from neuron_migrate.cli.watch import watch_loop
@@ -79,7 +83,7 @@ def audit(
 
 
 def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero, level, stdin_filename, add_noqa, jobs,
-                no_cache, quiet, color_mode) -> int:
+                no_cache, quiet, color_mode, min_confidence: str = "low") -> int:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, RANK, iterate, prepare, report_no_files
     from neuron_migrate.report.text import console
 
@@ -101,6 +105,18 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
         if res.error:
             errors.append((res.path, res.error))
         findings.extend(res.findings)
+    table = sel.table
+    if min_confidence != "low" or (table is None and any(f.confidence for f in findings)):
+        from neuron_migrate.table import TableError, confidence_rank, default_table_path
+
+        floor = confidence_rank(min_confidence)
+        findings = [f for f in findings if not f.confidence or confidence_rank(f.confidence) >= floor]
+        try:
+            warn = default_table_path()[1] if table is None else None
+        except TableError:
+            warn = None
+        if warn and fmt in ("text", "concise"):
+            err.print(f"warning: {warn}", markup=False, highlight=False)
     findings.sort(key=lambda f: f.sort_key())
 
     if add_noqa:

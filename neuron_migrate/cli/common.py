@@ -140,26 +140,49 @@ def prepare(paths: list[str], sel: Selection, stdin_filename: Optional[str] = No
     except ConfigError as exc:
         fail(str(exc))
     base = root_cfg.root or Path.cwd()
-    cfg_cache: dict = {}
+    cfg_by_file: dict = {}  # pyproject path -> Config
+    default_cfg = _default_config()
+    closest_in: dict = {}  # folder -> closest pyproject with our section (or None), memoised along the chain
+    root_src = str(Path(root_cfg.source).resolve()) if root_cfg.source is not None else None
+
+    def closest(folder: str):
+        from neuron_migrate.files.config import _has_section
+
+        chain = []
+        d = folder
+        found = None
+        while True:
+            if d in closest_in:
+                found = closest_in[d]
+                break
+            chain.append(d)
+            candidate = os.path.join(d, "pyproject.toml")
+            if os.path.isfile(candidate) and _has_section(Path(candidate)):
+                found = candidate
+                break
+            parent = os.path.dirname(d)
+            if parent == d or os.path.exists(os.path.join(d, ".git")):
+                break
+            d = parent
+        for c in chain:
+            closest_in[c] = found
+        return found
 
     def config_of(p: Path):
         if sel.config:
             return root_cfg
-        from neuron_migrate.files.config import find_pyproject
-
-        folder = Path(os.path.abspath(p)).parent
-        if folder not in cfg_cache:
-            found = find_pyproject(folder)
-            if found is None:
-                cfg_cache[folder] = root_cfg if root_cfg.source is None else _default_config()
-            elif root_cfg.source is not None and found.resolve() == Path(root_cfg.source).resolve():
-                cfg_cache[folder] = root_cfg
+        found = closest(os.path.dirname(os.path.abspath(p)))
+        if found is None:
+            return root_cfg if root_cfg.source is None else default_cfg
+        if found not in cfg_by_file:
+            if root_src is not None and (found == str(root_cfg.source) or str(Path(found).resolve()) == root_src):
+                cfg_by_file[found] = root_cfg
             else:
                 try:
-                    cfg_cache[folder] = load_file(found)
+                    cfg_by_file[found] = load_file(Path(found))
                 except ConfigError as exc:
                     fail(str(exc))
-        return cfg_cache[folder]
+        return cfg_by_file[found]
 
     force = sel.force_exclude if sel.force_exclude is not None else root_cfg.force_exclude
     respect = sel.respect_gitignore if sel.respect_gitignore is not None else root_cfg.respect_gitignore
@@ -237,6 +260,12 @@ def _settings(cfg, sel: Selection) -> dict:
 
 
 def _display(f: Path, cwd: Path) -> str:
+    s = str(f)
+    if not os.path.isabs(s) and not s.startswith(".."):
+        return os.path.normpath(s)  # already relative to cwd (the common case: no path, or `.`)
+    prefix = str(cwd) + os.sep
+    if s.startswith(prefix):
+        return s[len(prefix):]
     try:
         display = os.path.relpath(f, cwd)
         if display.startswith(".." + os.sep + ".."):

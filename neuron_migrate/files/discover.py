@@ -88,6 +88,13 @@ class IgnoreFile:
     base: Path
     rules: list[IgnoreRule] = field(default_factory=list)
 
+    @property
+    def base_abs(self) -> str:
+        v = self.__dict__.get("_base_abs")
+        if v is None:
+            v = self.__dict__["_base_abs"] = os.path.abspath(self.base)
+        return v
+
     @classmethod
     def load(cls, folder: Path) -> "IgnoreFile | None":
         f = folder / ".gitignore"
@@ -166,7 +173,8 @@ def discover(paths: list[str], exclude: list[str] = (), respect_gitignore: bool 
 
     def add(p: Path) -> None:
         try:
-            key = p.resolve()
+            st = os.stat(p)  # one system call (resolve() costs one per path component)
+            key = (st.st_dev, st.st_ino)
         except (OSError, RuntimeError):
             messages.append(f"{p}: cannot resolve path (symlink loop?)")
             return
@@ -232,9 +240,18 @@ def _discover_one(root: Path, raw: str, exclude, respect_gitignore: bool, force:
 
 def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:
     result = None
+    absolute = None
     for ig in ignores:
+        rel = None
+        if ig.base.is_absolute():
+            if absolute is None:
+                absolute = os.path.abspath(path)
+            base = ig.base_abs
+            if absolute.startswith(base) and absolute[len(base):len(base) + 1] == os.sep:
+                rel = absolute[len(base) + 1:].replace(os.sep, "/")  # the common case, without resolving links
         try:
-            rel = path.resolve().relative_to(ig.base.resolve()).as_posix() if ig.base.is_absolute() else path.relative_to(ig.base).as_posix()
+            if rel is None:
+                rel = path.resolve().relative_to(ig.base.resolve()).as_posix() if ig.base.is_absolute() else path.relative_to(ig.base).as_posix()
         except ValueError:
             continue
         d = ig.decision(rel, is_dir)

@@ -26,16 +26,24 @@ def _code_fingerprint() -> str:
     import neuron_migrate
     from neuron_migrate._data import data_dir
 
-    h = hashlib.blake2b(neuron_migrate.__version__.encode(), digest_size=16)
+    # the sources' sizes and times below change with every release; the version (importlib.metadata,
+    # slow to import) adds nothing
+    h = hashlib.blake2b(b"neuron-migrate results v2", digest_size=16)
     pkg = Path(neuron_migrate.__file__).parent
     roots = [pkg / "rules", pkg / "rewrite", pkg / "files", pkg / "names", pkg / "program", pkg / "shell", pkg / "deps", data_dir("rules"), data_dir("compat_table")]
     for root in roots:
         if not root.is_dir():
             continue
         for p in sorted(root.rglob("*")):
-            if p.suffix in (".py", ".yaml", ".yml"):
+            if p.suffix in (".py", ".yaml", ".yml", ".json"):
                 st = p.stat()
                 h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
+    try:  # the default table follows the installed torch family (importlib.metadata, no torch import)
+        from neuron_migrate.table import default_table_path
+
+        h.update(default_table_path()[0].name.encode())
+    except Exception:  # noqa: BLE001 - no table: the NM3xx rules say so themselves
+        pass
     return h.hexdigest()
 
 
@@ -61,6 +69,7 @@ def result_to_dict(r: FileResult) -> dict:
         "new_bytes": r.new_bytes.decode("latin-1") if r.new_bytes is not None else None,
         "suppressed": r.suppressed,
         "skipped": r.skipped,
+        "error": r.error,
     }
 
 
@@ -76,6 +85,7 @@ def result_from_dict(path: str, d: dict) -> FileResult:
     r.new_text, r.old_text = d["new_text"], d["old_text"]
     r.new_bytes = d["new_bytes"].encode("latin-1") if d["new_bytes"] is not None else None
     r.suppressed, r.skipped = d["suppressed"], d["skipped"]
+    r.error = d.get("error")
     return r
 
 
@@ -100,16 +110,33 @@ class ResultCache:
         e = self.entries.get(path)
         if not e or e.get("digest") != dig:
             return None
+        return self._result(display, e)
+
+    def lookup_stat(self, path: str, display: str, sig: list) -> Optional[FileResult]:
+        """The cached result when the file's size, mtime and inode are those recorded with it (Ruff keys its
+        cache by mtime too): a warm run then reads no file at all. Any difference falls back to the digest."""
+        e = self.entries.get(path)
+        if not e or e.get("stat") != sig:
+            return None
+        return self._result(display, e)
+
+    def touch(self, path: str, sig: list) -> None:
+        """Record the stat signature of a file whose content digest matched."""
+        e = self.entries.get(path)
+        if e is not None and e.get("stat") != sig:
+            e["stat"] = sig
+            self.dirty = True
+
+    @staticmethod
+    def _result(display: str, e: dict) -> Optional[FileResult]:
         try:
             return result_from_dict(display, e["result"])
         except (KeyError, TypeError, ValueError):
             return None  # an entry from an incompatible layout: recompute
 
-    def store(self, path: str, dig: str, res: FileResult) -> None:
-        if res.error:  # errors are recomputed (and re-reported) every time
-            self.entries.pop(path, None)
-            return
-        self.entries[path] = {"digest": dig, "result": result_to_dict(res)}
+    def store(self, path: str, dig: str, res: FileResult, sig: Optional[list] = None) -> None:
+        """Errors about the content (syntax, nesting, a rule crash) are cached with it and re-reported."""
+        self.entries[path] = {"digest": dig, "result": result_to_dict(res), **({"stat": sig} if sig else {})}
         self.dirty = True
 
     def save(self) -> Optional[str]:

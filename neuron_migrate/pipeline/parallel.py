@@ -7,7 +7,8 @@ from typing import Iterator, Optional
 _STATE: dict = {}
 
 DEFAULT_MAX_BYTES = 20_000_000
-PARALLEL_MIN_FILES = 24  # below this, a process pool costs more than it saves
+PARALLEL_MIN_FILES = 24
+RACY_NS = 2_000_000_000  # stat signatures of files changed less than 2 s ago are not trusted  # below this, a process pool costs more than it saves
 
 
 def _init(spec, settings_kw, fix, write):
@@ -56,17 +57,35 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
         return
     from neuron_migrate.pipeline.cache import digest
 
+    import time
+
+    now = time.time_ns()
     hits: dict[int, object] = {}
+    sigs: dict[int, list] = {}
     misses = []
     for i, (path, display) in enumerate(items):
         try:
-            with open(path, "rb") as fh:
-                dig = digest(fh.read())
+            st = os.stat(path)
         except OSError:
             misses.append((i, (path, display)))
             continue
-        res = cache.lookup(path, display, dig)
-        if res is not None and not (write and res.changed):
+        # a file modified in the last seconds may change again within the clock's granularity ("racy" as git
+        # calls it): its stat is not trusted, its content digest is
+        sig = [st.st_size, st.st_mtime_ns, st.st_ino] if now - st.st_mtime_ns > RACY_NS else None
+        if sig is not None:
+            sigs[i] = sig
+        res = cache.lookup_stat(path, display, sig) if sig is not None else None
+        if res is None:
+            try:
+                with open(path, "rb") as fh:
+                    dig = digest(fh.read())
+            except OSError:
+                misses.append((i, (path, display)))
+                continue
+            res = cache.lookup(path, display, dig)
+            if res is not None and sig is not None:
+                cache.touch(path, sig)
+        if res is not None and not (write and (res.changed or res.error)):
             hits[i] = res
         else:
             misses.append((i, (path, display)))
@@ -78,9 +97,9 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
             continue
         j, (path, _display) = next(miss_iter)
         res = next(computed)
-        if res.digest and not res.written:
-            cache.store(path, res.digest, res)
-        elif res.written:
+        if res.digest and not res.written and not (write and res.error):
+            cache.store(path, res.digest, res, sigs.get(j))
+        else:
             cache.entries.pop(path, None)
         yield res
 

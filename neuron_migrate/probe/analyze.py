@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +105,6 @@ class Classifier:
     def __init__(self, table_path: str | None = None):
         self.table = None
         self.error = None
-        self._api_rev: dict[str, list[str]] | None = None
         self._cache: dict[str, dict] = {}
         try:
             from neuron_migrate.table import load_table
@@ -119,73 +117,42 @@ class Classifier:
     def version(self) -> str | None:
         return getattr(self.table, "version", None)
 
-    def _namespace_entry(self, base: str):
-        """An op absent from the table, reached only from Python APIs under a namespace the table rates
-        (torch.fft -> partial): use that namespace's entry."""
-        if self.table is None:
-            return None
-        if self._api_rev is None:
-            self._api_rev = defaultdict(list)
-            try:
-                from neuron_migrate.table import load_api_map
-
-                for api, ops in load_api_map().items():
-                    for op in ops:
-                        self._api_rev[base_name(op)].append(api)
-            except Exception:  # noqa: BLE001
-                pass
-        entries = []
-        for api in self._api_rev.get(base, []):
-            try:
-                e = self.table.api(api)
-            except Exception:  # noqa: BLE001
-                e = None
-            if e is not None and getattr(e, "kind", None) == "namespace":
-                entries.append((api, e))
-        if not entries:
-            return None
-        entries.sort(key=lambda ae: ae[0])
-        return entries[0]
-
     def namespace_status(self, namespace: str) -> dict:
-        """The table's rating of a namespace (torch.sparse, torch.nested, torch.distributions, torch.func)."""
-        e = None
+        """The table's rating of a namespace (torch.sparse, torch.nested, torch.distributions, torch.func), with
+        confidence and source: Table.classify_module, the verdict audit's NM301 reports too."""
+        v = None
         if self.table is not None:
             try:
-                e = self.table.api(namespace)
+                v = self.table.classify_module(namespace)
             except Exception:  # noqa: BLE001
-                e = None
-        if e is None:
+                v = None
+        if v is None:
             return {"status": "unknown", "note": "namespace not in the compat table: verify on device",
-                    "source_url": None}
-        return {"status": str(getattr(e.status, "value", e.status)), "note": e.note or "", "source_url": e.source_url}
+                    "source_url": None, "confidence": None, "source": None}
+        return {"status": v.status.value, "note": v.note or "", "source_url": v.source_url,
+                "confidence": v.confidence, "source": v.source_id}
 
     def classify(self, op: str) -> dict:
+        """The table's verdict for a recorded op (Table.classify_op: the same answer audit gives)."""
         c = self._cache.get(op)
         if c is not None:
             return c
-        entry = None
-        via = None
+        v = None
         if self.table is not None:
             try:
-                entry = self.table.op(op)
+                v = self.table.classify_op(op)
             except Exception:  # noqa: BLE001
-                entry = None
-            if entry is None:
-                ns = self._namespace_entry(base_name(op))
-                if ns is not None:
-                    via, entry = ns[0], ns[1]
-        if entry is None:
-            c = {"status": "unknown", "note": "not in the compat table: verify on device", "source_url": None,
-                 "confidence": None}
+                v = None
+        if v is None or (v.status.value == "unknown" and v.via == "none"):
+            note = v.note if v is not None else "not in the compat table: verify on device"
+            c = {"status": "unknown", "note": note, "source_url": None, "confidence": None, "source": None}
         else:
-            status = str(getattr(entry.status, "value", entry.status))
-            note = entry.note or ""
-            if via:
-                note = f"via {via} ({entry.name}): {note}"
+            status = v.status.value
+            note = v.note or ""
             if status == "cpu_fallback" and "host" not in note:
                 note = f"{note} ({_COST_NOTE})" if note else _COST_NOTE
-            c = {"status": status, "note": note, "source_url": entry.source_url, "confidence": entry.confidence}
+            c = {"status": status, "note": note, "source_url": v.source_url, "confidence": v.confidence,
+                 "source": v.source_id}
         self._cache[op] = c
         return c
 
@@ -272,7 +239,7 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
                 continue
             r = rows.setdefault(o["op"], {"op": o["op"], "count": 0, "sites": [], "note": o["note"],
                                           "source_url": o.get("source_url"), "confidence": o.get("confidence"),
-                                          "phases": []})
+                                          "source": o.get("source"), "phases": []})
             r["count"] += o["count"]
             r["sites"].append({"site": o["site"], "file": o.get("file"), "line": o.get("line"),
                                "lib_file": o.get("lib_file"), "lib_line": o.get("lib_line"), "phase": o["phase"],

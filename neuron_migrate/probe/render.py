@@ -103,6 +103,8 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         tt.add_column("note", ratio=2)
         for r in rows:
             note = r.get("note") or ""
+            if r.get("confidence") in ("medium", "low"):  # the table is not sure: say so on the row
+                note = f"[{r['confidence']} confidence, {r.get('source') or 'no source'}] {note}"
             tt.add_row(r["op"], str(r["count"]), _sites(r), note if len(note) <= 110 else note[:107] + "...")
         con.print(tt)
 

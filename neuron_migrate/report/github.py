@@ -25,7 +25,8 @@ def github_line(f: Finding) -> str:
             props.append(f"endColumn={f.span.end_col + 1}")
     props.append(f"title={_escape_prop(f'{f.rule.code} {f.rule.name}')}")
     fix = " [fixable]" if f.fix is not None else ""
-    msg = f"{f.rule.code}{fix} {'(cell ' + str(f.cell) + ', line ' + str(f.span.line) + ') ' if f.cell else ''}{f.message}" + (f"\nnote: {f.note}" if f.note else "")
+    conf = f" [{f.confidence} confidence]" if f.confidence in ("medium", "low") else ""
+    msg = f"{f.rule.code}{fix} {'(cell ' + str(f.cell) + ', line ' + str(f.span.line) + ') ' if f.cell else ''}{f.message}{conf}" + (f"\nnote: {f.note}" if f.note else "")
     return f"::{COMMAND[f.severity.value]} {','.join(props)}::{_escape_data(msg)}"
 
 

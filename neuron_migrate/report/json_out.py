@@ -1,7 +1,8 @@
 """Machine-readable findings: a JSON list, stable (sorted by path, line, column, code).
 
 Each item: code, name, message, severity, location {path, row, column, end {row, column}} (1-based rows and
-columns), fix (null, or {applicability, message, edits}), url, note, fixable.
+columns), fix (null, or {applicability, message, edits}), url, note, fixable, confidence and source (the
+compatibility-table fact behind the finding: high|medium|low and its source id; null for other findings).
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def finding_dict(f: Finding) -> dict:
         "fix": fix,
         "fixable": f.fix is not None,
         "note": f.note or None,
+        "confidence": f.confidence or None,
+        "source": f.source or None,
         "url": f.rule.url,
     }
 

@@ -103,6 +103,8 @@ def sarif_log(findings: Iterable[Finding], rules: Iterable[Rule], root: Optional
             }, **({"logicalLocations": [{"name": f"cell {f.cell}", "kind": "notebookCell"}]} if f.cell else {})}],
             "partialFingerprints": {"primaryLocationLineHash": f"{digest}:{seen[digest]}"},
             "properties": {"fixable": f.fix is not None, **({"fix": f.fix.safety.value} if f.fix else {}),
+                           **({"confidence": f.confidence} if f.confidence else {}),
+                           **({"source": f.source} if f.source else {}),
                            **({"cell": f.cell} if f.cell else {})},
         })
     return {

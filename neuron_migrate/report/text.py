@@ -48,7 +48,7 @@ def _emit(con, lines: list) -> None:
         return
     if con.color_system is None and not con.is_terminal:
         # piped, no colour: rich's rendering adds nothing but time (soft_wrap consoles do not wrap)
-        con.file.write("\n".join(t.plain for t in lines) + "\n")
+        con.file.write("\n".join(t if isinstance(t, str) else t.plain for t in lines) + "\n")
         return
     from rich.text import Text
 
@@ -90,15 +90,22 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
                    show_fixes: bool = False) -> None:
     from rich.text import Text
 
+    plain = con.color_system is None and not con.is_terminal  # piped: build strings, not rich Text (warm runs)
     out = []
     for f in findings:
         loc = f"{f.path}:{f'cell {f.cell}:' if f.cell else ''}{f.span.line}:{f.span.col + 1}:"
-        t = Text()
-        t.append(loc, style="bold")
-        t.append(" ")
-        t.append(f.rule.code, style=SEVERITY_STYLE.get(f.severity.value, ""))
-        t.append(f" {fix_label(f)}{f.message}")
-        out.append(t)
+        conf = f" [{f.confidence} confidence{', ' + f.source if f.source else ''}]" if f.confidence in ("medium", "low") else ""
+        if plain:
+            out.append(f"{loc} {f.rule.code} {fix_label(f)}{f.message}{conf}")
+        else:
+            t = Text()
+            t.append(loc, style="bold")
+            t.append(" ")
+            t.append(f.rule.code, style=SEVERITY_STYLE.get(f.severity.value, ""))
+            t.append(f" {fix_label(f)}{f.message}")
+            if conf:
+                t.append(conf, style="dim")
+            out.append(t)
         lines = (source_lines or {}).get(f.path) if f.cell is None else None  # notebook frames: lines count per cell
         if concise:
             if show_fixes:

@@ -141,10 +141,12 @@ class Ctx:
         return rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
 
     # -- results ---------------------------------------------------------------------------------
-    def finding(self, at, message: str, fix: Optional[Fix] = None, note: str = "", rule: Optional[Rule] = None) -> Finding:
+    def finding(self, at, message: str, fix: Optional[Fix] = None, note: str = "", rule: Optional[Rule] = None,
+                confidence: str = "", source: str = "") -> Finding:
         node = at.node if hasattr(at, "node") else at
         span = at if isinstance(at, Span) else self.analysis.span(node)
-        return Finding(rule=rule or self.rule, path=self.analysis.path, span=span, message=message, fix=fix, note=note)
+        return Finding(rule=rule or self.rule, path=self.analysis.path, span=span, message=message, fix=fix, note=note,
+                       confidence=confidence or "", source=source or "")
 
     def fixer(self, safety: Optional[str] = None) -> "FixBuilder":
         default = self.rule.fix_safety if self.rule else FixSafety.SAFE

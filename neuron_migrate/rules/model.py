@@ -112,6 +112,10 @@ class Finding:
     message: str
     fix: Optional[Fix] = None
     note: str = ""  # extra guidance shown under the message (launch commands, behaviour changes)
+    # how sure the compatibility fact behind the finding is ("high" | "medium" | "low"; "" when not a table fact)
+    # and the table source id it comes from; rendered by every output format, filtered by --min-confidence
+    confidence: str = ""
+    source: str = ""
     cell: Optional[int] = None  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
@@ -168,6 +172,7 @@ def finding_to_dict(f: Finding) -> dict:
         "message": f.message,
         "note": f.note,
         "fix": fix_to_dict(f.fix) if f.fix else None,
+        **({"confidence": f.confidence, "source": f.source} if f.confidence or f.source else {}),
         "cell": f.cell,
     }
 
@@ -180,5 +185,7 @@ def finding_from_dict(d: dict) -> Finding:
         message=d["message"],
         fix=fix_from_dict(d["fix"]) if d.get("fix") else None,
         note=d.get("note", ""),
+        confidence=d.get("confidence", ""),
+        source=d.get("source", ""),
         cell=d.get("cell"),
     )

@@ -88,45 +88,98 @@ def show(
     from rich.table import Table as RichTable
 
     rt = RichTable(title=f"TorchNeuron {t.version} (torch-neuronx {t.torch_neuronx}, Neuron {t.neuron_sdk}, torch {t.torch})")
-    for col in ("name", "kind", "status", "source", "note"):
+    for col in ("name", "kind", "status", "confidence", "source", "note"):
         rt.add_column(col, overflow="fold")
     for e in entries:
-        style = _STATUS_STYLE.get(e.status.value, "")
+        # only a high-confidence row gets its status colour; medium and low rows are dimmed, so a green "native"
+        # from a pre-release snapshot does not read like a documented fact
+        style = _STATUS_STYLE.get(e.status.value, "") if e.confidence == "high" else "dim"
         rt.add_row(e.name, e.kind, f"[{style}]{e.status.value}[/{style}]" if style else e.status.value,
-                   e.source_id or "", e.note or "")
+                   e.confidence or "", e.source_id or "", e.note or "")
     console = Console(width=160)
     console.print(rt)
     console.print(f"{len(entries)} of {len(t.entries)} entries")
 
 
+def _looks_like_op(name: str) -> bool:
+    return name.startswith(("aten", "torch.ops.")) or "::" in name or "." not in name
+
+
+def _source_lines(t, sid: str | None, url: str | None, confidence: str | None) -> list[str]:
+    src = t.sources.get(sid or "", {})
+    out = [f"  confidence: {confidence or 'none (no source says)'}"]
+    if sid:
+        out.append(f"  source:     {sid} ({src.get('kind', '?')})" + (f": {src['title']}" if src.get("title") else ""))
+    out.append(f"  url:        {url or '(no public address recorded)'}")
+    return out
+
+
+def _env_lines(entry) -> list[str]:
+    out = []
+    for var, forms in (getattr(entry, "when_env", None) or {}).items():
+        for val, form in forms.items():
+            out.append(f"  with {var}={val}: {form.get('status')} ({form.get('confidence') or 'source confidence'}, "
+                       f"{form.get('source')})" + (f": {form['note']}" if form.get("note") else ""))
+    if getattr(entry, "env_applied", None):
+        out.append(f"  applied:    {entry.env_applied} (from the environment)")
+    return out
+
+
 def _show_one(t, name: str, fmt: str) -> None:
     entry = t.get(name)
-    if entry is None and (name.startswith("aten") or "::" in name or "." not in name):
-        entry = t.op(name)
-    if entry is None:
+    verdict = None
+    if entry is None and _looks_like_op(name):
+        verdict = t.classify_op(name)
+        if verdict.via == "none":
+            verdict = None
+    if entry is None and verdict is None:
         entry = t.api(name)
     ops = t.ops_for_api(name)
-    if entry is None and ops:
+    if entry is None and verdict is None and ops:
+        v = t.classify_api(name)
         worst, op_entries = t.worst_status_for_api(name)
         if fmt == "json":
-            typer.echo(json.dumps({"api": name, "status": worst.value, "ops": [_entry_dict(e) for e in op_entries]}, indent=2))
+            typer.echo(json.dumps({"api": name, **v.as_dict(), "ops": [_entry_dict(e) for e in op_entries]}, indent=2))
             return
-        typer.echo(f"{name}: {worst.value} (worst over its aten ops)")
+        lines = [f"{name}: {worst.value} (worst over its aten ops)"]
+        lines += _source_lines(t, v.source_id, v.source_url, v.confidence)
         for e in op_entries:
-            src = f"  [{e.source_id}]" if e.source_id else ""
-            typer.echo(f"  {e.name:<50} {e.status.value:<13}{src}")
+            lines.append(f"    {e.name:<50} {e.status.value:<13} {e.confidence or '-':<7} {e.source_id or ''}")
+        typer.echo("\n".join(lines))
         return
-    if entry is None:
+    if entry is None and verdict is None:
+        v = t.classify_op(name) if _looks_like_op(name) else None
         if fmt == "json":
-            typer.echo(json.dumps({"name": name, "status": "unknown", "found": False}))
+            typer.echo(json.dumps({"name": name, "status": "unknown", "found": False,
+                                   "note": v.note if v is not None else None}))
         else:
-            typer.echo(f"{name}: not in table {t.path.name} (status unknown)")
+            typer.echo(f"{name}: not in table {t.path.name} (status unknown)" + (f"\n  {v.note}" if v is not None else ""))
         raise typer.Exit(1)
+    if verdict is not None and verdict.via == "entry":
+        entry, verdict = verdict.entries[0], None
+    if verdict is not None:  # derived from torch's dispatcher, a namespace, or sibling overloads
+        if fmt == "json":
+            d = {"query": name, **verdict.as_dict(), "source_kind": t.sources.get(verdict.source_id or "", {}).get("kind")}
+            typer.echo(json.dumps(d, indent=2))
+            return
+        how = {"derived": "derived from torch's dispatcher", "namespace": "from a namespace entry",
+               "aggregate": "aggregated over listed overloads"}.get(verdict.via, verdict.via)
+        lines = [f"{verdict.name}  (aten_op)", f"  status:     {verdict.status.value}  ({how})"]
+        lines += _source_lines(t, verdict.source_id, verdict.source_url, verdict.confidence)
+        if verdict.cause:
+            lines.append(f"  decided by: {verdict.cause}")
+        lines.append(f"  how:        {verdict.note}")
+        lines.append(f"  table:      {t.path.name} (torch-neuronx {t.torch_neuronx})")
+        typer.echo("\n".join(lines))
+        return
     if fmt == "json":
         d = _entry_dict(entry)
         d["query"] = name
         if ops:
             d["aten_ops"] = ops
+        if entry.when_env:
+            d["when_env"] = entry.when_env
+            d["env_applied"] = entry.env_applied
         typer.echo(json.dumps(d, indent=2))
         return
     lines = [f"{entry.name}  ({entry.kind})", f"  status:     {entry.status.value}"]
@@ -138,12 +191,9 @@ def _show_one(t, name: str, fmt: str) -> None:
         lines.append(f"  matched:    {name} -> {entry.name}")
     if ops:
         lines.append(f"  aten ops:   {', '.join(ops)}")
-    lines.append(f"  source:     {entry.source_id} ({entry.source_kind}, confidence {entry.confidence})")
-    src = t.sources.get(entry.source_id or "", {})
-    if src.get("title"):
-        lines.append(f"              {src['title']}")
-    lines.append(f"  url:        {entry.source_url or '(no public address recorded)'}")
-    lines.append(f"  table:      {t.path}")
+    lines += _source_lines(t, entry.source_id, entry.source_url, entry.confidence)
+    lines += _env_lines(entry)
+    lines.append(f"  table:      {t.path.name} (torch-neuronx {t.torch_neuronx})")
     typer.echo("\n".join(lines))
 
 
@@ -325,47 +375,72 @@ def import_md(
 @table_app.command("build")
 def build(
     out: Optional[Path] = typer.Option(None, "--out", help="Output YAML (default: compat_table/torchneuron-<version>.yaml in cwd)."),
+    backend_module: str = typer.Option("torch_neuronx", "--backend-module",
+                                       help="Module whose import registers the PrivateUse1 backend (default torch_neuronx)."),
+    version: Optional[str] = typer.Option(None, "--version", help="Table version (default: from the backend's version)."),
 ) -> None:
-    """On a machine with torch-neuronx: list the aten ops registered for PrivateUse1 and write them as native."""
+    """With the backend installed: list the aten ops that have a PrivateUse1 kernel and write them as native.
+
+    Reads torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1") for every aten op of the installed
+    torch, after importing the backend; ops torch itself registers for PrivateUse1 (none in torch 2.13) are left
+    out. Other ops get their status derived from the dispatcher data at load time, or stay unknown."""
     try:
         import torch  # noqa: F401
     except ImportError:
         typer.echo("error: `table build` needs torch and torch-neuronx installed (pip install torch-neuronx); "
                    "torch is not importable here.", err=True)
         raise typer.Exit(2) from None
+    import importlib
+
     try:
-        import torch_neuronx  # noqa: F401
+        backend = importlib.import_module(backend_module)
     except Exception as exc:  # ImportError, or a failed runtime init
-        typer.echo(f"error: `table build` needs torch-neuronx (the native TorchNeuron backend) on a Trainium host; "
-                   f"import torch_neuronx failed: {exc}", err=True)
+        typer.echo(f"error: `table build` needs the backend module {backend_module!r} (torch-neuronx, the native "
+                   f"TorchNeuron backend, on a Trainium host); importing it failed: {exc}", err=True)
         raise typer.Exit(2) from None
     import yaml
 
-    regs = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
-    names = sorted({r for r in regs if r.startswith("aten::")})
-    try:
-        from importlib.metadata import version as _v
+    from neuron_migrate.table import _installed
 
-        tnx = _v("torch-neuronx")
-    except Exception:
-        tnx = getattr(torch_neuronx, "__version__", "unknown")
-    ver = ".".join(str(tnx).split(".")[:3])
-    entries = [{"name": n if not n.endswith(".default") else n[: -len(".default")], "kind": "aten_op",
-                "status": "native", "note": "PrivateUse1 kernel registered in the installed wheel",
-                "source": "installed_wheel"} for n in names]
-    doc = {
+    stock: set[str] = set()
+    family = ".".join(str(torch.__version__).split("+")[0].split(".")[:2])
+    target = out
+    names = []
+    for full in sorted(torch._C._dispatch_get_all_op_names()):
+        if full.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(full, "PrivateUse1"):
+            names.append(full[: -len(".default")] if full.endswith(".default") else full)
+    dispatch_name = f"aten_dispatch-{family}.json"
+    from neuron_migrate._data import data_dir
+
+    shipped = data_dir("compat_table") / dispatch_name
+    if shipped.is_file():  # ops stock torch registers for PrivateUse1 are not the backend's kernels
+        flags = json.loads(shipped.read_text(encoding="utf-8"))["ops"]
+        stock = {n for n, f in flags.items() if "P" in f}
+    names = [n for n in names if n not in stock]
+    tnx = _installed(backend_module.replace("_", "-")) or _installed(backend_module) or getattr(backend, "__version__", None)
+    tnx = str(tnx or "unknown")
+    ver = version or (".".join(tnx.split(".")[:3]) if tnx != "unknown" else "unknown")
+    entries = [{"name": n, "kind": "aten_op", "status": "native",
+                "note": f"PrivateUse1 kernel registered by {backend_module} in the installed build", "source": "installed_wheel"}
+               for n in names]
+    doc: dict[str, Any] = {
         "version": ver,
-        "torch_neuronx": str(tnx),
+        "torch_neuronx": tnx,
         "neuron_sdk": "unknown",
-        "torch": str(torch.__version__),
+        "torch": str(torch.__version__).split("+")[0],
         "sources": {"installed_wheel": {
-            "url": f"https://pypi.org/project/torch-neuronx/{tnx}/", "kind": "aws_docs", "confidence": "high",
-            "title": "torch._C._dispatch_get_registrations_for_dispatch_key('PrivateUse1') on the installed torch-neuronx",
+            "url": (f"https://pypi.org/project/torch-neuronx/{tnx}/"
+                    if backend_module == "torch_neuronx" and tnx != "unknown" else None),
+            "kind": "aws_docs" if backend_module == "torch_neuronx" else "community", "confidence": "high",
+            "title": f"torch._C._dispatch_has_kernel_for_dispatch_key(op, 'PrivateUse1') after import {backend_module}"
+                     + ("" if backend_module == "torch_neuronx" else "; no single public address (a local backend)"),
         }},
         "entries": entries,
     }
-    target = out or Path("compat_table") / f"torchneuron-{ver}.yaml"
+    target = target or Path("compat_table") / f"torchneuron-{ver}.yaml"
+    if (target.parent / dispatch_name).is_file():
+        doc["dispatch"] = dispatch_name
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(f"# Built by `neuron-migrate table build` (torch {torch.__version__}, torch-neuronx {tnx})\n"
+    target.write_text(f"# Built by `neuron-migrate table build` (torch {torch.__version__}, {backend_module} {tnx})\n"
                       + yaml.safe_dump(doc, sort_keys=False, width=120), encoding="utf-8")
     typer.echo(f"wrote {len(entries)} native aten entries to {target}")

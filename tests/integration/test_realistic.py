@@ -160,8 +160,9 @@ def _assert_one_group(logs: list) -> None:
 
 
 def _steps_and_params(out: str) -> tuple[list, list]:
-    steps = [int(s) for s in re.findall(r"^STEPS (\d+)$", out, re.M)]
-    params = [float(s) for s in re.findall(r"^PARAMS (-?[0-9.]+)$", out, re.M)]
+    # the ranks share torchrun's stdout, so one rank's line may run into the other's: no line anchors
+    steps = [int(s) for s in re.findall(r"STEPS (\d+)", out)]
+    params = [float(s) for s in re.findall(r"PARAMS (-?\d+\.\d{6})", out)]
     return steps, params
 
 

@@ -150,7 +150,8 @@ def test_emulated_probe_reports_device_tracking(emulator_lib):
     m = rep["measured"]
     assert m["emulated"] and m["source"].startswith("emulated")
     # everything the table does not give a device kernel reached the tracked fallback, with counts
-    assert {"aten::atan2", "aten::_fft_r2c", "aten::linalg_qr"} <= set(m["fallback_ops"])
+    # (aten::_fft_r2c is rated partial since the complex-decomposition facts were entered, so it gets a kernel)
+    assert {"aten::atan2", "aten::linalg_qr"} <= set(m["fallback_ops"])
     assert sum(n for k, n in m["fallback_counts"].items() if k.startswith("aten::atan2.")) == 2  # --steps 2
     assert m["host_untracked"] == []
     assert m["device"]["native_kernels"] > 100

@@ -37,6 +37,22 @@ def api_status(ctx, qualname: str):
     return _STATUS_CACHE[key]
 
 
+def fact(ctx, qualname: str):
+    """The table's Verdict for a Python API or namespace member (what the probe reports for it too), or None."""
+    key = (getattr(ctx.settings, "table_path", None), "verdict", qualname)
+    if key not in _STATUS_CACHE:
+        table = table_for(ctx)
+        _STATUS_CACHE[key] = table.classify_api(qualname) if table is not None else None
+    return _STATUS_CACHE[key]
+
+
+def sourced(v) -> dict:
+    """ctx.finding keyword arguments carrying a verdict's confidence and source id."""
+    if v is None or v.status.value == "unknown" and not v.source_id:
+        return {}
+    return {"confidence": v.confidence or "", "source": v.source_id or ""}
+
+
 def in_compare(site) -> bool:
     """The name is only tested (`x.dtype == torch.float64`, `dtype in (...)`), not used to create data."""
     for anc in site.ancestors():
@@ -95,14 +111,20 @@ def _namespace_of(key: str) -> Optional[str]:
         `jacrev`, `functional_call`; `torch.vmap` is the same thing), `torch.nested`, `torch.distributions`, TorchAO,
         and MXFP8. Every use is reported where it happens (calls, references such as a `layout=` argument, methods),
         with what to write instead: dense tensors with masks, explicit batching, sampling on CPU, bfloat16
-        instead of low-precision formats. Source: {RN}
+        instead of low-precision formats. These statements are known from coverage of the release notes, not read
+        on the page, so findings carry medium confidence (`audit --min-confidence high` hides them). Source: {RN}
     """,
     examples=[("y = torch.sparse.mm(a, b)",), ("d = torch.distributions.Normal(mu, sigma)",), ("x = x.to_sparse()",)],
 )
 def unsupported_namespace(site, ctx):
     if site.kind == "method":
+        v = fact(ctx, f"Tensor.{site.key}")
+        if v is None or v.status.value != "unsupported":
+            v = fact(ctx, "torch.sparse")
+        if v is not None and v.status.value == "native":
+            return None
         return ctx.finding(site, f"`.{site.key}()` makes a sparse tensor, which TorchNeuron does not support: "
-                                 "keep the tensor dense")
+                                 "keep the tensor dense", **sourced(v))
     if site.key.startswith("torch.functional"):
         return None
     ns = _namespace_of(site.key)
@@ -110,7 +132,11 @@ def unsupported_namespace(site, ctx):
         return None
     if site.kind == "ref" and in_compare(site):
         return None
-    return ctx.finding(site, f"`{site.key}`: {_NAMESPACES[ns]} (not supported on TorchNeuron)")
+    # the same verdict the probe gives for this namespace (a table that rates it native silences the rule)
+    v = fact(ctx, site.key)
+    if v is not None and v.status.value == "native":
+        return None
+    return ctx.finding(site, f"`{site.key}`: {_NAMESPACES[ns]} (not supported on TorchNeuron)", **sourced(v))
 
 
 # ===================================================================================== torch.fft
@@ -125,8 +151,10 @@ def unsupported_namespace(site, ctx):
     docs=f"""
         The 2.33 release notes say only some `torch.fft` transforms run on Neuron, without a list in the text
         available to this tool; the compatibility table marks each transform `partial` until a device run says
-        otherwise (`neuron-migrate probe`, or `neuron-migrate table build` against the released wheel). An FFT that is
-        not supported fails a compiled graph and falls back to the CPU in eager. Check the transform on a device,
+        otherwise (`neuron-migrate probe`, or `neuron-migrate table build` against the released wheel). FFTs are
+        complex-valued: 2.33 decomposes complex ops before lowering by default (`TORCH_NEURONX_COMPLEX_DECOMPOSE`,
+        on for torch >= 2.13), and on a beta without it an eager `irfft` raised "complex dtypes are not supported
+        natively on Neuron" instead of falling back to the CPU. Check the transform on a device,
         or compute it on CPU deliberately (`torch.fft.rfft(x.cpu()).to(x.device)`). Source: {RN}
     """,
     examples=[("spec = torch.fft.rfft(signal)",)],
@@ -134,11 +162,12 @@ def unsupported_namespace(site, ctx):
 def fft_transform(site, ctx):
     if site.key == "torch.fft":
         return None
-    status = api_status(ctx, site.key)
-    if status is not None and status[0].value == "native":
+    v = fact(ctx, site.key)
+    if v is not None and v.status.value == "native":
         return None
     return ctx.finding(site, f"`{site.key}`: only some torch.fft transforms run on Neuron; run it once on a device "
-                             "(neuron-migrate probe) or compute it on CPU with `.cpu()` and move the result back")
+                             "(neuron-migrate probe) or compute it on CPU with `.cpu()` and move the result back",
+                       note=(v.note if v is not None else ""), **sourced(v))
 
 
 # ===================================================================================== float8 / _scaled_mm
@@ -167,8 +196,10 @@ def float8_scaled_mm(site, ctx):
         return None
     if site.key.endswith("_scaled_mm"):
         return ctx.finding(site, "torch._scaled_mm (FP8 matmul) has no Neuron kernel and runs on the host: use a bfloat16 "
-                                 "matmul under torch.autocast('neuron', dtype=torch.bfloat16)")
-    return ctx.finding(site, f"`{site.key}`: FP8 formats are not supported on TorchNeuron 2.33: use torch.bfloat16")
+                                 "matmul under torch.autocast('neuron', dtype=torch.bfloat16)",
+                           **sourced(fact(ctx, "torch._scaled_mm")))
+    return ctx.finding(site, f"`{site.key}`: FP8 formats are not supported on TorchNeuron 2.33: use torch.bfloat16",
+                       **sourced(fact(ctx, "torchao.prototype.mx_formats")))
 
 
 # ===================================================================================== float64
@@ -213,10 +244,11 @@ def float64(site, ctx):
             return None  # a float64 reference on the host: runs in float64 there
         msg = "`.double()` gives float64, which executes as float32 on Neuron: use `.float()` (or do the float64 part on CPU)"
         if where != "device":
-            return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device")
+            return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device",
+                               **sourced(fact(ctx, "torch.float64")))
         fx = ctx.fixer()
         fx.replace(call, f"{ctx.src(call.func.value)}.float()")
-        return ctx.finding(site, msg, fix=fx.build())
+        return ctx.finding(site, msg, fix=fx.build(), **sourced(fact(ctx, "torch.float64")))
     if in_compare(site):
         return None
     call = enclosing_call(site)
@@ -235,9 +267,10 @@ def float64(site, ctx):
     if where == "cpu":
         return None
     if where != "device":
-        return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device")
+        return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device",
+                               **sourced(fact(ctx, "torch.float64")))
     fix = _float64_fix(site, ctx, flow, target)
-    return ctx.finding(site, msg, fix=fix)
+    return ctx.finding(site, msg, fix=fix, **sourced(fact(ctx, "torch.float64")))
 
 
 def _float64_where(flow, receiver, call) -> str:
@@ -414,7 +447,8 @@ def numpy_float64(site, ctx):
         return None  # float64 data that stays on the host computes in float64 there
     fn = site.key.split(".")[-1]
     return ctx.finding(site, f"torch.{fn}() of a numpy float64 array makes a float64 tensor (float32 on Neuron): convert "
-                             f"with `.astype(np.float32)` first" + (" or pass dtype=torch.float32" if fn != "from_numpy" else ""))
+                             f"with `.astype(np.float32)` first" + (" or pass dtype=torch.float32" if fn != "from_numpy" else ""),
+                       **sourced(fact(ctx, "torch.float64")))
 
 
 # ===================================================================================== int64 in compiled graphs
@@ -442,7 +476,7 @@ def int64_compiled(site, ctx):
         return None
     return ctx.finding(site, f"`{site.key}` in a file using torch.compile: compiled graphs on Neuron compute int64 as "
                              "int32; keep these values within int32 range or do the 64-bit arithmetic outside the "
-                             "compiled function")
+                             "compiled function", **sourced(fact(ctx, "torch.int64")))
 
 
 # ===================================================================================== table ops
@@ -455,11 +489,17 @@ def _ops_text(entries) -> str:
     return ", ".join(dict.fromkeys(names))
 
 
+# Random factories make a CPU tensor unless given a device: only then do they run (or fall back) on Neuron.
+_CPU_BY_DEFAULT = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.normal"})
+
+
 def _table_check(site, ctx, want: str):
     if site.kind == "method":
         # only calls on an object that is not a resolved module/class (x.atan2(y)); skip private/dunder names
         if site.key.startswith("_"):
             return None
+    elif site.key in _CPU_BY_DEFAULT and kwarg(site.call, "device") is None:
+        return None
     api = _site_api(site)
     st = api_status(ctx, api)
     if st is None:
@@ -467,6 +507,7 @@ def _table_check(site, ctx, want: str):
     status, entries = st
     if status.value != want:
         return None
+    v = fact(ctx, api)
     bad = [e for e in entries if e.status.value == want] or entries
     ops = _ops_text(bad)
     note = next((e.note for e in bad if e.note), "") or ""
@@ -478,7 +519,7 @@ def _table_check(site, ctx, want: str):
     else:
         msg = (f"`{shown}` is not supported on TorchNeuron" + (f" ({ops})" if ops else "") +
                ": replace it or run this part on CPU")
-    return ctx.finding(site, msg, note=note)
+    return ctx.finding(site, msg, note=note, **sourced(v))
 
 
 _TABLE_DOCS = """

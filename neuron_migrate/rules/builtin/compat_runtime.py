@@ -5,13 +5,13 @@ import ast
 import re
 
 from neuron_migrate.rules.api import const_value, kwarg, rule
-from neuron_migrate.rules.builtin.compat import PRERELEASE, in_compare
+from neuron_migrate.rules.builtin.compat import PRERELEASE, fact, in_compare, sourced
 
 DIST = "torch.distributed"
 DIST_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html"
 DIST_SRC = f"{PRERELEASE}/distributed/backend.py"
 XLA_BACKEND = "https://github.com/pytorch/xla/blob/master/torch_xla/distributed/xla_backend.py"
-COMMUNITY = "beta community reports collected in the project research digest (shared/research/torchneuron.md)"
+COMMUNITY = "unofficial beta community reports (torch-neuronx 2.11-2.12); low confidence"
 
 _P2P = [f"{DIST}.{n}" for n in ("send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp", "recv_object_list", "send_object_list")]
 
@@ -36,7 +36,8 @@ _P2P = [f"{DIST}.{n}" for n in ("send", "recv", "isend", "irecv", "batch_isend_i
 def point_to_point(site, ctx):
     name = site.key.rsplit(".", 1)[1]
     return ctx.finding(site, f"`{name}` (point-to-point) is not implemented by the neuron process group: rewrite the "
-                             "exchange as a collective (all_gather + slice, or all_to_all_single with equal splits)")
+                             "exchange as a collective (all_gather + slice, or all_to_all_single with equal splits)",
+                       **sourced(fact(ctx, f"torch.distributed.{name}")))
 
 
 @rule(
@@ -62,9 +63,11 @@ def uneven_all_to_all(site, ctx):
         if all(s is None or const_value(s, 0) is None and isinstance(s, ast.Constant) for s in splits):
             return None
         return ctx.finding(site, "all_to_all_single with split sizes: TorchNeuron supports equal splits only; pad each "
-                                 "chunk to the same size and drop output_split_sizes/input_split_sizes")
+                                 "chunk to the same size and drop output_split_sizes/input_split_sizes",
+                           **sourced(fact(ctx, "torch.distributed.all_to_all_single")))
     return ctx.finding(site, "all_to_all with a list of tensors: TorchNeuron supports equal-sized chunks only; make every "
-                             "tensor in the lists the same shape (pad), or use all_to_all_single")
+                             "tensor in the lists the same shape (pad), or use all_to_all_single",
+                       **sourced(fact(ctx, "torch.distributed.all_to_all")))
 
 
 _RANKISH = re.compile(r"rank|ordinal|is_main|is_master|main_process|master_process|global_zero", re.I)
@@ -78,6 +81,45 @@ def _rank_conditional(site):
         if isinstance(anc, ast.If) and _RANKISH.search(site.analysis.source(anc.test)):
             return anc
     return None
+
+
+def _condition_key(test: ast.expr, src) -> tuple[str, bool]:
+    """(what the test asks, polarity): `r == 0` and `not r != 0` ask the same; `r != 0` asks its opposite."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        key, pol = _condition_key(test.operand, src)
+        return key, not pol
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+        return f"{src(test.left)} == {src(test.comparators[0])}", isinstance(test.ops[0], ast.Eq)
+    return src(test), True
+
+
+def _complementary_barrier(site, cond: ast.If, ctx) -> bool:
+    """True when every rank reaches one barrier: the classic "rank 0 first" pattern
+    (`if not master: barrier()` ... `if master: barrier()`, or a barrier in each branch of one `if`)."""
+    def has_barrier(stmts) -> bool:
+        for stmt in stmts:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and node is not site.node and \
+                        ctx.analysis.resolve(node.func, site.scope, count_use=False) == f"{DIST}.barrier":
+                    return True
+        return False
+
+    in_body = any(anc is cond for anc in site.ancestors()) and any(
+        site.node in ast.walk(stmt) for stmt in cond.body)
+    if has_barrier(cond.orelse if in_body else cond.body):
+        return True
+    src = ctx.analysis.source
+    key, pol = _condition_key(cond.test, src)
+    scope_node = next((a for a in site.ancestors()
+                       if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))), None)
+    if scope_node is None:
+        return False
+    for node in ast.walk(scope_node):
+        if isinstance(node, ast.If) and node is not cond:
+            k, p = _condition_key(node.test, src)
+            if k == key and p != pol and has_barrier(node.body):
+                return True
+    return False
 
 
 @rule(
@@ -102,11 +144,13 @@ def barrier_subgroup(site, ctx):
     if group is not None and not (isinstance(group, ast.Constant) and group.value is None):
         if not ctx.src(group).endswith("group.WORLD"):
             return ctx.finding(site, "dist.barrier() on a subgroup: TorchNeuron implements barrier on the default group "
-                                     "only; call dist.barrier() on the world group")
+                                     "only; call dist.barrier() on the world group",
+                               **sourced(fact(ctx, "torch.distributed.barrier")))
     cond = _rank_conditional(site)
-    if cond is not None:
+    if cond is not None and not _complementary_barrier(site, cond, ctx):
         return ctx.finding(site, f"dist.barrier() inside `if {ctx.src(cond.test)}:` is reached by only some ranks: it was a "
-                                 "no-op under torch_xla but hangs on TorchNeuron; move it out of the rank-conditional block")
+                                 "no-op under torch_xla but hangs on TorchNeuron; move it out of the rank-conditional block",
+                           **sourced(fact(ctx, "torch.distributed.barrier")))
     return None
 
 
@@ -189,7 +233,7 @@ def device_before_init(site, ctx):
             if use is not None:
                 return ctx.finding(use, f"`{ctx.src(use)}` touches the device before dist.init_process_group (line "
                                         f"{stmt.lineno}): the Neuron runtime must not start before the process group; "
-                                        "call init_process_group first")
+                                        "call init_process_group first", confidence="medium", source="prerelease_dist")
     return None
 
 
@@ -254,7 +298,8 @@ def generator_device(site, ctx):
     if dev is None or (isinstance(dev, ast.Constant) and dev.value in ("cpu", None)):
         return None
     return ctx.finding(site, f"torch.Generator(device={ctx.src(dev)}): a device generator is not available on TorchNeuron; "
-                             "use torch.Generator() (CPU), draw on CPU and move the result with .to(device)")
+                             "use torch.Generator() (CPU), draw on CPU and move the result with .to(device)",
+                       confidence="low", source="community_beta")
 
 
 @rule(
@@ -302,12 +347,13 @@ def channels_last(site, ctx):
     if here == "cpu":
         return None  # host tensors may use any layout
     if here != "device":
-        return ctx.finding(site, msg + "; not rewritten: this tensor is not seen to reach the device")
+        return ctx.finding(site, msg + "; not rewritten: this tensor is not seen to reach the device",
+                           confidence="low", source="community_beta")
     node = site.node
     if not isinstance(node, ast.Name):
         fx = ctx.fixer()
         fx.replace(node, f"{fx.ref('torch')}.contiguous_format")
-        return ctx.finding(site, msg, fix=fx.build())
+        return ctx.finding(site, msg, fix=fx.build(), confidence="low", source="community_beta")
 
     def build(_analysis):
         uses = [s for s in ctx.analysis.sites if s.kind == "ref" and s.key == site.key and isinstance(s.node, ast.Name)
@@ -320,4 +366,5 @@ def channels_last(site, ctx):
             drop_import_name(fx, ctx.analysis, "torch", node.id)
         return fx.build()
 
-    return ctx.finding(site, msg, fix=cached_fix(ctx, f"channels-last:{node.id}", build))
+    return ctx.finding(site, msg, fix=cached_fix(ctx, f"channels-last:{node.id}", build), confidence="low",
+                       source="community_beta")

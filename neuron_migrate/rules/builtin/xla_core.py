@@ -512,5 +512,7 @@ def add_step_closure(site, ctx):
     else:
         text = f"{fn_src}(*{ctx.src(args)})"
     fx.replace(call, text)
+    run_async = kwarg(call, "run_async", 2)
+    dropped = f" run_async={ctx.src(run_async)} dropped: the call runs synchronously." if run_async is not None else ""
     return ctx.finding(site, "step closure: called directly (it now runs at this point of the step)", fix=fx.build(),
-                       note="The closure runs before the rest of the step; .item()/.cpu() inside it synchronises every step.")
+                       note="The closure runs before the rest of the step; .item()/.cpu() inside it synchronises every step." + dropped)

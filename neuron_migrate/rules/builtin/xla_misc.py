@@ -93,11 +93,12 @@ def _loop_over(node, site, ctx):
     return None
 
 
-def _loader_loops(target, site, ctx):
+def _loader_loops(target, site, ctx, device):
     """The for loops that consume the device loader built by `target`, when that is all that consumes it.
 
     Either the call is itself a loop's iterable, or it is assigned to a name that, in this scope only, is
-    iterated by for loops (maybe through enumerate) or measured with len(). None otherwise: then the loader
+    iterated by for loops (maybe through enumerate), measured with len(), or handed to a function defined
+    in this scope that does only that with it. None otherwise: then the loader
     escapes to code this rule cannot see and keeps a wrapper object.
     """
     a = ctx.analysis
@@ -123,9 +124,72 @@ def _loader_loops(target, site, ctx):
         loop = _loop_over(n, site, ctx)
         if loop is not None:
             loops.append(loop)
+        elif _builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1:
+            continue
+        else:
+            inner = _loops_in_local_function(n, name, scope_node, device, site, ctx)
+            if inner is None:
+                return None
+            loops.extend(inner)
+    return loops if stores == 1 else None
+
+
+def _param_uses(fn, param: str, site, ctx):
+    """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed), else None."""
+    a = ctx.analysis
+    if any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(fn) if n is not fn) and _nested_mentions(fn, param):
+        return None
+    loops = []
+    for n in _scope_body_nodes(fn):
+        if not (isinstance(n, ast.Name) and n.id == param):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        loop = _loop_over(n, site, ctx)
+        if loop is not None:
+            loops.append(loop)
         elif not (_builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1):
             return None
-    return loops if stores == 1 else None
+    return loops
+
+
+def _binds(fn, name: str) -> bool:
+    args = fn.args
+    params = [p.arg for p in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if p is not None]
+    return name in params or any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+                                 for n in _scope_body_nodes(fn))
+
+
+def _loops_in_local_function(use, name: str, scope_node, device, site, ctx):
+    """`train_loop_fn(loader, epoch)` where train_loop_fn is a function defined in this same scope, called only
+    with this loader at that position, that only iterates the parameter: its loops, else None.
+
+    The device expression must mean the same inside the function (a name it does not rebind)."""
+    a = ctx.analysis
+    call = a.parent_of.get(use)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and use in call.args and not has_star_args(call)):
+        return None
+    index = call.args.index(use)
+    fname = call.func.id
+    defs = [n for n in _scope_body_nodes(scope_node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fname]
+    if len(defs) != 1 or defs[0].decorator_list:
+        return None
+    fn = defs[0]
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    if index >= len(params):
+        return None
+    root = device
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or _binds(fn, root.id):
+        return None
+    for n in _scope_body_nodes(scope_node):  # every use of the function is such a call with this loader
+        if isinstance(n, ast.Name) and n.id == fname:
+            c = a.parent_of.get(n)
+            if not (isinstance(c, ast.Call) and c.func is n and len(c.args) > index
+                    and isinstance(c.args[index], ast.Name) and c.args[index].id == name):
+                return None
+    return _param_uses(fn, params[index].arg, site, ctx)
 
 
 def _batch_names(loop, enumerated):
@@ -223,7 +287,7 @@ def mp_device_loader(site, ctx):
         return ctx.finding(site, f"pl.{cls} with {', '.join(unknown)}=: migrate by hand")
     note = "; ".join(dropped)
     fx = ctx.fixer()
-    loops = _loader_loops(target, site, ctx)
+    loops = _loader_loops(target, site, ctx, device)
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):
