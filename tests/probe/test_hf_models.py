@@ -76,12 +76,14 @@ def test_fnet_fft_is_partial_at_the_fft_line(runs):
     rep = runs("fnet")
     part = {r["op"]: r for r in rep["partial"]}
     row = part["aten::_fft_c2c.default"]
-    assert "torch.fft" in row["note"]
+    assert "verify on device" in row["note"]  # the table's own fft entry (complex decomposition, unverified)
     for s in row["sites"]:
         assert s["lib_file"] == "transformers/models/fnet/modeling_fnet.py"
         # FNet calls torch.fft.fftn through `self.fourier_transform = partial(torch.fft.fftn, ...)`
         assert "fourier_transform(" in _source_line(s["lib_file"], s["lib_line"])
-    assert "aten::_fft_c2c" in rep["measured"]["fallback_ops"]
+    # the emulated device gives ops the table rates partial a device kernel: measured as the table predicts
+    cmp = {r["op"]: r for r in rep["measured"]["comparison"]}
+    assert cmp["aten::_fft_c2c"]["measured"] == "native" and "aten::_fft_c2c" not in rep["measured"]["fallback_ops"]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
