@@ -104,6 +104,22 @@ def module_site(module) -> dict[str, Any]:
     return info
 
 
+def record_activation(names: dict, order: list, summaries: dict, module, args, out) -> str | None:
+    """A module's first output (and input) summary, in completion order; the module's name, or None."""
+    name = names.get(id(module))
+    if name is None or name in summaries:
+        return None
+    t = _first_tensor(out)
+    if t is None:
+        return None
+    order.append(name)
+    summaries[name] = summarize(t)
+    x = _first_tensor(args)
+    if x is not None:
+        summaries[name]["input"] = summarize(x)
+    return name
+
+
 class ActivationRecorder:
     """Forward hooks on every submodule: each module's first output, in completion order (children first)."""
 
@@ -118,19 +134,8 @@ class ActivationRecorder:
             self._handles.append(m.register_forward_hook(self._hook))
 
     def _hook(self, module, args, out):
-        if not self.active:
-            return
-        name = self.names.get(id(module))
-        if name is None or name in self.summaries:
-            return
-        t = _first_tensor(out)
-        if t is None:
-            return
-        self.order.append(name)
-        self.summaries[name] = summarize(t)
-        x = _first_tensor(args)
-        if x is not None:
-            self.summaries[name]["input"] = summarize(x)
+        if self.active:
+            record_activation(self.names, self.order, self.summaries, module, args, out)
 
     def remove(self):
         for h in self._handles:
@@ -280,17 +285,9 @@ class ScriptCapture:
         self.depth = max(0, self.depth - 1)
         if self.step != 0:
             return
-        name = self.names.get(id(module))
-        if name is None or name in self.summaries:
+        name = record_activation(self.names, self.order, self.summaries, module, args, out)
+        if name is None:
             return
-        t = _first_tensor(out)
-        if t is None:
-            return
-        self.order.append(name)
-        self.summaries[name] = summarize(t)
-        x = _first_tensor(args)
-        if x is not None:
-            self.summaries[name]["input"] = summarize(x)
         self.modules[name] = module_site(module)
         if module is self.root:
             self.outputs = [o.detach().to("cpu").clone() for o in _output_leaves(out)]
