@@ -125,7 +125,8 @@ class _Applier(cst.CSTTransformer):
         self.applied: set[tuple] = set()
         self.unfit: set[tuple] = set()  # edits whose text cannot be written where they go
         self._carry: list[list[cst.EmptyLine]] = []
-        self._emptied: set[int] = set()
+        # blocks a fix left empty, by identity; the nodes are kept alive so that no later node can reuse an id
+        self._emptied: dict[int, object] = {}
         self._dropped: set[int] = set()  # ids of original statements removed
         self._new: set[int] = set()  # ids of expression nodes a fix wrote
         self._fstrings: list[str] = []  # openings (f", rf''', ...) of the f-strings around the current node
@@ -237,7 +238,7 @@ class _Applier(cst.CSTTransformer):
             new = updated_node.with_changes(
                 body=[cst.SimpleStatementLine([cst.Pass()], leading_lines=carry)]
             )
-            self._emptied.add(id(new))
+            self._emptied[id(new)] = new
             return new
         if carry:
             updated_node = updated_node.with_changes(footer=[*carry, *updated_node.footer])
@@ -298,7 +299,7 @@ class _Applier(cst.CSTTransformer):
             return cst.IndentedBlock(body=stmts, header=updated_node.trailing_whitespace)
         if not new_body:
             new = updated_node.with_changes(body=[cst.Pass()])
-            self._emptied.add(id(new))
+            self._emptied[id(new)] = new
             return new
         return updated_node.with_changes(body=new_body)
 
@@ -344,15 +345,18 @@ class _Applier(cst.CSTTransformer):
             stmts[0] = stmts[0].with_changes(leading_lines=updated_node.leading_lines)
             return cst.FlattenSentinel(stmts)
         orelse = getattr(updated_node, "orelse", None)
-        if isinstance(orelse, cst.Else) and id(orelse.body) in self._emptied and not _has_comments(orelse):
+        if isinstance(orelse, cst.Else) and self._was_emptied(orelse.body) and not _has_comments(orelse):
             # an `else:` whose body a fix removed is noise: drop it rather than leave `else: pass`
             updated_node = updated_node.with_changes(orelse=None)
-        elif isinstance(orelse, cst.If) and id(orelse.body) in self._emptied and orelse.orelse is None \
+        elif isinstance(orelse, cst.If) and self._was_emptied(orelse.body) and orelse.orelse is None \
                 and _pure(orelse.test) and not _has_comments(orelse):
             updated_node = updated_node.with_changes(orelse=None)  # an `elif FLAG:` left empty
-        if isinstance(updated_node, cst.If) and id(updated_node.body) in self._emptied and updated_node.orelse is None and _pure(updated_node.test):
+        if isinstance(updated_node, cst.If) and self._was_emptied(updated_node.body) and updated_node.orelse is None and _pure(updated_node.test):
             return self._drop(original_node)
         return self._with_carry(updated_node)
+
+    def _was_emptied(self, block) -> bool:
+        return self._emptied.get(id(block)) is block
 
     leave_If = leave_With = leave_For = leave_While = leave_Try = _compound
     leave_FunctionDef = leave_ClassDef = leave_Match = _compound

@@ -140,7 +140,7 @@ def test_readme_snippet_works_from_a_tagged_clone(tmp_path):
         shutil.copytree(REPO / folder, clone / folder, ignore=shutil.ignore_patterns("__pycache__"))
     _git(clone, "add", "-A")
     _git(clone, "commit", "-q", "--allow-empty", "-m", "working tree")
-    _git(clone, "tag", "-a", f"v{version}", "-m", f"neuron-migrate {version}")
+    _git(clone, "tag", "-f", "-a", f"v{version}", "-m", f"neuron-migrate {version}")
 
     repo = _user_repo(tmp_path)
     (repo / ".pre-commit-config.yaml").write_text(snippet.replace("https://github.com/neuron-migrate/neuron-migrate", str(clone)))
