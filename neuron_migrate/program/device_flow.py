@@ -56,6 +56,7 @@ class DeviceFlow:
         self._backends: dict[int, set] = {}  # id(function) or 0 -> backends it tests
         self._file_backends: Optional[set] = None
         self.touches_device = False
+        self._resolving: set = set()  # names being resolved now (cycle guard for is_device_value)
         self._build()
 
     # -- public ----------------------------------------------------------------------------------------
@@ -113,8 +114,14 @@ class DeviceFlow:
             return None
         if isinstance(expr, ast.Name):
             key = (self._fid(fn), expr.id)
+            if key in self._resolving:  # `device = torch.device(device)`: a name defined through itself
+                return None
             vals = self._assigns.get(key) or self._assigns.get((0, expr.id)) or []
-            seen = [self.is_device_value(v, fn) for v in vals if not (isinstance(v, ast.Name) and v.id == expr.id)]
+            self._resolving.add(key)
+            try:
+                seen = [self.is_device_value(v, fn) for v in vals]
+            finally:
+                self._resolving.discard(key)
             if any(s is False for s in seen) and not any(seen):
                 return False
             if any(seen):
