@@ -24,6 +24,7 @@ import ast
 import re
 from typing import Optional
 
+from neuron_migrate.names.analysis import child_nodes
 from neuron_migrate.program import cached
 from neuron_migrate.program import values as _values
 
@@ -271,7 +272,7 @@ class DeviceFlow:
                 self._params(node)
                 continue
             self._visit(node, fn)
-            for child in ast.iter_child_nodes(node):
+            for child in child_nodes(node):
                 stack.append((child, fn))
         # value sets whose strings name several accelerators: the functions holding them dispatch
         for vs in _values.facts(self.a).sets:
