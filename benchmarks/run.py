@@ -1,28 +1,38 @@
 """Time neuron-migrate against TorchFix and Ruff on the pinned real-world corpus; write benchmarks/RESULTS.md.
 
-    python benchmarks/run.py                 # tree "default", 3 runs per tool
-    python benchmarks/run.py --quick         # tree "xla", 1 run per tool, no profile
-    python benchmarks/run.py --tree xla --repeat 3 --profile
+    python benchmarks/run.py                 # tree "torch", 3 runs per tool, every issue-14 target
+    python benchmarks/run.py --quick         # tree "xla", 1 run per tool, 1 MB generated file, no profile
+    python benchmarks/run.py --quick --limit 12 --out /tmp/smoke.md    # smoke test of the runner itself
+    python benchmarks/run.py --tree packages --repeat 3 --profile
 
 Trees (copied from the corpus to <cache>/tree-<name>/, so caches and writes never touch the corpus):
-  xla      the corpus files that mention torch_xla (the set tests/test_corpus.py uses)
-  default  all of torch-xla, optimum-neuron, accelerate, lightning and mosaicml, plus the transformers
-           files that mention torch_xla
-  full     every package, all of transformers included (TorchFix takes many minutes per run here)
+  torch     the torch-heavy tree (default): the files of torch-xla, optimum-neuron, accelerate, lightning
+            and mosaicml that import torch or torch_xla, plus the transformers files that import torch_xla
+            (all 1,330 transformers files that import torch would make TorchFix take ~8 min per pass)
+  xla       the corpus files that mention torch_xla (the set tests/test_corpus.py uses)
+  packages  all of torch-xla, optimum-neuron, accelerate, lightning and mosaicml, plus the transformers
+            files that mention torch_xla (called "default" before the torch tree existed; still accepted)
+  full      every package, all of transformers included (TorchFix takes many minutes per run here)
 
-Every command runs in a fresh subprocess with output to /dev/null; the tools take turns within each
-repetition so that background load hits them alike. Reported per command: median wall time, lines/s, peak
-memory (sum of the RSS of the command's process tree, sampled every 20 ms from /proc, and the largest single
-process from wait4), and ratios to TorchFix and Ruff. TorchFix and Ruff live in their own virtual
-environment (<cache>/venv), never in the project's dependencies. Commands that do not exist (for example
-`neuron-migrate audit` before it was written) are marked missing instead of failing the run.
+Besides the tree, every run times `audit FILE` and `rewrite FILE` on a fixed set of single files (copied to
+<cache>/single/), and `audit` on a generated file of --big-mb MB (written once to <cache>/generated/, never
+to the repository). Every command runs in a fresh subprocess with output to /dev/null; the tools take turns
+within each repetition so that background load hits them alike. Reported per command: median wall time,
+lines/s, peak memory (sum of the RSS of the command's process tree, sampled every 20 ms from /proc, and the
+largest single process from wait4), and ratios to TorchFix and Ruff. TorchFix and Ruff live in their own
+virtual environment (<cache>/venv), never in the project's dependencies. Commands that do not exist are
+marked missing instead of failing the run. No unit test is ever timed: speed targets live here only.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import ast
+import hashlib
 import io
 import os
+import re
+import signal
 import platform
 import pstats
 import shutil
@@ -42,6 +52,19 @@ import corpus  # noqa: E402
 TOOLS_PINS = ("torchfix==0.7.0", "ruff==0.17.6")
 NOTES = "## Notes (hand-written; kept when run.py rewrites this file)"
 SMALL_FILE = "optimum-neuron-0.4.5/optimum/neuron/accelerate/utils/misc.py"  # ~200 lines, torch_xla
+# The single files timed with `audit FILE` and `rewrite FILE` (corpus-relative), and why each is there.
+SINGLE_FILES: tuple[tuple[str, str], ...] = (
+    (SMALL_FILE, "small torch_xla file"),
+    ("lightning-2.6.6/lightning/pytorch/utilities/compile.py", "calls torch.compile (touches the table)"),
+    ("transformers-5.24.0/transformers/trainer.py", "large torch_xla file"),
+    ("lightning-2.6.6/lightning/pytorch/trainer/trainer.py", "large torch file"),
+)
+# The template of the generated large file: a torch_xla training file whose top-level functions and classes
+# are repeated with renamed names.
+BIG_TEMPLATE = "optimum-neuron-0.4.5/optimum/neuron/trainers/transformers.py"
+BIG_LIMIT_S = 300  # a generated-file audit still running after this is killed and reported as such
+TORCH_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+torch(?:_xla)?(?:[. \t,]|$)", re.M)
+XLA_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+torch_xla(?:[. \t,]|$)", re.M)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -66,13 +89,31 @@ def tools_venv(cache: Path) -> Optional[Path]:
     return bin_dir
 
 
+def _imports(path: Path, pattern: re.Pattern) -> bool:
+    try:
+        return bool(pattern.search(path.read_bytes()))
+    except OSError:
+        return False
+
+
+def picks(name: str, pkg: str, path: Path) -> bool:
+    """Whether corpus file `path` of package `pkg` belongs to tree `name`."""
+    if name == "full":
+        return True
+    if name == "packages":
+        return pkg != "transformers" or corpus.mentions_xla(path)
+    if name == "torch":
+        return _imports(path, XLA_IMPORT if pkg == "transformers" else TORCH_IMPORT)
+    return corpus.mentions_xla(path)  # xla
+
+
 def build_tree(name: str, cache: Path, limit: int = 0) -> tuple[Path, int, int]:
     """Copy the chosen corpus files to <cache>/tree-<name>/; returns (root, files, lines)."""
     trees = corpus.ensure_corpus(cache=cache, quiet=False)
     picked: list[tuple[str, Path]] = []
     for pkg, root in trees.items():
         for p in corpus.py_files(root):
-            if name == "full" or (name == "default" and pkg != "transformers") or corpus.mentions_xla(p):
+            if picks(name, pkg, p):
                 picked.append((f"{corpus.BY_NAME[pkg].key}/{p.relative_to(root).as_posix()}", p))
     if limit:
         picked = picked[:limit]
@@ -84,6 +125,63 @@ def build_tree(name: str, cache: Path, limit: int = 0) -> tuple[Path, int, int]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, target)
     return dest, len(picked), corpus.count_lines(p for _, p in picked)
+
+
+def copy_singles(cache: Path) -> list[tuple[Path, str]]:
+    """The single files, copied to <cache>/single/ (away from any tree and its cache); [(path, why)]."""
+    dest_root = cache / "single"
+    if dest_root.exists():
+        shutil.rmtree(dest_root)
+    out = []
+    for rel, why in SINGLE_FILES:
+        src = cache / "corpus" / rel
+        if not src.exists():
+            print(f"warning: single file {rel} is not in the corpus; skipped", file=sys.stderr)
+            continue
+        target = dest_root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+        out.append((target, why))
+    return out
+
+
+def generate_big(cache: Path, megabytes: float) -> tuple[Path, int]:
+    """A deterministic generated file of at least `megabytes` MB (10**6 bytes): BIG_TEMPLATE's imports once,
+    then its top-level functions and classes again and again, every name they bind suffixed with _<n>.
+    Written once to <cache>/generated/; returns (path, lines)."""
+    src = (cache / "corpus" / BIG_TEMPLATE).read_text(encoding="utf-8")
+    module = ast.parse(src)
+    first = next(i for i, st in enumerate(module.body) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+    st = module.body[first]
+    start = min([st.lineno] + [d.lineno for d in getattr(st, "decorator_list", [])])
+    lines = src.splitlines(keepends=True)
+    header, body = "".join(lines[:start - 1]), "".join(lines[start - 1:])
+    bound: set[str] = set()
+    for st in module.body[first:]:
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(st.name)
+        elif isinstance(st, (ast.Assign, ast.AnnAssign)):
+            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                bound.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    rename = re.compile(r"\b(" + "|".join(map(re.escape, sorted(bound))) + r")\b")
+    key = hashlib.sha256(src.encode() + repr(megabytes).encode()).hexdigest()[:10]
+    path = cache / "generated" / f"generated-{megabytes:g}mb-{key}.py"
+    if path.exists():
+        return path, corpus.count_lines([path])
+    target = int(megabytes * 1_000_000)
+    parts, size, n = [header], len(header.encode()), 0
+    while size < target:
+        chunk = f"\n\n# copy {n}\n" + rename.sub(lambda m: f"{m.group(1)}_{n}", body)
+        if n == 0:
+            compile(header + chunk, str(path), "exec", ast.PyCF_ONLY_AST)  # a renamed copy still parses
+        parts.append(chunk)
+        size += len(chunk.encode())
+        n += 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(parts), encoding="utf-8")
+    os.replace(tmp, path)
+    return path, corpus.count_lines([path])
 
 
 def _version(cmd: list[str]) -> str:
@@ -133,6 +231,8 @@ class Run:
     tree_rss_kb: int  # sampled sum over the process tree
     max_rss_kb: int  # largest single process (wait4)
     rc: int
+    timed_out: bool = False
+    cpu: float = 0.0  # user + system seconds of the process and the children it waited for (wait4)
 
 
 @dataclass
@@ -143,10 +243,19 @@ class Bench:
     before: Optional[object] = None  # callable run before each timed run (e.g. clear a cache)
     runs: list[Run] = field(default_factory=list)
     missing: str = ""
+    cwd: Optional[Path] = None  # default: the tree
+    sample: bool = True  # sample the process tree's RSS (costs a little CPU; off for sub-second commands)
+    limit: Optional[float] = None  # kill after this many seconds
+    lines: int = 0  # lines the command reads (for lines/s)
 
     @property
     def median(self) -> float:
         return statistics.median(r.wall for r in self.runs)
+
+    @property
+    def cpu(self) -> float:
+        """Median CPU seconds: less sensitive to other jobs than wall time, though not immune (caches, SMT)."""
+        return statistics.median(r.cpu for r in self.runs)
 
     @property
     def peak_tree_mb(self) -> float:
@@ -186,11 +295,16 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-def measure(cmd: list[str], cwd: Path, env: dict, sample: bool = True) -> Run:
+def measure(cmd: list[str], cwd: Path, env: dict, sample: bool = True, limit: Optional[float] = None) -> Run:
     full_env = dict(os.environ, NO_COLOR="1", **env)
+    # Users run with bytecode caches (pip writes them at install); a PYTHONDONTWRITEBYTECODE=1 left in the
+    # environment would recompile every module of neuron-migrate on every run (~0.1-0.5 s of CPU here).
+    full_env.pop("PYTHONDONTWRITEBYTECODE", None)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     peak = 0
+    timed_out = False
     status = rusage = None
     while True:
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
@@ -198,10 +312,17 @@ def measure(cmd: list[str], cwd: Path, env: dict, sample: bool = True) -> Run:
             break
         if sample and os.path.isdir("/proc"):
             peak = max(peak, _tree_rss_kb(proc.pid))
+        if limit is not None and not timed_out and time.perf_counter() - t0 > limit:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.02)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(wall, max(peak, rusage.ru_maxrss), rusage.ru_maxrss, proc.returncode)
+    return Run(wall, max(peak, rusage.ru_maxrss), rusage.ru_maxrss, proc.returncode, timed_out,
+               rusage.ru_utime + rusage.ru_stime)
 
 
 def exists(cmd: list[str], cwd: Path) -> str:
@@ -227,31 +348,45 @@ def neuron_migrate_bin() -> str:
     return str(found) if found.exists() else (shutil.which("neuron-migrate") or "neuron-migrate")
 
 
+def _load() -> tuple[float, float, float]:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (0.0, 0.0, 0.0)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="tree xla, 1 run per tool, no profile")
-    ap.add_argument("--tree", choices=("xla", "default", "full"), default=None)
+    ap.add_argument("--quick", action="store_true", help="tree xla, 1 run per tool, 1 MB generated file, no profile")
+    ap.add_argument("--tree", choices=("torch", "xla", "packages", "default", "full"), default=None,
+                    help="default: torch (xla with --quick); `default` is the old name of `packages`")
     ap.add_argument("--repeat", type=int, default=None, help="timed runs per command (default 3; 1 with --quick)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="timed runs per single-file command in each repetition (default 3; 1 with --quick)")
+    ap.add_argument("--big-mb", type=float, default=None,
+                    help="size of the generated file in MB, 0 to skip it (default 15; 1 with --quick)")
     ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
                     help="cProfile `audit` in one process on the tree (default: on, off with --quick)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N files of the tree (smoke tests)")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"), help="Markdown file to write")
     args = ap.parse_args(argv)
-    tree_name = args.tree or ("xla" if args.quick else "default")
+    tree_name = args.tree or ("xla" if args.quick else "torch")
+    tree_name = "packages" if tree_name == "default" else tree_name
     repeat = args.repeat or (1 if args.quick else 3)
+    samples = args.samples or (1 if args.quick else 3)
+    big_mb = (1.0 if args.quick else 15.0) if args.big_mb is None else args.big_mb
     profile = (not args.quick) if args.profile is None else args.profile
     cache = corpus.cache_dir()
+    started = time.perf_counter()
 
     try:
         tree, n_files, n_lines = build_tree(tree_name, cache, args.limit)
     except corpus.CorpusUnavailable as exc:
         print(f"error: corpus unavailable: {exc}", file=sys.stderr)
         return 2
-    small = tree / SMALL_FILE
-    if not small.exists():
-        by_size = sorted(tree.rglob("*.py"), key=lambda p: p.stat().st_size)
-        small = by_size[len(by_size) // 2]
-    small_lines = corpus.count_lines([small])
+    singles = copy_singles(cache)
+    small = cache / "single" / SMALL_FILE
+    big, big_lines = generate_big(cache, big_mb) if big_mb > 0 else (None, 0)
     tools = tools_venv(cache)
     nm = neuron_migrate_bin()
     nm_cache = cache / "nm-result-cache"
@@ -259,76 +394,111 @@ def main(argv: Optional[list[str]] = None) -> int:
     cache_env = {"NEURON_MIGRATE_CACHE_DIR": str(nm_cache)}
     tf = str(tools / "torchfix") if tools else "torchfix"
     ruff = str(tools / "ruff") if tools else "ruff"
-    load_before = os.getloadavg()
+    audit = [nm, "audit", "--output-format", "concise"]
     print(f"tree {tree_name}: {n_files} files, {n_lines} lines in {tree}; {repeat} runs per command", file=sys.stderr)
 
     main_benches = [
-        Bench("neuron-migrate audit", [nm, "audit", "--output-format", "concise", "--no-cache", "."]),
-        Bench("neuron-migrate rewrite (no write)", [nm, "rewrite", "--quiet", "--no-cache", "."]),
-        Bench("torchfix", [tf, "."]),
-        Bench("ruff check --select ALL --no-cache", [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", "."]),
+        Bench("neuron-migrate audit", audit + ["--no-cache", "."], lines=n_lines),
+        Bench("neuron-migrate rewrite (no write)", [nm, "rewrite", "--quiet", "--no-cache", "."], lines=n_lines),
+        Bench("torchfix", [tf, "."], lines=n_lines),
+        Bench("ruff check --select ALL --no-cache", [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", "."],
+              lines=n_lines),
+    ]
+    jobs_benches = [
+        Bench(f"neuron-migrate audit -j {j}", audit + ["--no-cache", "-j", str(j), "."], lines=n_lines) for j in (1, 2)
     ]
     cache_benches = [
-        Bench("audit, cache empty (cold)", [nm, "audit", "--output-format", "concise", "."], cache_env, clear_cache),
-        Bench("audit, second run (warm)", [nm, "audit", "--output-format", "concise", "."], cache_env),
-        Bench("rewrite, cache empty (cold)", [nm, "rewrite", "--quiet", "."], cache_env, clear_cache),
-        Bench("rewrite, second run (warm)", [nm, "rewrite", "--quiet", "."], cache_env),
+        Bench("audit, cache empty (cold)", audit + ["."], cache_env, clear_cache, lines=n_lines),
+        Bench("audit, second run (warm)", audit + ["."], cache_env, lines=n_lines),
+        Bench("rewrite, cache empty (cold)", [nm, "rewrite", "--quiet", "."], cache_env, clear_cache, lines=n_lines),
+        Bench("rewrite, second run (warm)", [nm, "rewrite", "--quiet", "."], cache_env, lines=n_lines),
     ]
-    small_benches = [
-        Bench("neuron-migrate audit FILE", [nm, "audit", "--output-format", "concise", "--no-cache", str(small)]),
-        Bench("neuron-migrate rewrite FILE", [nm, "rewrite", "--quiet", "--no-cache", str(small)]),
-        Bench("torchfix FILE", [tf, str(small)]),
-        Bench("ruff check --select ALL FILE", [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", str(small)]),
-    ]
-    for b in main_benches + cache_benches + small_benches:
-        b.missing = exists(b.cmd, tree)
+    single_benches = []  # [(path, why, lines, changes, audit bench, rewrite bench)]
+    for path, why in singles:
+        check = subprocess.run([nm, "rewrite", "--check", "--no-cache", str(path)], cwd=path.parent,
+                               capture_output=True, timeout=600)
+        changes = {0: False, 1: True}.get(check.returncode)  # None: rewrite failed on it
+        kw = dict(cwd=path.parent, sample=False, lines=corpus.count_lines([path]))
+        short = f"{path.parent.name}/{path.name}"
+        single_benches.append((path, why, kw["lines"], changes,
+                               Bench(f"audit FILE ({short})", audit + ["--no-cache", str(path)], **kw),
+                               Bench(f"rewrite FILE ({short})", [nm, "rewrite", "--quiet", "--no-cache", str(path)], **kw)))
+    py = Path(nm).with_name("python")
+    small_ref = [
+        Bench("python -c pass (interpreter start-up)", [str(py) if py.exists() else sys.executable, "-c", "pass"],
+              cwd=small.parent, sample=False),
+        Bench("neuron-migrate --version (CLI start-up)", [nm, "--version"], cwd=small.parent, sample=False),
+        Bench("torchfix FILE", [tf, str(small)], cwd=small.parent, sample=False),
+        Bench("ruff check --select ALL FILE", [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", str(small)],
+              cwd=small.parent, sample=False),
+    ] if small.exists() else []
+    big_benches = [
+        Bench("neuron-migrate audit BIG", audit + ["--no-cache", str(big)], cwd=big.parent, limit=BIG_LIMIT_S, lines=big_lines),
+        Bench("ruff check --select ALL BIG", [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", str(big)],
+              cwd=big.parent, limit=BIG_LIMIT_S, lines=big_lines),
+    ] if big else []
+    file_benches = [b for s in single_benches for b in s[4:]] + small_ref
+    everything = main_benches + jobs_benches + cache_benches + file_benches + big_benches
+    for b in everything:
+        b.missing = exists(b.cmd, b.cwd or tree)
         if not b.missing and b.cmd[1:2] and b.cmd[1] in ("audit", "rewrite") and "--no-cache" in b.cmd:
             help_text = subprocess.run([nm, b.cmd[1], "--help"], capture_output=True, text=True).stdout
             if "--no-cache" not in help_text:
                 b.cmd.remove("--no-cache")
         if b.missing:
             print(f"  missing: {b.label}: {b.missing}", file=sys.stderr)
+    cache_clean = subprocess.run([nm, "cache", "clean", "--help"], capture_output=True, timeout=120).returncode == 0
 
-    def timed(b: Bench, sample: bool = True) -> None:
+    def timed(b: Bench) -> None:
         if b.missing:
             return
         if b.before:
             b.before()
-        r = measure(b.cmd, tree, b.env, sample)
+        r = measure(b.cmd, b.cwd or tree, b.env, b.sample, b.limit)
         b.runs.append(r)
-        print(f"  {b.label}: {r.wall:.2f}s rc={r.rc} tree-rss={r.tree_rss_kb // 1024} MB", file=sys.stderr)
+        print(f"  {b.label}: {r.wall:.2f}s cpu={r.cpu:.2f}s rc={r.rc}{' TIMED OUT' if r.timed_out else ''} "
+              f"tree-rss={r.tree_rss_kb // 1024} MB", file=sys.stderr)
 
-    for b in small_benches:  # warm the page cache and the Python bytecode caches; not counted
-        if not b.missing:
-            measure(b.cmd, tree, b.env, sample=False)
+    load_before = _load()
+    loads = []
+    for b in file_benches:  # warm the page cache and the Python bytecode caches; not counted
+        if not b.missing and not args.quick:
+            measure(b.cmd, b.cwd, b.env, sample=False)
     for i in range(repeat):
-        print(f"repetition {i + 1}/{repeat}", file=sys.stderr)
-        for b in main_benches:
+        loads.append(_load())
+        print(f"repetition {i + 1}/{repeat} (load {loads[-1][0]:.1f})", file=sys.stderr)
+        for b in main_benches + jobs_benches:
             timed(b)
-        # cold then warm, pairwise
-        for b in cache_benches:
+        for b in cache_benches:  # cold then warm, pairwise
             timed(b)
-        for _ in range(3):  # small files are quick: more samples
-            for b in small_benches:
+        for _ in range(samples):  # single files are quick: more samples, every tool in turn
+            for b in file_benches:
                 timed(b)
-    load_after = os.getloadavg()
+    if big_benches:  # once: it is long, and the target is absolute (seconds, MB), not a ratio
+        print("generated file", file=sys.stderr)
+        for b in big_benches:
+            timed(b)
+    load_after = _load()
 
     prof_text = run_profile(nm, tree) if profile else ""
     versions = {
-        # `neuron-migrate --version` answers "Missing command" at the time of writing: ask the package
-        "neuron-migrate": f"{_version([str(Path(nm).with_name('python')), '-c', 'import neuron_migrate; print(neuron_migrate.__version__)'])} (git {git_rev()})",
+        "neuron-migrate": f"{_version([str(Path(nm).with_name('python')), '-c', 'import neuron_migrate; print(neuron_migrate.__version__)'])} (git {git_rev()}, `{nm}`)",
         "torchfix": _version([tf, "--version"]),
         "ruff": _version([ruff, "--version"]),
         "libcst (torchfix venv)": _version([str(tools / "python"), "-c", "import libcst, importlib.metadata as m; print(m.version('libcst'))"]) if tools else "missing",
         "libcst (neuron-migrate)": _version([sys.executable, "-c", "import importlib.metadata as m; print(m.version('libcst'))"]),
     }
-    text = render(tree_name, n_files, n_lines, repeat, main_benches, cache_benches, small_benches, small, small_lines,
-                  tree, versions, load_before, load_after, prof_text)
+    ctx = dict(tree_name=tree_name, n_files=n_files, n_lines=n_lines, repeat=repeat, samples=samples, tree=tree,
+               main=main_benches, jobs=jobs_benches, cache=cache_benches, singles=single_benches, small_ref=small_ref,
+               big=big_benches, big_path=big, big_lines=big_lines, big_mb=big_mb, cache_clean=cache_clean,
+               versions=versions, load_before=load_before, load_after=load_after, loads=loads, prof_text=prof_text,
+               elapsed=time.perf_counter() - started, argv=sys.argv[1:] if argv is None else argv)
+    text = render(ctx)
     out = Path(args.out)
     if out.exists() and NOTES in out.read_text():  # the hand-written analysis survives a re-run
         text += "\n" + NOTES + out.read_text().split(NOTES, 1)[1]
     out.write_text(text)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {args.out} ({ctx['elapsed']:.0f} s)", file=sys.stderr)
     return 0
 
 
@@ -340,11 +510,12 @@ def run_profile(nm: str, tree: Path) -> str:
     cmd = [py, "-m", "cProfile", "-o", str(out), "-m", "neuron_migrate", "audit", "--output-format", "concise",
            "--no-cache", "-j", "1", "."]
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - t0
     if not out.exists():
         return "(profile failed)"
-    parts = [f"Single process (`-j 1 --no-cache`), {wall:.1f} s under the profiler.\n"]
+    parts = [f"Single process (`-j 1 --no-cache`), {wall:.1f} s under the profiler (not part of the timings above).\n"]
     for key in ("tottime", "cumulative"):
         buf = io.StringIO()
         st = pstats.Stats(str(out), stream=buf)
@@ -368,97 +539,184 @@ def _fmt(x: Optional[float], unit: str = "") -> str:
     return "-" if x is None else f"{x:,.2f}{unit}" if x < 100 else f"{x:,.0f}{unit}"
 
 
-def render(tree_name, n_files, n_lines, repeat, main_benches, cache_benches, small_benches, small, small_lines, tree,
-           versions, load_before, load_after, prof_text) -> str:
+def _ok(b: Bench) -> bool:
+    return bool(b.runs) and not b.missing
+
+
+def _failed(b: Bench) -> str:
+    """' (exit 2 in 1 of 3 runs)' when a run failed or timed out: a number from a failed run means little."""
+    bad = [r for r in b.runs if r.timed_out or r.rc not in (0, 1)]
+    if not bad:
+        return ""
+    what = "timed out" if all(r.timed_out for r in bad) else f"exit {bad[0].rc}"
+    return f" ({what} in {len(bad)} of {len(b.runs)} runs)"
+
+
+def render(c: dict) -> str:
     m = machine()
-    by = {b.label: b for b in main_benches + cache_benches + small_benches}
-
-    def lps(b: Bench, lines: int) -> Optional[float]:
-        return lines / b.median if b.runs else None
-
+    main, jobs, cache = c["main"], c["jobs"], c["cache"]
+    by = {b.label: b for b in main + jobs + cache + c["small_ref"] + c["big"]}
     tf, ruff = by["torchfix"], by["ruff check --select ALL --no-cache"]
-    lines = [
+    load = lambda t: ", ".join(f"{x:.1f}" for x in t)  # noqa: E731
+    out = [
         "# Benchmark results",
         "",
-        f"Written by `python benchmarks/run.py {' '.join(sys.argv[1:])}`".rstrip() + f" on {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}.",
+        f"Written by `python benchmarks/run.py {' '.join(c['argv'])}`".rstrip()
+        + f" on {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M')} UTC, in {c['elapsed'] / 60:.1f} min.",
         "",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, {m['os']}, Python {m['python']}",
-        f"- load average (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in load_before)} before, "
-        f"{', '.join(f'{x:.1f}' for x in load_after)} after (other jobs shared the machine: compare the ratios, "
-        "measured in the same run, rather than absolute times)",
-        *[f"- {k}: {v}" for k, v in versions.items()],
-        f"- tree `{tree_name}`: {n_files} files, {n_lines:,} lines (`{tree}`); corpus: "
+        f"- load average (1, 5, 15 min): {load(c['load_before'])} before, {load(c['load_after'])} after; 1-min load at "
+        f"the start of each repetition: {', '.join(f'{t[0]:.1f}' for t in c['loads'])} (compare the ratios, measured "
+        "in the same run, rather than absolute times)",
+        *[f"- {k}: {v}" for k, v in c["versions"].items()],
+        f"- tree `{c['tree_name']}`: {c['n_files']} files, {c['n_lines']:,} lines (`{c['tree']}`); corpus: "
         + ", ".join(p.key for p in corpus.PACKAGES) + " (all pinned versions exist on PyPI; none substituted)",
-        f"- {repeat} timed run(s) per command, tools taking turns; medians; output to /dev/null",
+        f"- {c['repeat']} timed run(s) per tree command and {c['repeat'] * c['samples']} per single-file command, "
+        "tools taking turns within each repetition; medians; output to /dev/null",
+        "",
+        "## Targets (issue 14)",
+        "",
+    ]
+    out += targets(c, by)
+    out += [
         "",
         "## Whole tree",
         "",
         "Speed ratios are medians of the per-repetition ratios (the tools ran back to back within a",
-        "repetition); `runs` lists every timed run in order.",
+        "repetition); `runs` lists every timed run in order. `audit` without `-j` uses every core.",
         "",
-        "| command | median wall (s) | runs (s) | lines/s | peak RSS, process tree (MB) | peak RSS, largest process (MB) | speed vs TorchFix | speed vs Ruff |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "| command | median wall (s) | runs (s) | median CPU (s) | lines/s | peak RSS, process tree (MB) | peak RSS, largest process (MB) | speed vs TorchFix | speed vs Ruff |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for b in main_benches:
-        if b.missing or not b.runs:
-            lines.append(f"| `{b.label}` | missing: {b.missing or 'no run'} | | | | | | |")
+    for b in main + jobs:
+        if not _ok(b):
+            out.append(f"| `{b.label}` | missing: {b.missing or 'no run'} | | | | | | | |")
             continue
-        rate = lps(b, n_lines)
-        vs_tf = paired(b, tf) if tf.runs else None
-        vs_ruff = paired(b, ruff) if ruff.runs else None
         runs = ", ".join(f"{r.wall:.2f}" for r in b.runs)
-        lines.append(f"| `{b.label}` | {_fmt(b.median)} | {runs} | {_fmt(rate)} | {_fmt(b.peak_tree_mb)} | {_fmt(b.peak_single_mb)} | "
-                     f"{_fmt(vs_tf, 'x')} | {_fmt(vs_ruff, 'x')} |")
-    lines += ["", "## Cache: cold and warm (same tree, unchanged between the two runs)", "",
-              "| command | median wall (s) | warm / cold |", "|---|---:|---:|"]
-    for cold, warm in ((cache_benches[0], cache_benches[1]), (cache_benches[2], cache_benches[3])):
+        out.append(f"| `{b.label}`{_failed(b)} | {_fmt(b.median)} | {runs} | {_fmt(b.cpu)} | {_fmt(b.lines / b.median)} | {_fmt(b.peak_tree_mb)} | "
+                   f"{_fmt(b.peak_single_mb)} | {_fmt(paired(b, tf) if _ok(tf) else None, 'x')} | "
+                   f"{_fmt(paired(b, ruff) if _ok(ruff) else None, 'x')} |")
+    j1, j2 = jobs
+    if _ok(j1) and _ok(j2):
+        eff = statistics.median(r1.wall / (2 * r2.wall) for r1, r2 in zip(j1.runs, j2.runs))
+        out += ["", f"Workers: `-j 1` {c['n_lines'] / j1.median:,.0f} lines/s, `-j 2` {c['n_lines'] / j2.median:,.0f} lines/s; "
+                f"per-worker efficiency t1 / (2 * t2) = {100 * eff:.0f}% (median of the per-repetition values; 100% would be "
+                "perfect scaling; the machine's other load takes from the second core first)."]
+    out += ["", "## Cache: cold and warm (same tree, unchanged between the two runs)", "",
+            "| command | median wall (s) | runs (s) | warm / cold |", "|---|---:|---|---:|"]
+    for cold, warm in ((cache[0], cache[1]), (cache[2], cache[3])):
         for b in (cold, warm):
-            if b.missing or not b.runs:
-                lines.append(f"| `{b.label}` | missing: {b.missing or 'no run'} | |")
+            if not _ok(b):
+                out.append(f"| `{b.label}` | missing: {b.missing or 'no run'} | | |")
                 continue
-            r = paired(cold, warm) if b is warm and cold.runs else None
-            ratio = f"{100 * r:.1f}%" if r is not None else ""
-            lines.append(f"| `{b.label}` | {_fmt(b.median)} | {ratio} |")
-    lines += ["", f"## One small file (the pre-commit case): `{small.relative_to(tree)}`, {small_lines} lines", "",
-              "| command | median wall (s) | peak RSS, largest process (MB) |", "|---|---:|---:|"]
-    for b in small_benches:
-        if b.missing or not b.runs:
-            lines.append(f"| `{b.label}` | missing: {b.missing or 'no run'} | |")
-            continue
-        lines.append(f"| `{b.label}` | {b.median:.3f} | {_fmt(b.peak_single_mb)} |")
-    lines += ["", "## Targets", ""]
-    lines += targets(by, n_lines)
-    if prof_text:
-        lines += ["", "## Profile of `neuron-migrate audit` on the tree", "", prof_text]
-    return "\n".join(lines) + "\n"
+            r = paired(cold, warm) if b is warm and _ok(cold) else None
+            out.append(f"| `{b.label}`{_failed(b)} | {_fmt(b.median)} | {', '.join(f'{x.wall:.2f}' for x in b.runs)} | "
+                       f"{f'{100 * r:.1f}%' if r is not None else ''} |")
+    out += ["", "## Single files (the pre-commit and editor case)", "",
+            "`rewrite` changes: what `rewrite --check` said before the timings (only files it leaves unchanged count",
+            "for the rewrite target). Peak RSS is the largest process (wait4).", "",
+            "| file | why | lines | `rewrite` changes | `audit FILE` median wall (s) | audit CPU (s) | `rewrite FILE` median wall (s) | rewrite CPU (s) | audit peak RSS (MB) |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for path, why, lines, changes, a, rw in c["singles"]:
+        rel = path.relative_to(corpus.cache_dir() / "single")
+        out.append(f"| `{rel}` | {why} | {lines:,} | {'?' if changes is None else 'yes' if changes else 'no'} | "
+                   f"{f'{a.median:.3f}' if _ok(a) else 'missing'}{_failed(a)} | {f'{a.cpu:.3f}' if _ok(a) else '-'} | "
+                   f"{f'{rw.median:.3f}' if _ok(rw) else 'missing'}{_failed(rw)} | {f'{rw.cpu:.3f}' if _ok(rw) else '-'} | "
+                   f"{_fmt(a.peak_single_mb) if _ok(a) else '-'} |")
+    for b in c["small_ref"]:
+        if _ok(b):
+            where = f"`{SMALL_FILE}`" if "FILE" in b.label else "(no file)"
+            out.append(f"| {where} | reference: `{b.label}` | | | {b.median:.3f} | {b.cpu:.3f} | | | {_fmt(b.peak_single_mb)} |")
+    if c["big"]:
+        out += ["", f"## Generated file: `{c['big_path'].name}`", "",
+                f"{c['big_path'].stat().st_size / 1e6:.1f} MB, {c['big_lines']:,} lines: `{BIG_TEMPLATE}`'s imports once, then its "
+                "top-level classes and functions repeated with every name they bind suffixed `_<n>` (generated by run.py, "
+                f"deterministically, into `{c['big_path'].parent}`). One run each (killed after {BIG_LIMIT_S} s).", "",
+                "| command | wall (s) | CPU (s) | lines/s | peak RSS, process tree (MB) | peak RSS, largest process (MB) |", "|---|---:|---:|---:|---:|---:|"]
+        for b in c["big"]:
+            if not _ok(b):
+                out.append(f"| `{b.label}` | missing: {b.missing or 'no run'} | | | | |")
+                continue
+            out.append(f"| `{b.label}`{_failed(b)} | {_fmt(b.median)} | {_fmt(b.cpu)} | {_fmt(b.lines / b.median)} | {_fmt(b.peak_tree_mb)} | "
+                       f"{_fmt(b.peak_single_mb)} |")
+    if c["prof_text"]:
+        out += ["", "## Profile of `neuron-migrate audit` on the tree", "", c["prof_text"]]
+    return "\n".join(out) + "\n"
 
 
-def targets(by: dict, n_lines: int) -> list[str]:
+def _short(p: Path) -> str:
+    return f"{p.parent.name}/{p.name}"
+
+
+def targets(c: dict, by: dict) -> list[str]:
     out = []
 
-    def check(name, value, ok, shown):
-        out.append(f"- {name}: {shown if value is not None else 'not measured'} -> "
-                   f"{'met' if value is not None and ok else 'NOT met' if value is not None else 'n/a'}")
+    def check(name: str, ok: Optional[bool], shown: str) -> None:
+        verdict = "not measured" if ok is None else "**met**" if ok else "**not met**"
+        out.append(f"- {name}: {shown or '-'} -> {verdict}")
 
     A, RW, TF, RUFF = (by["neuron-migrate audit"], by["neuron-migrate rewrite (no write)"], by["torchfix"],
                        by["ruff check --select ALL --no-cache"])
-    r1 = paired(A, TF)
-    check("audit >= 20x TorchFix lines/s", r1, r1 is not None and r1 >= 20, f"{r1:.1f}x" if r1 else "")
-    r2 = paired(RUFF, A)
-    check("audit within 5x of Ruff (Ruff lines/s / audit lines/s <= 5)", r2, r2 is not None and r2 <= 5, f"{r2:.1f}x" if r2 else "")
-    r3 = paired(RW, TF)
-    check("rewrite (no write) >= 5x TorchFix lines/s", r3, r3 is not None and r3 >= 5, f"{r3:.1f}x" if r3 else "")
-    for kind in ("audit", "rewrite"):
-        cold, warm = by[f"{kind}, cache empty (cold)"], by[f"{kind}, second run (warm)"]
-        r = paired(cold, warm)
-        check(f"{kind} warm second run <= 10% of cold", r, r is not None and r <= 0.10, f"{100 * r:.1f}%" if r else "")
-    s = by["neuron-migrate audit FILE"]
-    v = s.median if s.runs else None
-    check("audit of one small file <= 0.3 s wall", v, v is not None and v <= 0.3, f"{v:.3f} s" if v else "")
-    am, tm = by["neuron-migrate audit"], by["torchfix"]
-    r = am.peak_tree_mb / tm.peak_tree_mb if am.runs and tm.runs else None
-    check("audit peak memory (process tree) <= TorchFix's", r, r is not None and r <= 1.0,
-          f"{am.peak_tree_mb:.0f} MB vs {tm.peak_tree_mb:.0f} MB" if r else "")
+    audits = [(p, a) for p, _, _, _, a, _ in c["singles"] if _ok(a)]
+    if audits:
+        worst_p, worst = max(audits, key=lambda pa: pa[1].median)
+        each = ", ".join(f"{_short(p)} {a.median:.3f} s" for p, a in audits)
+        check("`audit FILE` <= 0.10 s wall on any single file", worst.median <= 0.10 and not _failed(worst),
+              f"worst {worst.median:.3f} s wall, {worst.cpu:.3f} s CPU ({_short(worst_p)}); {each}")
+    else:
+        check("`audit FILE` <= 0.10 s wall on any single file", None, "")
+    rws = [(p, rw) for p, _, _, changes, _, rw in c["singles"] if changes is False and _ok(rw)]
+    if rws:
+        worst_p, worst = max(rws, key=lambda pr: pr[1].median)
+        each = ", ".join(f"{_short(p)} {rw.median:.3f} s" for p, rw in rws)
+        check("`rewrite FILE` <= 0.20 s when nothing changes", worst.median <= 0.20 and not _failed(worst),
+              f"worst {worst.median:.3f} s wall, {worst.cpu:.3f} s CPU ({_short(worst_p)}); {each}")
+    else:
+        check("`rewrite FILE` <= 0.20 s when nothing changes", None, "no single file that rewrite leaves unchanged")
+    tree = f"on tree `{c['tree_name']}` ({c['n_lines']:,} lines)"
+    r = paired(A, RUFF) if _ok(A) and _ok(RUFF) else None
+    check(f"audit lines/s >= Ruff `--select ALL` lines/s {tree}", None if r is None else r >= 1.0,
+          "" if r is None else f"audit {A.lines / A.median:,.0f} lines/s, Ruff {RUFF.lines / RUFF.median:,.0f}; "
+          f"audit/Ruff speed {r:.2f}x")
+    r = paired(A, TF) if _ok(A) and _ok(TF) else None
+    check("audit >= 100x TorchFix", None if r is None else r >= 100, "" if r is None else f"{r:.1f}x")
+    r = paired(A, RW) if _ok(A) and _ok(RW) else None
+    check("rewrite (no write) within 2x of audit (rewrite time / audit time <= 2)", None if r is None else r <= 2,
+          "" if r is None else f"{r:.2f}x (rewrite {RW.median:.2f} s, audit {A.median:.2f} s)")
+    r = paired(RW, TF) if _ok(RW) and _ok(TF) else None
+    check("rewrite (no write) >= 30x TorchFix", None if r is None else r >= 30, "" if r is None else f"{r:.1f}x")
+    cache = c["cache"]
+    for kind, cold, warm in (("audit", cache[0], cache[1]), ("rewrite", cache[2], cache[3])):
+        r = paired(cold, warm) if _ok(cold) and _ok(warm) else None
+        name = f"{kind} warm second run <= 5% of cold on a tree over 40k lines"
+        if c["n_lines"] <= 40_000:
+            check(name, None, f"tree has only {c['n_lines']:,} lines" + (f" ({100 * r:.1f}% here)" if r is not None else ""))
+        else:
+            check(name, None if r is None else r <= 0.05,
+                  "" if r is None else f"{100 * r:.1f}% ({warm.median:.2f} s / {cold.median:.2f} s)")
+    check("`neuron-migrate cache clean` exists", c["cache_clean"], "yes" if c["cache_clean"] else "no")
+    big = by.get("neuron-migrate audit BIG")
+    if big and _ok(big):
+        mb = c["big_path"].stat().st_size / 1e6
+        name = f"a {mb:.0f} MB file audits in <= 10 s and <= 300 MB"
+        if c["big_mb"] < 15:
+            name += " (smoke size: the target is for 15 MB)"
+        run = big.runs[0]
+        check(name, None if c["big_mb"] < 15 else (run.rc in (0, 1) and big.median <= 10 and big.peak_tree_mb <= 300),
+              f"{'killed after ' if run.timed_out else ''}{big.median:.1f} s, {big.peak_tree_mb:.0f} MB (process tree), "
+              f"exit {run.rc}")
+    else:
+        check("a 15 MB file audits in <= 10 s and <= 300 MB", None, "skipped (--big-mb 0)" if not big else big.missing)
+    j1, j2 = c["jobs"]
+    if _ok(j1) and _ok(j2):
+        eff = statistics.median(r1.wall / (2 * r2.wall) for r1, r2 in zip(j1.runs, j2.runs))
+        out.append(f"- throughput with 1 and 2 workers (reported; no threshold in the issue): `-j 1` "
+                   f"{c['n_lines'] / j1.median:,.0f} lines/s ({j1.median:.2f} s), `-j 2` {c['n_lines'] / j2.median:,.0f} lines/s "
+                   f"({j2.median:.2f} s); per-worker efficiency t1 / (2 * t2) = {100 * eff:.0f}%")
+        if big and _ok(big) and not big.runs[0].timed_out and c["big_mb"] >= 15:
+            lin = (big.lines / big.median) / (c["n_lines"] / j1.median)
+            out.append(f"- time linear in file size (reported): the generated file's lines/s is {100 * lin:.0f}% of the "
+                       "tree's single-worker lines/s (100% = linear; a single file gets one worker)")
     return out
 
 
