@@ -235,7 +235,8 @@ def _write_helpers_module(shared, fixed_list, do_write, diff, out, err) -> int:
         err.print(f"[red]error[/red]: {shared}: {exc}", highlight=False)
         return 1
     files = set().union(*users.values())
-    msg = f"{len(files)} file{'s' if len(files) != 1 else ''} use the shared helpers module {module_name(shared)} ({shared})"
+    msg = (f"{_plural(len(files), 'rewritten file')} {'imports' if len(files) == 1 else 'import'} helpers from the shared module "
+           f"{module_name(shared)} ({shared}): {', '.join(sorted(users))}")
     if new != old:
         if do_write:
             shared.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from conftest import XLA, cli
+from cli_support import XLA, cli
 
 
 def test_show_fixes_in_audit_and_rewrite(xla_project):
