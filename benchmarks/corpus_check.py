@@ -313,7 +313,7 @@ class Start:
     how: str  # the command, in words
     verdict: str  # "ok", "fail", "needs"
     detail: str = ""
-    counted: bool = True  # False: the script still has info-level torch_xla findings (run, reported apart)
+    counted: bool = True  # False: the script still has torch_xla findings (run, reported apart)
 
 
 def package_chain(path: Path, root: Path) -> Optional[str]:
@@ -497,9 +497,9 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
             results.append(r)
         if do_start:
             rewritten = {r.rel for r in results if r.changed}
-            # the set: no torch_xla finding left; also run (counted apart) those left with info findings only
-            todo = [(s, r) for s, r in zip(sources, results) if r.script and r.changed and
-                    all(f[1] == "info" for f in r.xla_findings)]
+            # the set: rewritten, no torch_xla finding left; the scripts left with torch_xla findings are run
+            # too and reported apart (not counted): whether they start anyway says how much is left by hand
+            todo = [(s, r) for s, r in zip(sources, results) if r.script and (r.changed or r.xla_findings)]
             log(f"start check: {len(todo)} scripts")
             for s, r in todo:
                 r.start = start_check(s, work, overlays, rewritten, start_timeout)
@@ -630,9 +630,9 @@ def render(rep: Report, title_args: str) -> str:
             f"left after the rewrite: {c['scripts_xla_left']}. Unchanged and without torch_xla findings: "
             f"{c['scripts_unchanged']}. Rewritten with no torch_xla finding left (the issue's set, counted): "
             f"{c['started']}: {c['start_ok']} started, {c['start_failures']} failed, {c['start_needs']} not judgeable "
-            f"here. Also run, not counted (only info-level torch_xla findings left, such as a kept import probe or "
-            f"version gate): {c['extra_started']}: {c['extra_ok']} started, {c['extra_failures']} failed, "
-            f"{c['extra_needs']} not judgeable here.",
+            f"here. Also run, not counted (torch_xla findings left; of them with info-level findings only, such as a "
+            f"kept import probe or version gate: {c['scripts_info_left']}): {c['extra_started']}: {c['extra_ok']} "
+            f"started, {c['extra_failures']} failed, {c['extra_needs']} not judgeable here.",
             "",
             "| script | run as | result |",
             "|---|---|---|",
@@ -641,7 +641,9 @@ def render(rep: Report, title_args: str) -> str:
         for f in sorted((f for f in rep.files if f.start), key=lambda f: (order[f.start.verdict], f.rel)):
             word = {"ok": "started", "fail": "**FAILED**", "needs": "not judgeable here"}[f.start.verdict]
             if not f.start.counted:
-                word = ("failed" if f.start.verdict == "fail" else word) + " (not counted: info findings left)"
+                codes = collections.Counter(x[0] for x in f.xla_findings)
+                left = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(codes.items()))
+                word = ("failed" if f.start.verdict == "fail" else word) + f" (not counted: {left} left)"
             detail = f.start.detail.replace("|", "\\|")
             L.append(f"| {f.rel} | `{f.start.how}` | {word}: {detail} |")
         L.append("")
