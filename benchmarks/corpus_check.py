@@ -638,7 +638,7 @@ def render(rep: Report, title_args: str) -> str:
             "|---|---|---|",
         ]
         order = {"fail": 0, "needs": 1, "ok": 2}
-        for f in sorted((f for f in rep.files if f.start), key=lambda f: (order[f.start.verdict], f.rel)):
+        for f in sorted((f for f in rep.files if f.start), key=lambda f: (not f.start.counted, order[f.start.verdict], f.rel)):
             word = {"ok": "started", "fail": "**FAILED**", "needs": "not judgeable here"}[f.start.verdict]
             if not f.start.counted:
                 codes = collections.Counter(x[0] for x in f.xla_findings)
