@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached
 
 DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
@@ -166,7 +167,7 @@ class _Builder:
     # -- scopes -----------------------------------------------------------------------------------
     def prepare(self) -> None:
         tree = self.a.tree
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.setdefault(node.name, node)
                 names = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
@@ -296,7 +297,7 @@ class _Builder:
                     stack.append((child, fn))
                 continue
             self.visit(node, fn)
-            for child in ast.iter_child_nodes(node):
+            for child in child_nodes(node):
                 stack.append((child, fn))
 
     def visit_def(self, node, fn) -> None:
@@ -525,7 +526,7 @@ def _walk_function(fn):
         yield n
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        stack.extend(ast.iter_child_nodes(n))
+        stack.extend(child_nodes(n))
 
 
 def _is_main_guard(test) -> bool:

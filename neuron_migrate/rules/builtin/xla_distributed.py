@@ -13,6 +13,7 @@ import os
 import re
 import textwrap
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program.distributed import WRAPPERS, DistributedFacts, Group
 from neuron_migrate.program.distributed import facts as distributed_facts
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
@@ -764,7 +765,7 @@ def _tensor_like(ctx, node, depth: int = 0) -> bool:
         while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
             fn = ctx.analysis.parent_of.get(fn)
         scope = fn.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)) else []
-        values = [s.value for body_stmt in scope for s in ast.walk(body_stmt)
+        values = [s.value for body_stmt in scope for s in walk(body_stmt)
                   if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and s.value is not None
                   and any(isinstance(t, ast.Name) and t.id == node.id for t in (s.targets if isinstance(s, ast.Assign) else [s.target]))]
         return bool(values) and all(_tensor_like(ctx, v, depth + 1) for v in values)
@@ -1081,7 +1082,7 @@ def _is_module(ctx, node) -> bool:
     if not simple_ref(node):
         return False
     text = ctx.src(node)
-    for n in ast.walk(ctx.analysis.tree):
+    for n in walk(ctx.analysis.tree):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("parameters", "named_parameters")
                 and ctx.src(n.func.value) == text):
             return True
@@ -1178,7 +1179,7 @@ def _guarded_init(ctx, site) -> bool:
     """An `if` around the init already asks `dist.is_initialized()` (or the WORLD_SIZE check of the launch rewrite)."""
     for anc in site.ancestors():
         if isinstance(anc, ast.If):
-            for n in ast.walk(anc.test):
+            for n in walk(anc.test):
                 if isinstance(n, ast.Attribute) and n.attr == "is_initialized" or isinstance(n, ast.Constant) and n.value == "WORLD_SIZE":
                     return True
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -1391,7 +1392,7 @@ def _serial_runs(ctx, site):
         return None
     name = stmt.targets[0].id
     runs = []
-    for node in ast.walk(ctx.analysis.tree):
+    for node in walk(ctx.analysis.tree):
         if isinstance(node, ast.Global) and name in node.names:
             return None
         if not (isinstance(node, ast.Name) and node.id == name) or node is stmt.targets[0]:

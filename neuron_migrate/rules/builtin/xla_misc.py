@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
@@ -137,7 +138,7 @@ def _loader_loops(target, site, ctx, device):
 def _param_uses(fn, param: str, site, ctx):
     """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed), else None."""
     a = ctx.analysis
-    if any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(fn) if n is not fn) and _nested_mentions(fn, param):
+    if any(isinstance(n, ast.Name) and n.id == param for n in walk(fn) if n is not fn) and _nested_mentions(fn, param):
         return None
     loops = []
     for n in _scope_body_nodes(fn):
@@ -396,13 +397,13 @@ def _scope_body_nodes(scope_node):
         yield n
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
-        stack.extend(ast.iter_child_nodes(n))
+        stack.extend(child_nodes(n))
 
 
 def _nested_mentions(scope_node, name: str) -> bool:
     for n in _scope_body_nodes(scope_node):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            if any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n)):
+            if any(isinstance(m, ast.Name) and m.id == name for m in walk(n)):
                 return True
     return False
 
@@ -625,7 +626,7 @@ def _only_printed(site, ctx) -> bool:
     for a in [*parent.args, *[k.value for k in parent.keywords]]:
         if a is node:
             continue
-        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in ast.walk(a)):
+        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in walk(a)):
             return False
     return True
 
