@@ -6,7 +6,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
 from neuron_migrate.rewrite.lines import move_findings
 from neuron_migrate.rewrite.prune import unused_import_fixes
 from neuron_migrate.rules.api import Settings
@@ -62,6 +61,9 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
             break
+        # libcst (about 0.3 s to import) is loaded only once a file has a fix to apply
+        from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
+
         chosen, _deferred = select_compatible([f.fix for f in todo])
         try:
             new_text, applied = apply_fixes(current, chosen, result.analysis.tree, getattr(settings, "helpers_module", None))
@@ -98,6 +100,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
     if fixed and current != text:
         prune = unused_import_fixes(text, current)
         if prune:
+            from neuron_migrate.rewrite.apply import ApplyError, apply_fixes
+
             try:
                 current, _ = apply_fixes(current, prune)
             except ApplyError as exc:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 
 from rich.console import Console
@@ -56,15 +55,3 @@ def test_console_choice(monkeypatch):
     assert not isinstance(console(color="always"), PlainConsole)
     monkeypatch.setenv("FORCE_COLOR", "1")
     assert not isinstance(console(), PlainConsole)
-
-
-def test_piped_audit_of_one_file_imports_neither_rich_console_nor_yaml(tmp_path):
-    f = tmp_path / "train.py"
-    f.write_text("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n", encoding="utf-8")
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: print(sorted(m for m in ('rich.console', 'yaml', 'libcst', 'torch') if m in sys.modules)))\n"
-            f"sys.argv = ['neuron-migrate', 'audit', '--no-cache', '-j', '1', {str(f)!r}]\n"
-            "from neuron_migrate.cli.app import main\nmain()")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "NM1" in out.stdout, out.stdout + out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
