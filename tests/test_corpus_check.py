@@ -61,8 +61,13 @@ def test_start_classification():
     ("import torch_xla.core.xla_model as xm\n", False),
     ("try:\n    import torch_xla\n    HAVE = True\nexcept ImportError:\n    HAVE = False\nassert not HAVE\n", True),
     ("import json\nimport sys\nassert sys.argv[1:] == ['--help']\n", True),
+    # availability checks answer "not installed", as they do without the package
+    ("import importlib.util\nassert importlib.util.find_spec('torch_xla') is None\n", True),
+    ("import torch_xla\n", False),
 ])
 def test_the_wrapper_makes_torch_xla_unimportable(tmp_path, source, ok):
+    (tmp_path / "torch_xla").mkdir()  # a torch_xla package on the path (as in the corpus copy) stays hidden
+    (tmp_path / "torch_xla" / "__init__.py").write_text("")
     script = tmp_path / "s.py"
     script.write_text(source)
     p = subprocess.run([sys.executable, "-c", cc.START_WRAPPER, "path", str(script), str(tmp_path)],
