@@ -360,7 +360,13 @@ LAST_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit)|Keyboa
 MISSING = re.compile(r"No module named '([\w.]+)'")
 
 
+def _module_in(root: Path, dotted: str) -> bool:
+    base = root.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").exists() or base.is_dir()
+
+
 def classify(rc: Optional[int], out: str, own_modules: set[str], overlay: Optional[Path] = None) -> tuple[str, str]:
+    """(verdict, detail) of a start: "ok", "fail", or "needs" (a cause outside the rewrite). `overlay`: the package copy."""
     if rc == 0:
         return "ok", "exit 0"
     if rc is None:
@@ -383,6 +389,10 @@ def classify(rc: Optional[int], out: str, own_modules: set[str], overlay: Option
         top = m.group(1).split(".")[0]
         if top != "torch_xla" and top not in own_modules:
             return "needs", f"needs {top} ({last[:200]})"
+        if top != "torch_xla" and overlay is not None and not _module_in(overlay, m.group(1)):
+            # the package's own wheel never had that module: another distribution of a namespace package
+            # (optimum-neuron's `optimum.exporters.tasks` is in `optimum`)
+            return "needs", f"needs {m.group(1)} (not in this wheel; another distribution provides it) ({last[:160]})"
     if exc == "ImportError" and "torch_xla" not in msg and not any(f"'{o}" in msg for o in own_modules):
         # e.g. "cannot import name X from transformers" (an installed package of another version)
         if re.search(r"from '(?!torch_xla)[\w.]+' \(/", msg) and "site-packages" in msg:
@@ -424,7 +434,7 @@ def start_check(src: Source, work: Path, overlays: Path, rewritten: set[str], ti
                    MASTER_PORT=str(_free_port()))
         how += " (RANK=0 WORLD_SIZE=1 MASTER_ADDR... set, as torchrun --nproc_per_node=1 does)"
         rc, out = _run_start(cmd, root, env, timeout)
-    verdict, detail = classify(rc, out, own, overlays)
+    verdict, detail = classify(rc, out, own, root if src.package_root is not None else None)
     return Start(src.rel, how, verdict, detail)
 
 

@@ -107,3 +107,16 @@ def test_end_to_end_on_two_realistic_scripts(tmp_path):
     assert all(v["counted"] and v["verdict"] == "ok" for v in data["start"].values())
     text = out.read_text()
     assert "**PASS**" in text and "paths/single_device.py" in text and "ruff 0.17.6" in text.replace("ruff ruff", "ruff")
+
+
+def test_missing_modules_of_a_namespace_package_are_not_the_rewrites(tmp_path):
+    (tmp_path / "optimum" / "neuron").mkdir(parents=True)
+    (tmp_path / "optimum" / "neuron" / "utils.py").write_text("")
+    tb = "Traceback (most recent call last):\n"
+    # optimum.exporters is not in this wheel (it is in the `optimum` distribution): not judgeable
+    assert cc.classify(1, tb + "ModuleNotFoundError: No module named 'optimum.exporters'\n", {"optimum"}, tmp_path)[0] == "needs"
+    # a module the wheel has that cannot be imported: a failure
+    assert cc.classify(1, tb + "ModuleNotFoundError: No module named 'optimum.neuron.utils'\n", {"optimum"}, tmp_path)[0] == "fail"
+    # package data the corpus did not extract
+    missing = f"FileNotFoundError: [Errno 2] No such file or directory: '{tmp_path}/optimum/version.info'\n"
+    assert cc.classify(1, tb + missing, {"optimum"}, tmp_path)[0] == "needs"
