@@ -70,7 +70,8 @@ RUFF_SELECT = "F401,F821,F822,F823,F811"
 PRIVATE = re.compile(r"\btorch\.(?:_C\b|_[a-z]\w*|utils\._\w+)|from torch\._|import torch\._")
 BACKTICK = re.compile(r"`([^`]+)`")
 
-# Runs a script with torch_xla made unimportable. argv: mode ("path" or "module"), target, root.
+# Runs a script (modes "path", "module": as __main__ with --help) or imports a module ("import", "import-path") with
+# torch_xla made unimportable. argv: mode, target (a file, or a dotted name), root (sys.path[0] for the dotted modes).
 START_WRAPPER = r'''
 import os, runpy, sys
 class _HideTorchXla:
@@ -488,6 +489,7 @@ class Report:
     started: dt.datetime
     seconds: float
     start_skipped: bool
+    rewrite_errors: list[str] = field(default_factory=list)  # per-file errors of the rewrite (those files stay as they were)
 
 
 def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_start: bool = True,
@@ -509,6 +511,7 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
             raise RuntimeError(f"rewrite exited {p.returncode}: {p.stderr.strip()[-3000:]}")
         summary = "; ".join(l.strip().rstrip(".") for l in p.stdout.splitlines()
                             if re.search(r"files rewritten|need manual migration|^Fixes applied", l.strip()))
+        rewrite_errors = [l.strip() for l in p.stderr.splitlines() if l.startswith("error")]
         log(f"rewrite done: {summary}")
         after = run_ruff(ruff, work)
         log("ruff (after) done")
@@ -556,7 +559,7 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
             "libcst": _module_version("libcst"),
         }
         return Report(results, sources, summary, versions, t0, (dt.datetime.now(dt.timezone.utc) - t0).total_seconds(),
-                      not do_start)
+                      not do_start, rewrite_errors)
     finally:
         if keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -637,7 +640,9 @@ def render(rep: Report, title_args: str) -> str:
         "Files: " + ", ".join(f"{n} from {o}" for o, n in sorted(origins.items())) +
         " (corpus packages: the files whose text mentions `torch_xla`).",
         "",
-        f"Rewrite (`neuron-migrate rewrite --write --unsafe-fixes --no-cache .`): {rep.rewrite_summary}",
+        f"Rewrite (`neuron-migrate rewrite --write --unsafe-fixes --no-cache .`): {rep.rewrite_summary}; "
+        f"per-file errors (files left as they were): {len(rep.rewrite_errors)}"
+        + "".join(f"\n- {e}" for e in rep.rewrite_errors[:20]),
         "",
         "## Result",
         "",
