@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 pytest.importorskip("torch")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
