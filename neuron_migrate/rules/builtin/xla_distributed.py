@@ -14,6 +14,7 @@ import re
 import textwrap
 
 from neuron_migrate.names.analysis import walk
+from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import WRAPPERS, DistributedFacts, Group
 from neuron_migrate.program.distributed import facts as distributed_facts
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
@@ -182,9 +183,12 @@ _PATCH = re.compile(r"\.optimizer_step\s*=[^=]|setattr\([^)]*['\"]optimizer_step
 
 
 def optimizer_step_patched(ctx) -> bool:
-    if any(s.kind == "store" and s.key == f"{XM}.optimizer_step" for s in ctx.analysis.sites):
-        return True
-    return bool(_PATCH.search(ctx.analysis.text))
+    def patched(a) -> bool:
+        if any(s.kind == "store" and s.key == f"{XM}.optimizer_step" for s in a.sites):
+            return True
+        return bool(_PATCH.search(a.text))
+
+    return cached(ctx.analysis, "optimizer_step_patched", patched)  # asked per site: answer once per file
 
 
 @rule(
@@ -1077,6 +1081,39 @@ def _python_value(ctx, node, depth: int = 0) -> bool:
     return False
 
 
+def _binding_nodes(a, fn) -> dict:
+    """name -> the nodes under `fn` (in walk order) that may bind it or add to it: `global`/`nonlocal`, assignments
+    whose targets mention it, stores, and `name.append/extend/insert(...)` calls. Built once per scope, so that
+    asking about many names in a large module stays linear."""
+    def build(_a) -> dict:
+        index: dict = {}
+
+        def add(n, node):
+            lst = index.setdefault(n, [])
+            if not lst or lst[-1] is not node:
+                lst.append(node)
+
+        for node in walk(fn):
+            t = type(node)
+            if t is ast.Global or t is ast.Nonlocal:
+                for n in node.names:
+                    add(n, node)
+            elif t is ast.Assign:
+                for target in node.targets:
+                    for sub in walk(target):
+                        if type(sub) is ast.Name:
+                            add(sub.id, node)
+            elif (t is ast.AugAssign or t is ast.AnnAssign) and type(node.target) is ast.Name:
+                add(node.target.id, node)
+            elif t is ast.Name and type(node.ctx) is not ast.Load:
+                add(node.id, node)
+            elif t is ast.Call and type(node.func) is ast.Attribute and type(node.func.value) is ast.Name:
+                add(node.func.value.id, node)
+        return index
+
+    return cached(a, f"binding_nodes:{id(fn)}", build)
+
+
 def _local_values(ctx, name: ast.Name):
     """Every value a local variable of the enclosing function (or module) is given: assignments, `+=`, and what
     `.append`/`.extend`/`.insert` put into it. None when it is bound any other way (a parameter, a loop target,
@@ -1092,7 +1129,7 @@ def _local_values(ctx, name: ast.Name):
         if name.id in {p.arg for p in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg] if p}:
             return None
     values = []
-    for node in ast.walk(fn):
+    for node in _binding_nodes(a, fn).get(name.id, ()):
         if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
             return None
         if isinstance(node, ast.Assign):
