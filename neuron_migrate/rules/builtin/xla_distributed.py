@@ -953,7 +953,7 @@ def reduce_scatter(site, ctx):
     """,
     examples=[("acc = xm.mesh_reduce('acc', acc, np.mean)", "acc = _neuron_mesh_reduce('acc', acc, np.mean)"),
               ("dist.init_process_group('xla')\nacc = xm.mesh_reduce('acc', correct.item(), np.mean)",
-               "dist.init_process_group('neuron')\ngathered = [None] * dist.get_world_size()\n"
+               "dist.init_process_group(\"neuron\")\ngathered = [None] * dist.get_world_size()\n"
                "dist.all_gather_object(gathered, correct.item())\nacc = np.mean(gathered)")],
 )
 def mesh_reduce(site, ctx):
