@@ -360,7 +360,9 @@ def _run_factory(spec: dict, writer: Writer, rec, device: str, tnx) -> tuple[Any
                         rec.paused -= 1
                     if loss is None:
                         raise ValueError("the model output has no floating tensor that requires grad; use --mode forward")
+                    rec.phase = "backward"  # the gradient seed (ones_like) runs before the first autograd node
                     loss.backward()
+                    rec.phase = "forward"
                     if opt is not None:
                         opt.step()  # phase 'optimizer' via the global step hooks
                         opt.zero_grad(set_to_none=True)
