@@ -674,6 +674,12 @@ class _OpMode(TorchDispatchMode):
         super().__init__()
         self.rec = rec
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # off during dynamo's tracing, on while the compiled graphs run: a script's torch.compile still compiles
+        # (dynamo skips compiling under a mode without this) and the recorder sees the ops the graphs execute
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         try:
             out = func(*args, **kwargs) if kwargs else func(*args)
