@@ -43,6 +43,12 @@ _STRIDED = torch.strided
 _Tensor = torch.Tensor
 _current_autograd_node = torch._C._current_autograd_node
 _grad_enabled = torch.is_grad_enabled
+try:  # dynamo's per-code-object "never compile this frame nor what it calls" (C); None where this torch lacks it
+    _eval_frame = torch._C._dynamo.eval_frame
+    _DYNAMO_SKIP = (_eval_frame.set_code_exec_strategy,
+                    _eval_frame._FrameExecStrategy(_eval_frame._FrameAction.SKIP, _eval_frame._FrameAction.SKIP))
+except AttributeError:
+    _DYNAMO_SKIP = None
 
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -86,19 +92,41 @@ _STDLIB_PREFIXES = _stdlib_prefixes()
 # everything that is not the user's own code (kept for compile_probe)
 _EXCLUDED = tuple(sorted({_PROBE_DIR, _TORCH_DIR, *(p.rstrip(os.sep) for p in _LIB_PREFIXES + _STDLIB_PREFIXES)}))
 
-_SKIP, _LIB, _USER = 0, 1, 2
-_code_info: dict[Any, tuple[int, str | None, str]] = {}
-# code objects of the probe harness (the loop that calls the model): a stack walk stops there, nothing the
-# user wrote lies further out
-STOP_CODES: set = set()
+_SKIP, _LIB, _USER, _STOP = 0, 1, 2, 3
+_code_info: dict[Any, tuple[int, str | None, str, bool]] = {}
 
 
-def _classify(code) -> tuple[int, str | None, str]:
-    """(kind, torch namespace tag, absolute file) for a code object, cached."""
+class _StopCodes(set):
+    """Code objects of the probe harness (the loop that calls the model): a stack walk stops there, nothing the
+    user wrote lies further out. Adding one drops its cached classification (the walk reads only that)."""
+
+    def add(self, code) -> None:
+        super().add(code)
+        _code_info.pop(code, None)
+
+    def update(self, *iterables) -> None:
+        for it in iterables:
+            for code in it:
+                self.add(code)
+
+
+STOP_CODES: set = _StopCodes()
+
+
+def _classify(code) -> tuple[int, str | None, str, bool]:
+    """(kind, torch namespace tag, absolute file, is an `__init__`) for a code object, cached."""
     info = _code_info.get(code)
     if info is not None:
         return info
-    fn = code.co_filename
+    info = _classify_file(code.co_filename)
+    if code in STOP_CODES:
+        info = (_STOP, None, info[2])
+    info = (*info, getattr(code, "co_name", None) == "__init__")
+    _code_info[code] = info
+    return info
+
+
+def _classify_file(fn: str) -> tuple[int, str | None, str]:
     if fn.startswith("<"):
         info = (_SKIP, None, fn)
     else:
@@ -114,7 +142,6 @@ def _classify(code) -> tuple[int, str | None, str]:
             info = (_SKIP, None, a)
         else:
             info = (_USER, None, a)
-    _code_info[code] = info
     return info
 
 
@@ -141,10 +168,10 @@ def locate(f, want_init: bool = False):
     init = False
     while f is not None:
         code = f.f_code
-        if code in STOP_CODES:
+        kind, t, path, is_init = _classify(code)
+        if kind == _STOP:
             break
-        kind, t, path = _classify(code)
-        if want_init and not init and code.co_name == "__init__":
+        if want_init and is_init and not init:
             init = _module_init(f)
         if kind == _SKIP:
             if t is not None and tag is None:
@@ -182,12 +209,12 @@ def locate_fast(f, want_init: bool = False):
     info = _code_info
     while f is not None:
         code = f.f_code
-        if code in STOP_CODES:
-            return None, None, tag, init
-        kind, t, path = info.get(code) or _classify(code)
-        if want_init and not init and code.co_name == "__init__":
+        kind, t, path, is_init = info.get(code) or _classify(code)
+        if is_init and want_init and not init:
             init = _module_init(f)
         if kind != _SKIP:
+            if kind == _STOP:
+                return None, None, tag, init
             break
         if t is not None and tag is None:
             tag = t
@@ -238,7 +265,7 @@ def lib_site_of_traceback(tb) -> tuple[str, int] | None:
     found = None
     while tb is not None:
         kind = _classify(tb.tb_frame.f_code)[0]
-        if kind != _SKIP:
+        if kind in (_LIB, _USER):
             found = (os.path.abspath(tb.tb_frame.f_code.co_filename), tb.tb_lineno)
         tb = tb.tb_next
     return found
@@ -358,20 +385,30 @@ class Recorder:
         self._hooks: list = []
         self._modes: list = []
         self._patched: list[tuple[Any, str, Any]] = []
-        # (op outputs, their site) whose autograd nodes are tagged when the next op is dispatched
-        self._pending: list = []
+        # (the last op's outputs, their site): their autograd nodes are tagged when the next op is dispatched
+        # (autograd sets them after the op returns; before the next op, which may rebase them in place)
+        self._last: tuple | None = None
         # (overload, phase, sites, namespace, dtypes) -> its record: a repeated op only bumps a counter
         self._seen: dict[tuple, dict] = {}
         self._ops_since_tick = 0
         self.flush_cost = 0.0  # seconds the last on_tick took: ticks are spaced so flushing stays a small cost
 
     # ------------------------------------------------------------------ recording
-    def record(self, func, args, kwargs, out, raised: bool = False, depth: int = 2) -> None:
+    def record(self, func, args, kwargs, out, raised: bool = False) -> None:
         # the hot path of the probe (every aten op): keep it free of calls that are not needed on a repeat
-        if self._pending:  # autograd set these outputs' nodes after their op returned: tag them with its site now
-            pending = self._pending
-            self._pending = []
-            self._tag_pending(pending)
+        last = self._last
+        if last is not None:  # autograd set the last op's output nodes after it returned: tag them with its site
+            self._last = None
+            out0 = last[0]
+            if type(out0) is _Tensor:
+                try:
+                    g = out0.grad_fn
+                    if g is not None and "nm_site" not in g.metadata:
+                        _tag(g, last[1])
+                except Exception:  # noqa: BLE001 - tagging is best effort
+                    pass
+            else:
+                self._tag_pending(last)
         info = _func_info.get(id(func))
         if info is None or info[3] is not func:
             info = _info_of(func)
@@ -379,7 +416,7 @@ class Recorder:
         if skip:
             return  # record_function markers, not compute
         node = _current_autograd_node()
-        frame = sys._getframe(depth)
+        frame = sys._getframe(1).f_back  # the dispatch mode's caller (None on a thread with no Python frames)
         attributed = False
         if node is not None:
             phase = "backward"
@@ -398,7 +435,7 @@ class Recorder:
             if init and phase == "forward":
                 phase = "init"
             if out is not None and _grad_enabled():
-                self._pending.append((out, (user, lib, tag)))
+                self._last = (out, (user, lib, tag))
         if self.paused:
             return
         ins: list = []
@@ -478,27 +515,27 @@ class Recorder:
                 pass
         return rec
 
-    def _tag_pending(self, pending: list) -> None:
-        for out, site in pending:
-            try:
-                if isinstance(out, _Tensor):
-                    g = out.grad_fn
-                    if g is not None and "nm_site" not in g.metadata:
-                        _tag(g, site)
-                elif isinstance(out, (tuple, list)):
-                    for t in out:
-                        if isinstance(t, _Tensor):
-                            g = t.grad_fn
-                            if g is not None and "nm_site" not in g.metadata:
-                                _tag(g, site)
-            except Exception:  # noqa: BLE001 - tagging is best effort
-                pass
+    def _tag_pending(self, last: tuple) -> None:
+        out, site = last
+        try:
+            if isinstance(out, _Tensor):
+                g = out.grad_fn
+                if g is not None and "nm_site" not in g.metadata:
+                    _tag(g, site)
+            elif isinstance(out, (tuple, list)):
+                for t in out:
+                    if isinstance(t, _Tensor):
+                        g = t.grad_fn
+                        if g is not None and "nm_site" not in g.metadata:
+                            _tag(g, site)
+        except Exception:  # noqa: BLE001 - tagging is best effort
+            pass
 
     def flush_pending(self) -> None:
-        pending = self._pending
-        if pending:
-            self._pending = []
-            self._tag_pending(pending)
+        last = self._last
+        if last is not None:
+            self._last = None
+            self._tag_pending(last)
 
     def note_namespace(self, namespace: str, api: str, depth: int = 2) -> None:
         """A call of a namespace API seen by a wrapper (torch.func transforms)."""
@@ -675,6 +712,12 @@ class _OpMode(TorchDispatchMode):
         self.rec = rec
 
     @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ in torch._dynamo.disable (several Python calls per op); marking the
+        # handler's code object as skipped, recursively, once (below the class) keeps dynamo out at no cost per op
+        return _DYNAMO_SKIP is None
+
+    @classmethod
     def ignore_compile_internals(cls) -> bool:
         # off during dynamo's tracing, on while the compiled graphs run: a script's torch.compile still compiles
         # (dynamo skips compiling under a mode without this) and the recorder sees the ops the graphs execute
@@ -690,6 +733,10 @@ class _OpMode(TorchDispatchMode):
             raise
         self.rec.record(func, args, kwargs, out)
         return out
+
+
+if _DYNAMO_SKIP is not None:
+    _DYNAMO_SKIP[0](_OpMode.__torch_dispatch__.__code__, _DYNAMO_SKIP[1])
 
 
 def _tag(node, site) -> None:
