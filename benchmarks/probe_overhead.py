@@ -5,8 +5,10 @@ AdamW optimizer, and then alternates, round after round, a few plain steps (forw
 nothing installed) with the same steps under the probe's recorder set up exactly as the probe's child sets it up
 (op records, locations, backward attribution, float64/namespace tracking, the crash journal and the results file
 rewritten on its timer). Plain and probed steps are measured in the same process, interleaved, so a busy machine
-slows both alike; the ratio of the medians is the overhead. Both wall-clock and process CPU time are reported (on a
-shared machine the CPU time is the steadier of the two). Target: <= 3x per step.
+slows both alike; the ratio of the medians is the overhead. Both wall-clock and process CPU time are reported: on a
+shared machine a process waits for a core for part of every step, which inflates wall-clock time unevenly, so the
+CPU-time ratio is the one checked against the target (<= 3x per step; exit status 1 when a model is over it). On an
+idle machine the two agree.
 
     python benchmarks/probe_overhead.py                      # the example models (+ tiny transformers if installed)
     python benchmarks/probe_overhead.py --models mlp,gpt2 --rounds 5 --out benchmarks/PROBE_OVERHEAD.md
@@ -192,11 +194,12 @@ def main() -> int:
                 f"- load average (1/5/15 min) before: {'/'.join(f'{x:.2f}' for x in load_before)}, after: "
                 f"{'/'.join(f'{x:.2f}' for x in load_after)}\n"
                 f"- per model: {a.rounds} rounds of {a.steps_per_round} plain + {a.steps_per_round} probed steps in one "
-                f"process (after 2 warm-up steps of each); medians; target <= {TARGET_RATIO:g}x\n")
+                f"process (after 2 warm-up steps of each); medians; target <= {TARGET_RATIO:g}x, checked on the CPU-time "
+                f"ratio (the wall-clock one includes waiting for a core on a loaded machine)\n")
         Path(a.out).write_text("# Probe overhead per step (emulated neuron device)\n\n"
                                "Written by `benchmarks/probe_overhead.py`; see its docstring for the method.\n\n"
                                f"{meta}\n{table}\n", encoding="utf-8")
-    return 0 if all(r["wall_ratio"] <= TARGET_RATIO for r in rows) else 1
+    return 0 if all(r["cpu_ratio"] <= TARGET_RATIO for r in rows) else 1
 
 
 def _torch_version() -> str:
