@@ -26,6 +26,8 @@ CASES = {
     "NM117/after_init": True,
     "NM115/single_device": False,
     "NM117/single_device": False,
+    "NM121/after_init": True,
+    "NM121/single_device": False,
     "NM127/spawn": False,
     "NM127/flag_guarded_init": False,
     "NM127/worker_inits": True,

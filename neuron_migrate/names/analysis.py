@@ -10,12 +10,55 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from neuron_migrate.files.span import Span
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_SCOPE_TYPES = frozenset(_SCOPES)
+# Fields that never hold a node worth visiting: expression contexts and operators are shared singletons
+# (about a third of what ast.iter_child_nodes yields), the rest hold identifiers and constants.
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "module", "level", "value_kind",
+                          "kind", "type_comment", "conversion", "is_async", "simple", "asname"})
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_AST = ast.AST
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        fields = _CHILD_FIELDS[cls] = tuple(f for f in cls._fields if f not in _LEAF_FIELDS)
+    return fields
+
+
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """The node's children in field order, like ast.iter_child_nodes, without contexts and operators."""
+    out: list[ast.AST] = []
+    fields = _CHILD_FIELDS.get(type(node))
+    if fields is None:
+        fields = _child_fields(type(node))
+    for f in fields:
+        v = getattr(node, f, None)
+        if v is None:
+            continue
+        if type(v) is list:
+            for x in v:
+                if isinstance(x, _AST):
+                    out.append(x)
+        elif isinstance(v, _AST):
+            out.append(v)
+    return out
+
+
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under `node` (itself included) in ast.walk's order, without contexts and operators."""
+    todo = deque([node])
+    while todo:
+        n = todo.popleft()
+        todo.extend(child_nodes(n))
+        yield n
 _DEVICE_STRING = re.compile(r"^(xla|cuda|neuron)(:\d+)?$")
 
 
@@ -195,7 +238,13 @@ class Analysis:
         assigned: set[str] = set()
         while stack:
             n = stack.pop()
-            if isinstance(n, ast.Import):
+            t = type(n)
+            if t is ast.Name:
+                if type(n.ctx) is not ast.Load:  # Store or Del
+                    self.defined_names.add(n.id)
+                    assigned.add(n.id)
+                continue
+            if t is ast.Import:
                 for alias in n.names:
                     if alias.asname:
                         scope.bindings[alias.asname] = alias.name
@@ -207,7 +256,7 @@ class Analysis:
                         scope.imported.add(root)
                         self.defined_names.add(root)
                 continue
-            if isinstance(n, ast.ImportFrom):
+            if t is ast.ImportFrom:
                 if n.level == 0 and n.module:
                     for alias in n.names:
                         if alias.name == "*":
@@ -222,19 +271,16 @@ class Analysis:
                         self.defined_names.add(name)
                         assigned.add(name)
                 continue
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.ClassDef:
                 self.defined_names.add(n.name)
                 assigned.add(n.name)
                 stack.extend(reversed(n.decorator_list))
-                if isinstance(n, ast.ClassDef):
+                if t is ast.ClassDef:
                     stack.extend(reversed(n.body))  # class-body imports bind in the enclosing scope here
                 continue
-            if isinstance(n, ast.Lambda):
+            if t is ast.Lambda:
                 continue
-            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-                self.defined_names.add(n.id)
-                assigned.add(n.id)
-            stack.extend(reversed(list(ast.iter_child_nodes(n))))
+            stack.extend(reversed(child_nodes(n)))
         if is_function:
             for name in assigned - scope.imported:
                 scope.bindings[name] = None
@@ -253,7 +299,8 @@ class Analysis:
         stack: list[tuple[ast.AST, Scope]] = [(self.tree, self.module_scope)]
         while stack:
             node, scope = stack.pop()
-            if isinstance(node, _SCOPES) and node is not scope.node:
+            t = type(node)
+            if t in _SCOPE_TYPES and node is not scope.node:
                 inner = Scope(node, scope)
                 self._collect_scope(inner)
                 self.scope_of[node] = inner
@@ -277,7 +324,7 @@ class Analysis:
                     stack.append((child, scope))
                 continue
 
-            if isinstance(node, ast.Call):
+            if t is ast.Call:
                 q = self.resolve(node.func, scope)
                 if q is not None:
                     self.qualnames.add(q)
@@ -293,8 +340,8 @@ class Analysis:
                     continue
                 if isinstance(node.func, ast.Attribute) and wanted.wants("method", node.func.attr):
                     sites.append(Site("method", node.func.attr, node, self, scope))
-            elif isinstance(node, (ast.Attribute, ast.Name)):
-                q = self.resolve(node, scope, count_use=isinstance(node.ctx, ast.Load) or isinstance(node, ast.Attribute))
+            elif t is ast.Name or t is ast.Attribute:
+                q = self.resolve(node, scope, count_use=t is ast.Attribute or type(node.ctx) is ast.Load)
                 if q is not None:
                     self.qualnames.add(q)
                     kind = "store" if isinstance(node.ctx, (ast.Store, ast.Del)) else "ref"
@@ -302,18 +349,20 @@ class Analysis:
                         sites.append(Site(kind, q, node, self, scope))
                     self._mark_inner(node)
                     continue  # the chain below resolves to prefixes of q: not separate sites
-                if isinstance(node, ast.Attribute) and wanted.wants("attr", node.attr):
+                if t is ast.Attribute and wanted.wants("attr", node.attr):
                     sites.append(Site("attr", node.attr, node, self, scope))
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            elif t is ast.Constant:
+                if type(node.value) is not str:
+                    continue
                 key = string_key(node.value)
                 if wanted.wants("string", key):
                     sites.append(Site("string", key, node, self, scope))
-            elif isinstance(node, ast.Import):
+            elif t is ast.Import:
                 for alias in node.names:
                     q = alias.name
                     if wanted.wants("import", q):
                         sites.append(Site("import", q, node, self, scope, alias=alias))
-            elif isinstance(node, ast.ImportFrom):
+            elif t is ast.ImportFrom:
                 if node.level == 0 and node.module:
                     for alias in node.names:
                         if alias.name == "*":
@@ -323,10 +372,10 @@ class Analysis:
                         q = f"{node.module}.{alias.name}"
                         if wanted.wants("import", q):
                             sites.append(Site("import", q, node, self, scope, alias=alias))
-            elif isinstance(node, ast.keyword) and node.arg is not None and wanted.wants("keyword", node.arg):
+            elif t is ast.keyword and node.arg is not None and wanted.wants("keyword", node.arg):
                 sites.append(Site("keyword", node.arg, node, self, scope))
 
-            children = list(ast.iter_child_nodes(node))
+            children = child_nodes(node)
             for child in reversed(children):
                 parent_of[child] = node
                 stack.append((child, scope))
@@ -346,6 +395,7 @@ class Wanted:
         self.exact = exact
         self.prefixes = prefixes
         self.any_kinds = any_kinds
+        self._memo: dict[tuple[str, str], bool] = {}  # keys repeat across sites and files: answer each once
 
     @classmethod
     def everything(cls) -> "Wanted":
@@ -353,6 +403,15 @@ class Wanted:
         return cls({}, {}, kinds)
 
     def wants(self, kind: str, key: str) -> bool:
+        memo = self._memo
+        hit = memo.get((kind, key))
+        if hit is None:
+            if len(memo) > 200_000:  # a long-lived server sees many files: keep the memo bounded
+                memo.clear()
+            hit = memo[(kind, key)] = self._wants(kind, key)
+        return hit
+
+    def _wants(self, kind: str, key: str) -> bool:
         if kind in self.any_kinds:
             return True
         if key in self.exact.get(kind, ()):

@@ -24,7 +24,7 @@ import ast
 import re
 from typing import Optional
 
-from neuron_migrate.program import cached
+from neuron_migrate.program import cached, nodes_with_function
 from neuron_migrate.program import values as _values
 
 DEVICE, CPU, UNKNOWN = "device", "cpu", "unknown"
@@ -56,6 +56,7 @@ class DeviceFlow:
         self._backends: dict[int, set] = {}  # id(function) or 0 -> backends it tests
         self._file_backends: Optional[set] = None
         self.touches_device = False
+        self._resolving: set = set()  # names being resolved now (cycle guard for is_device_value)
         self._build()
 
     # -- public ----------------------------------------------------------------------------------------
@@ -113,8 +114,14 @@ class DeviceFlow:
             return None
         if isinstance(expr, ast.Name):
             key = (self._fid(fn), expr.id)
+            if key in self._resolving:  # `device = torch.device(device)`: a name defined through itself
+                return None
             vals = self._assigns.get(key) or self._assigns.get((0, expr.id)) or []
-            seen = [self.is_device_value(v, fn) for v in vals if not (isinstance(v, ast.Name) and v.id == expr.id)]
+            self._resolving.add(key)
+            try:
+                seen = [self.is_device_value(v, fn) for v in vals]
+            finally:
+                self._resolving.discard(key)
             if any(s is False for s in seen) and not any(seen):
                 return False
             if any(seen):
@@ -252,20 +259,13 @@ class DeviceFlow:
                                                        or q.split(".")[-1] in ("double", "half", "long", "bool", "short", "cdouble"))
 
     def _build(self) -> None:
-        stack: list = [(self.a.tree, None)]
-        while stack:
-            node, fn = stack.pop()
-            self._fn_of[id(node)] = fn
+        fn_of = self._fn_of
+        for node, fn in nodes_with_function(self.a):
+            fn_of[id(node)] = fn
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for child in node.body:
-                    stack.append((child, node))
-                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
-                    stack.append((child, fn))
                 self._params(node)
                 continue
             self._visit(node, fn)
-            for child in ast.iter_child_nodes(node):
-                stack.append((child, fn))
         # value sets whose strings name several accelerators: the functions holding them dispatch
         for vs in _values.facts(self.a).sets:
             if vs.multi_backend:

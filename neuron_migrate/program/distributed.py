@@ -29,6 +29,7 @@ import ast
 import enum
 from typing import Iterable, Optional
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 
 DIST = "torch.distributed"
@@ -131,7 +132,7 @@ class DistributedFacts:
     def _index(self, tree: ast.Module) -> None:
         a = self.analysis
         callees = set()  # ids of Call.func nodes (names.analysis records no parent for a resolved callee)
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.defs.setdefault(node.name, []).append(node)
             elif isinstance(node, ast.Call):
@@ -145,7 +146,7 @@ class DistributedFacts:
                         self.local_calls.setdefault(f.id, []).append(node)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in TORCHRUN_ENV:
                 self._env_strings = True
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 parent = a.parent_of.get(node)
                 if id(node) in callees or isinstance(parent, ast.Attribute):
@@ -181,7 +182,7 @@ class DistributedFacts:
         return False
 
     def _rewritten_launch(self) -> bool:
-        return any(self._launch_init(s) for s in ast.walk(self.analysis.tree) if isinstance(s, ast.If))
+        return any(self._launch_init(s) for s in walk(self.analysis.tree) if isinstance(s, ast.If))
 
     # -- statement predicates ---------------------------------------------------------------------
     def _is_init_call(self, node: ast.AST) -> bool:
@@ -210,7 +211,7 @@ class DistributedFacts:
     def _launch_init(self, stmt: ast.If) -> bool:
         """The launch rewrite's `if "WORLD_SIZE" in os.environ: dist.init_process_group("neuron")` (with or
         without its `else:` one-process group)."""
-        mentions = any(isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" for n in ast.walk(stmt.test))
+        mentions = any(isinstance(n, ast.Constant) and n.value == "WORLD_SIZE" for n in walk(stmt.test))
         return mentions and self._body_inits(stmt.body) and (not stmt.orelse or self._body_inits(stmt.orelse))
 
     def _starts(self, stmt: ast.stmt) -> Optional[Group]:
@@ -371,7 +372,7 @@ class DistributedFacts:
                 continue
             wrap_call = value if isinstance(value, ast.Call) and self._is_wrapper(value.func) else None
             if wrap_call is None:
-                if any(isinstance(n, ast.Call) and self._is_wrapper(n.func) for n in ast.walk(value)):
+                if any(isinstance(n, ast.Call) and self._is_wrapper(n.func) for n in walk(value)):
                     targets = _target_names(s)
                     if name in targets:
                         found_wrap = True  # wrapped inside an expression (`DDP(m) if flag else m`): not always
@@ -528,7 +529,7 @@ def _model_of_optimizer(value: ast.expr) -> Optional[ast.expr]:
     """`model` in `SGD(model.parameters(), ...)` (also named_parameters, or param-group dicts built from them)."""
     if not isinstance(value, ast.Call):
         return None
-    for n in ast.walk(value):
+    for n in walk(value):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                 and n.func.attr in ("parameters", "named_parameters") and n is not value):
             return n.func.value

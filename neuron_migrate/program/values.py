@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.program import cached
+from neuron_migrate.names.analysis import child_nodes, walk
+from neuron_migrate.program import cached, nodes_with_function
 
 DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
 ACCELERATORS = frozenset(DEVICE_WORDS) - {"cpu", "meta"}
@@ -166,7 +167,7 @@ class _Builder:
     # -- scopes -----------------------------------------------------------------------------------
     def prepare(self) -> None:
         tree = self.a.tree
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.setdefault(node.name, node)
                 names = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
@@ -284,20 +285,12 @@ class _Builder:
 
     # -- the walk ---------------------------------------------------------------------------------------
     def walk(self) -> None:
-        stack: list = [(self.a.tree, None)]
-        while stack:
-            node, fn = stack.pop()
+        for node, fn in nodes_with_function(self.a):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.outer[id(node)] = fn
                 self.visit_def(node, fn)
-                for child in node.body:
-                    stack.append((child, node))
-                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
-                    stack.append((child, fn))
                 continue
             self.visit(node, fn)
-            for child in ast.iter_child_nodes(node):
-                stack.append((child, fn))
 
     def visit_def(self, node, fn) -> None:
         args = node.args
@@ -525,7 +518,7 @@ def _walk_function(fn):
         yield n
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        stack.extend(ast.iter_child_nodes(n))
+        stack.extend(child_nodes(n))
 
 
 def _is_main_guard(test) -> bool:

@@ -10,6 +10,8 @@ import io
 import re
 import tokenize
 
+from neuron_migrate.names.analysis import walk
+
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9][A-Za-z0-9]*(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9][A-Za-z0-9]*)*))?", re.IGNORECASE)
 
 
@@ -32,7 +34,7 @@ def _statement_starts(text: str) -> dict:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return out
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.stmt):
             end = getattr(node, "end_lineno", node.lineno) or node.lineno
             for ln in range(node.lineno, end + 1):

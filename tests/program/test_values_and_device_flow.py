@@ -210,3 +210,26 @@ def test_dispatch_functions():
     flow = device_flow.facts(b)
     assert flow.is_dispatch(_strings(b, "npu")[0])
     assert flow.is_dispatch(_strings(b, "cuda")[0])  # three backends in the file: a multi-backend library
+
+
+def test_name_defined_through_itself_does_not_recurse():
+    # lightning's bitsandbytes plugin: `device = device or torch.device("cuda")` then `device = torch.device(device)`;
+    # resolving `device` once looped until RecursionError, and the whole file was reported as "nesting too deep"
+    a = _analysis("""
+        def quantize(weight, device=None):
+            device = device or torch.device("cuda")
+            device = torch.device(device)
+            if device.type != "cuda":
+                raise RuntimeError(device.type)
+            return weight.to(device)
+
+        def to_empty(weight, device):
+            device = torch.device(device)
+            return torch.empty_like(weight, device=device)
+    """)
+    flow = device_flow.facts(a)
+    fn = next(n for n in ast.walk(a.tree) if isinstance(n, ast.FunctionDef) and n.name == "quantize")
+    ret = fn.body[-1].value
+    assert flow.is_device_value(ret.args[0], fn) is True  # `device or torch.device("cuda")` still counts
+    fn2 = next(n for n in ast.walk(a.tree) if isinstance(n, ast.FunctionDef) and n.name == "to_empty")
+    assert flow.is_device_value(fn2.body[-1].value.keywords[0].value, fn2) in (None, True)

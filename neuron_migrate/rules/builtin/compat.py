@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import kwarg, rule
 
 RN = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html"
@@ -400,13 +401,13 @@ def _np_float64(node, ctx, scope, depth: int = 0) -> bool:
         if q in _NP_FLOAT_DEFAULT:
             return True
         if q in ("numpy.array", "numpy.asarray") and node.args:
-            return any(isinstance(c, ast.Constant) and isinstance(c.value, float) for c in ast.walk(node.args[0]))
+            return any(isinstance(c, ast.Constant) and isinstance(c.value, float) for c in walk(node.args[0]))
         return False
     if isinstance(node, ast.Name):
         # the last assignment to the name in the same scope, before this use
         body = scope.node.body if not isinstance(scope.node, ast.Lambda) else []
         value = None
-        for stmt in ast.walk(ast.Module(body=list(body), type_ignores=[])) if body else ():
+        for stmt in walk(ast.Module(body=list(body), type_ignores=[])) if body else ():
             if isinstance(stmt, ast.Assign) and stmt.lineno < node.lineno and any(
                 isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets
             ):

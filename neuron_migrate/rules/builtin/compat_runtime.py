@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import re
 
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.rules.api import const_value, kwarg, rule
 from neuron_migrate.rules.builtin.compat import PRERELEASE, fact, in_compare, sourced
 
@@ -98,14 +99,14 @@ def _complementary_barrier(site, cond: ast.If, ctx) -> bool:
     (`if not master: barrier()` ... `if master: barrier()`, or a barrier in each branch of one `if`)."""
     def has_barrier(stmts) -> bool:
         for stmt in stmts:
-            for node in ast.walk(stmt):
+            for node in walk(stmt):
                 if isinstance(node, ast.Call) and node is not site.node and \
                         ctx.analysis.resolve(node.func, site.scope, count_use=False) == f"{DIST}.barrier":
                     return True
         return False
 
     in_body = any(anc is cond for anc in site.ancestors()) and any(
-        site.node in ast.walk(stmt) for stmt in cond.body)
+        site.node in walk(stmt) for stmt in cond.body)
     if has_barrier(cond.orelse if in_body else cond.body):
         return True
     src = ctx.analysis.source
@@ -114,7 +115,7 @@ def _complementary_barrier(site, cond: ast.If, ctx) -> bool:
                        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))), None)
     if scope_node is None:
         return False
-    for node in ast.walk(scope_node):
+    for node in walk(scope_node):
         if isinstance(node, ast.If) and node is not cond:
             k, p = _condition_key(node.test, src)
             if k == key and p != pol and has_barrier(node.body):
@@ -191,7 +192,7 @@ def _walk_executed(node):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
         yield n
-        stack.extend(reversed(list(ast.iter_child_nodes(n))))
+        stack.extend(reversed(list(child_nodes(n))))
 
 
 @rule(

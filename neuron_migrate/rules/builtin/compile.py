@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import kwarg, rule
 from neuron_migrate.rules.builtin.compat import COMPILE_REF, RN
 
@@ -24,14 +25,14 @@ def compiled_function(site, ctx):
     if call is None or not call.args or not isinstance(call.args[0], ast.Name):
         return None
     name = call.args[0].id
-    defs = [n for n in ast.walk(ctx.analysis.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    defs = [n for n in walk(ctx.analysis.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
     return defs[0] if len(defs) == 1 else None
 
 
 def training_calls(fn: ast.AST, ctx, scope=None) -> list[str]:
     """Names of the training-step calls (zero_grad, backward, optimizer step) in a function's body."""
     found = []
-    for n in ast.walk(fn):
+    for n in walk(fn):
         if not isinstance(n, ast.Call):
             continue
         if isinstance(n.func, ast.Attribute) and n.func.attr in _TRAIN_METHODS and n.func.attr not in found:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src, device_type_expr, skip_dispatch
@@ -69,7 +70,7 @@ def autocast_precision(ctx) -> str:
 
     def build(a):
         seen = set()
-        for node in ast.walk(a.tree):
+        for node in walk(a.tree):
             if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
                 q = a.resolve(node.func, a.module_scope, count_use=False)
                 if q in _AUTOCASTS:
@@ -104,7 +105,7 @@ def _scaler_removal(site, ctx):
     fx = ctx.fixer("safe")
     fx.scope = site.scope
     fx.delete(stmt)
-    for node in ast.walk(owner):
+    for node in walk(owner):
         if not (isinstance(node, ast.Name) and node.id == name) or node is stmt.targets[0]:
             continue
         attr = a.parent_of.get(node)

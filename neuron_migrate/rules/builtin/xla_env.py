@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import rule
 
 ENV_DOC = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/torch-neuronx/api-reference-guide/training/torch-neuron-envvars.html"
@@ -124,7 +125,7 @@ def _reads_in_file(ctx) -> set:
 
 
 def _has_effects(node) -> bool:
-    return node is not None and any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in ast.walk(node))
+    return node is not None and any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in walk(node))
 
 
 @rule(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
@@ -137,7 +138,7 @@ def _loader_loops(target, site, ctx, device):
 def _param_uses(fn, param: str, site, ctx):
     """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed), else None."""
     a = ctx.analysis
-    if any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(fn) if n is not fn) and _nested_mentions(fn, param):
+    if any(isinstance(n, ast.Name) and n.id == param for n in walk(fn) if n is not fn) and _nested_mentions(fn, param):
         return None
     loops = []
     for n in _scope_body_nodes(fn):
@@ -190,6 +191,39 @@ def _loops_in_local_function(use, name: str, scope_node, device, site, ctx):
                     and isinstance(c.args[index], ast.Name) and c.args[index].id == name):
                 return None
     return _param_uses(fn, params[index].arg, site, ctx)
+
+
+def _plain_alias(target, loader, site, ctx):
+    """(assignment, uses) when `name = pl.MpDeviceLoader(loader, device)` would only become another name for
+    `loader`: a statement of its own, `loader` a plain name nothing rebinds in this scope after it, and every use
+    of `name` a loop's iterable (maybe through enumerate) or len() in this scope. Else None (the name stays)."""
+    a = ctx.analysis
+    assign = a.parent_of.get(target)
+    if not (isinstance(loader, ast.Name) and isinstance(assign, ast.Assign) and assign.value is target
+            and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id != loader.id):
+        return None
+    scope_node = site.scope.node
+    parent = a.parent_of.get(assign)
+    if isinstance(scope_node, ast.Lambda) or parent is not scope_node or _nested_mentions(scope_node, loader.id):
+        return None  # only a statement directly in the function (or module) body: it runs before every loop
+    if ctx.analysis.lines[assign.lineno - 1][: assign.col_offset].strip() or ";" in ctx.src(assign):
+        return None
+    name = assign.targets[0].id
+    uses = []
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and ({name, loader.id} & set(n.names)):
+            return None
+        if isinstance(n, ast.Name) and n.id == loader.id and not isinstance(n.ctx, ast.Load) and n.lineno >= assign.lineno:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name) or n is assign.targets[0]:
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        user = a.parent_of.get(n)
+        if _loop_over(n, site, ctx) is None and not (_builtin_call(user, "len", a, site.scope) and len(user.args) == 1):
+            return None
+        uses.append(n)
+    return (assign, uses) if uses else None
 
 
 def _batch_names(loop, enumerated):
@@ -291,7 +325,14 @@ def mp_device_loader(site, ctx):
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):
-        fx.replace(target, ctx.src(loader))
+        alias = _plain_alias(target, loader, site, ctx)
+        if alias is not None:  # `device_loader = pl.MpDeviceLoader(loader, d)` only iterated: iterate `loader` itself
+            assign, uses = alias
+            fx.delete(assign)
+            for use in uses:
+                fx.replace(use, loader.id)
+        else:
+            fx.replace(target, ctx.src(loader))
         for loop, names in batches:
             if isinstance(names, ast.Name):
                 move = f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"
@@ -396,13 +437,13 @@ def _scope_body_nodes(scope_node):
         yield n
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
-        stack.extend(ast.iter_child_nodes(n))
+        stack.extend(child_nodes(n))
 
 
 def _nested_mentions(scope_node, name: str) -> bool:
     for n in _scope_body_nodes(scope_node):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            if any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n)):
+            if any(isinstance(m, ast.Name) and m.id == name for m in walk(n)):
                 return True
     return False
 
@@ -625,7 +666,7 @@ def _only_printed(site, ctx) -> bool:
     for a in [*parent.args, *[k.value for k in parent.keywords]]:
         if a is node:
             continue
-        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in ast.walk(a)):
+        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)) for n in walk(a)):
             return False
     return True
 
