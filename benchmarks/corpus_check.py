@@ -18,8 +18,8 @@ redefinition; and a syntax error) that the rewrite added, found by comparing bef
 
 Start failures: every rewritten script (a module-level `if __name__ == "__main__":` block, or a realistic script)
 that has no torch_xla finding left (no NM1xx finding of any severity in the audit of the rewritten file) is run
-with torch_xla made unimportable (a meta-path finder raises ModuleNotFoundError for `torch_xla` and its
-submodules), as `<script> --help` under `timeout`. Corpus scripts run inside a copy of their whole package with
+with torch_xla made unimportable (every meta-path finder is wrapped to find nothing for `torch_xla` and its
+submodules: `import torch_xla` raises ModuleNotFoundError and `importlib.util.find_spec` answers None), as `<script> --help` under `timeout`. Corpus scripts run inside a copy of their whole package with
 the rewritten files laid over it (`python -m package.module`; files of the torch_xla package itself run as plain
 scripts, since their package is what is missing). The test-only `neuron` -> cpu stand-in of the integration tests
 (tests/integration/neuron_on_cpu) is on the path, so a script that does not parse `--help` trains on the CPU. A
@@ -32,8 +32,11 @@ defs/classes named like one of the rewrite's helpers, `neuron_migrate.rules.help
 not have), lines added per changed file (net growth, and `+` lines of the diff: mean, median, max), and private
 torch API uses (the regex of tests/integration/test_golden.py) in rewritten output that the original did not have.
 
-Exit status: 0 when the lint-failure, start-failure and private-API counts are all 0; 1 otherwise; 2 when the check
-could not run (no ruff, corpus unavailable, the rewrite crashed).
+Import check (beyond the issue's scripts): every rewritten module that is not a script and has no torch_xla finding
+left is imported the same way (`import package.module` inside the overlay), classified like a start.
+
+Exit status: 0 when the lint-failure, start-failure, import-failure and private-API counts are all 0; 1 otherwise;
+2 when the check could not run (no ruff, corpus unavailable, the rewrite crashed).
 """
 from __future__ import annotations
 
@@ -67,28 +70,40 @@ RUFF_SELECT = "F401,F821,F822,F823,F811"
 PRIVATE = re.compile(r"\btorch\.(?:_C\b|_[a-z]\w*|utils\._\w+)|from torch\._|import torch\._")
 BACKTICK = re.compile(r"`([^`]+)`")
 
-# Runs a script with torch_xla made unimportable. argv: mode ("path" or "module"), target, root.
+# Runs a script (modes "path", "module": as __main__ with --help) or imports a module ("import", "import-path") with
+# torch_xla made unimportable. argv: mode, target (a file, or a dotted name), root (sys.path[0] for the dotted modes).
 START_WRAPPER = r'''
 import os, runpy, sys
-class _NoTorchXla:
-    """torch_xla is not installed: every import of it or a submodule fails the way a missing package does."""
+class _HideTorchXla:
+    """torch_xla is not installed: every finder answers None for it and its submodules, so `import torch_xla`
+    raises ModuleNotFoundError and importlib.util.find_spec("torch_xla") is None, as without the package."""
+    def __init__(self, inner):
+        self.inner = inner
     def find_spec(self, name, path=None, target=None):
         if name == "torch_xla" or name.startswith("torch_xla."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-    def find_module(self, name, path=None):
-        return None
+            return None
+        find = getattr(self.inner, "find_spec", None)
+        return find(name, path, target) if find is not None else None
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
 for _m in [m for m in sys.modules if m == "torch_xla" or m.startswith("torch_xla.")]:
     del sys.modules[_m]
-sys.meta_path.insert(0, _NoTorchXla())
+sys.meta_path[:] = [_HideTorchXla(f) for f in sys.meta_path]
 mode, target, root = sys.argv[1:4]
 sys.argv = [target, "--help"]
 if mode == "path":
     sys.path[0] = os.path.dirname(os.path.abspath(target))
     runpy.run_path(target, run_name="__main__")
-else:
+elif mode == "module":
     sys.path[0] = root
     runpy.run_module(target, run_name="__main__", alter_sys=True)
+elif mode == "import-path":  # a library file outside any package we can import: executed, not as __main__
+    sys.path[0] = os.path.dirname(os.path.abspath(target))
+    runpy.run_path(target, run_name="corpus_check_import")
+else:  # "import": a library module, imported in its package
+    import importlib
+    sys.path[0] = root
+    importlib.import_module(target)
 '''
 
 
@@ -158,8 +173,8 @@ def tool_version(cmd: list[str]) -> str:
 def git_rev() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                               text=True, timeout=30)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/CORPUS_CHECK.md"], cwd=REPO, capture_output=True, text=True, timeout=30)
         return rev.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
@@ -316,14 +331,12 @@ class Start:
     counted: bool = True  # False: the script still has torch_xla findings (run, reported apart)
 
 
-def package_chain(path: Path, root: Path) -> Optional[str]:
-    """Dotted module name of `path` when its folder is a package (has __init__.py), under `root`; else None."""
-    parts = [path.stem]
-    d = path.parent
-    while d != root and (d / "__init__.py").exists():
-        parts.insert(0, d.name)
-        d = d.parent
-    return ".".join(parts) if len(parts) > 1 else None
+def wheel_module(rel: str) -> Optional[str]:
+    """Dotted module name of a file at `rel` in an installed wheel (namespace packages such as `optimum` included)."""
+    parts = rel[:-3].split("/") if rel.endswith(".py") else rel.split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
 
 
 def build_overlay(src: Source, work: Path, overlays: Path, rewritten: set[str]) -> Path:
@@ -348,7 +361,13 @@ LAST_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit)|Keyboa
 MISSING = re.compile(r"No module named '([\w.]+)'")
 
 
-def classify(rc: Optional[int], out: str, own_modules: set[str]) -> tuple[str, str]:
+def _module_in(root: Path, dotted: str) -> bool:
+    base = root.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").exists() or base.is_dir()
+
+
+def classify(rc: Optional[int], out: str, own_modules: set[str], overlay: Optional[Path] = None) -> tuple[str, str]:
+    """(verdict, detail) of a start: "ok", "fail", or "needs" (a cause outside the rewrite). `overlay`: the package copy."""
     if rc == 0:
         return "ok", "exit 0"
     if rc is None:
@@ -361,11 +380,20 @@ def classify(rc: Optional[int], out: str, own_modules: set[str]) -> tuple[str, s
         return "fail", f"exit {rc}: {out.strip().splitlines()[-1][:300] if out.strip() else 'no output'}"
     exc, _, msg = last.partition(": ")
     exc = exc.rsplit(".", 1)[-1]
+    if exc == "FileNotFoundError" and overlay is not None and str(overlay) in msg and not re.search(r"\.py'", msg):
+        return "needs", f"needs the package's data files (the corpus keeps only .py files) ({last[:200]})"
+    if exc == "ImportError" and "no known parent package" in msg:
+        # a file of the torch_xla package itself run on its own: its package is the one that is absent
+        return "needs", f"needs its own package (torch_xla) for its relative imports ({last[:160]})"
     m = MISSING.search(msg)
     if exc in ("ModuleNotFoundError", "ImportError") and m:
         top = m.group(1).split(".")[0]
         if top != "torch_xla" and top not in own_modules:
             return "needs", f"needs {top} ({last[:200]})"
+        if top != "torch_xla" and overlay is not None and not _module_in(overlay, m.group(1)):
+            # the package's own wheel never had that module: another distribution of a namespace package
+            # (optimum-neuron's `optimum.exporters.tasks` is in `optimum`)
+            return "needs", f"needs {m.group(1)} (not in this wheel; another distribution provides it) ({last[:160]})"
     if exc == "ImportError" and "torch_xla" not in msg and not any(f"'{o}" in msg for o in own_modules):
         # e.g. "cannot import name X from transformers" (an installed package of another version)
         if re.search(r"from '(?!torch_xla)[\w.]+' \(/", msg) and "site-packages" in msg:
@@ -373,7 +401,8 @@ def classify(rc: Optional[int], out: str, own_modules: set[str]) -> tuple[str, s
     return "fail", last[:300]
 
 
-def start_check(src: Source, work: Path, overlays: Path, rewritten: set[str], timeout: float) -> Start:
+def start_check(src: Source, work: Path, overlays: Path, rewritten: set[str], timeout: float, library: bool = False) -> Start:
+    """Start a script (`--help`) or, with `library`, import a module, with torch_xla made unimportable."""
     env = clean_env()
     env["PYTHONPATH"] = str(SHIM)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -383,14 +412,21 @@ def start_check(src: Source, work: Path, overlays: Path, rewritten: set[str], ti
         target = root / src.rel[len(src.origin) + 1:]
         own = {p.name for p in root.iterdir() if p.is_dir() or p.suffix == ".py"} - {"__pycache__"}
         own = {o[:-3] if o.endswith(".py") else o for o in own}
-        dotted = package_chain(target, root)
-        if dotted and dotted.split(".")[0] != "torch_xla":
+        dotted = wheel_module(src.rel[len(src.origin) + 1:])
+        in_package = dotted and dotted.split(".")[0] != "torch_xla"
+        if library:
+            mode, what = ("import", dotted) if in_package else ("import-path", str(target))
+            how = f"import {dotted}" if in_package else f"runpy.run_path({src.rel[len(src.origin) + 1:]})"
+        elif in_package:
             mode, what, how = "module", dotted, f"python -m {dotted} --help"
         else:
             mode, what, how = "path", str(target), f"python {src.rel[len(src.origin) + 1:]} --help"
     else:
         root = (work / src.rel).parent
-        mode, what, how = "path", str(work / src.rel), f"python {Path(src.rel).name} --help"
+        if library:
+            mode, what, how = "import-path", str(work / src.rel), f"runpy.run_path({Path(src.rel).name})"
+        else:
+            mode, what, how = "path", str(work / src.rel), f"python {Path(src.rel).name} --help"
     cmd = ["timeout", "-k", "5", str(int(timeout)), sys.executable, "-c", START_WRAPPER, mode, what, str(root)]
     rc, out = _run_start(cmd, root, env, timeout)
     if rc and TORCHRUN_ONLY.search(out):
@@ -399,7 +435,7 @@ def start_check(src: Source, work: Path, overlays: Path, rewritten: set[str], ti
                    MASTER_PORT=str(_free_port()))
         how += " (RANK=0 WORLD_SIZE=1 MASTER_ADDR... set, as torchrun --nproc_per_node=1 does)"
         rc, out = _run_start(cmd, root, env, timeout)
-    verdict, detail = classify(rc, out, own)
+    verdict, detail = classify(rc, out, own, root if src.package_root is not None else None)
     return Start(src.rel, how, verdict, detail)
 
 
@@ -440,6 +476,7 @@ class FileResult:
     script: bool = False
     xla_findings: list[tuple[str, str, int, str]] = field(default_factory=list)
     start: Optional[Start] = None
+    imported: Optional[Start] = None  # library modules: the import check
     after_text: str = ""
 
 
@@ -452,6 +489,7 @@ class Report:
     started: dt.datetime
     seconds: float
     start_skipped: bool
+    rewrite_errors: list[str] = field(default_factory=list)  # per-file errors of the rewrite (those files stay as they were)
 
 
 def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_start: bool = True,
@@ -473,6 +511,7 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
             raise RuntimeError(f"rewrite exited {p.returncode}: {p.stderr.strip()[-3000:]}")
         summary = "; ".join(l.strip().rstrip(".") for l in p.stdout.splitlines()
                             if re.search(r"files rewritten|need manual migration|^Fixes applied", l.strip()))
+        rewrite_errors = [l.strip() for l in p.stderr.splitlines() if l.startswith("error")]
         log(f"rewrite done: {summary}")
         after = run_ruff(ruff, work)
         log("ruff (after) done")
@@ -505,6 +544,12 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
                 r.start = start_check(s, work, overlays, rewritten, start_timeout)
                 r.start.counted = not r.xla_findings
                 log(f"  {r.start.verdict:5} {s.rel}: {r.start.detail[:160]}")
+            # beyond the issue's scripts: every rewritten library module with no torch_xla finding left imports
+            mods = [(s, r) for s, r in zip(sources, results) if not r.script and r.changed and not r.xla_findings]
+            log(f"import check: {len(mods)} modules")
+            for s, r in mods:
+                r.imported = start_check(s, work, overlays, rewritten, start_timeout, library=True)
+                log(f"  {r.imported.verdict:5} {s.rel}: {r.imported.detail[:160]}")
         versions = {
             "neuron-migrate": tool_version([*nm_cmd(), "--version"]).split()[-1],
             "ruff": tool_version([ruff, "--version"]).split()[-1],
@@ -514,7 +559,7 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
             "libcst": _module_version("libcst"),
         }
         return Report(results, sources, summary, versions, t0, (dt.datetime.now(dt.timezone.utc) - t0).total_seconds(),
-                      not do_start)
+                      not do_start, rewrite_errors)
     finally:
         if keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -539,6 +584,7 @@ def counts(rep: Report) -> dict:
     added = [f.diff_added for f in changed]
     starts = [f.start for f in rep.files if f.start and f.start.counted]
     extra = [f.start for f in rep.files if f.start and not f.start.counted]
+    imports = [f.imported for f in rep.files if f.imported]
     return {
         "files": len(rep.files),
         "changed": len(changed),
@@ -562,7 +608,15 @@ def counts(rep: Report) -> dict:
         "start_ok": sum(1 for s in starts if s.verdict == "ok"),
         "start_failures": sum(1 for s in starts if s.verdict == "fail"),
         "start_needs": sum(1 for s in starts if s.verdict == "needs"),
+        "imports": len(imports),
+        "import_ok": sum(1 for s in imports if s.verdict == "ok"),
+        "import_failures": sum(1 for s in imports if s.verdict == "fail"),
+        "import_needs": sum(1 for s in imports if s.verdict == "needs"),
     }
+
+
+def passed(c: dict) -> bool:
+    return c["lint_failures"] == 0 and c["start_failures"] == 0 and c["import_failures"] == 0 and c["private_new"] == 0
 
 
 def _stats(xs: list[int]) -> str:
@@ -574,7 +628,7 @@ def _stats(xs: list[int]) -> str:
 def render(rep: Report, title_args: str) -> str:
     c = counts(rep)
     origins = collections.Counter(s.origin for s in rep.sources)
-    ok = c["lint_failures"] == 0 and c["start_failures"] == 0 and c["private_new"] == 0
+    ok = passed(c)
     L = [
         "# Corpus check: does the rewrite keep real code importable and clean? (issues 10 and 12)",
         "",
@@ -586,7 +640,9 @@ def render(rep: Report, title_args: str) -> str:
         "Files: " + ", ".join(f"{n} from {o}" for o, n in sorted(origins.items())) +
         " (corpus packages: the files whose text mentions `torch_xla`).",
         "",
-        f"Rewrite (`neuron-migrate rewrite --write --unsafe-fixes --no-cache .`): {rep.rewrite_summary}",
+        f"Rewrite (`neuron-migrate rewrite --write --unsafe-fixes --no-cache .`): {rep.rewrite_summary}; "
+        f"per-file errors (files left as they were): {len(rep.rewrite_errors)}"
+        + "".join(f"\n- {e}" for e in rep.rewrite_errors[:20]),
         "",
         "## Result",
         "",
@@ -595,6 +651,8 @@ def render(rep: Report, title_args: str) -> str:
         f"| lint failures (new F401/F821/F822/F823/F811 or syntax error after rewrite) | {c['lint_failures']} | 0 |",
         f"| start failures (scripts with no torch_xla finding left that do not start without torch_xla) | "
         f"{c['start_failures'] if not rep.start_skipped else 'not run'} | 0 |",
+        f"| import failures (rewritten library modules with no torch_xla finding left that do not import without "
+        f"torch_xla; beyond the issue's scripts) | {c['import_failures'] if not rep.start_skipped else 'not run'} | 0 |",
         f"| private torch API uses added by the rewrite | {c['private_new']} | 0 |",
         "",
         f"**{'PASS' if ok else 'FAIL'}**" + ("" if not rep.start_skipped else " (start check not run)"),
@@ -646,6 +704,22 @@ def render(rep: Report, title_args: str) -> str:
                 word = ("failed" if f.start.verdict == "fail" else word) + f" (not counted: {left} left)"
             detail = f.start.detail.replace("|", "\\|")
             L.append(f"| {f.rel} | `{f.start.how}` | {word}: {detail} |")
+        L.append("")
+        L += [
+            "## Import check (library modules, torch_xla absent)",
+            "",
+            f"Every rewritten module that is not a script and has no torch_xla finding left is imported the same way "
+            f"(`import package.module` in the overlay; a file of the torch_xla package itself is executed on its own): "
+            f"{c['imports']}: {c['import_ok']} imported, {c['import_failures']} failed, {c['import_needs']} not "
+            f"judgeable here.",
+            "",
+            "| module | run as | result |",
+            "|---|---|---|",
+        ]
+        for f in sorted((f for f in rep.files if f.imported), key=lambda f: (order[f.imported.verdict], f.rel)):
+            word = {"ok": "imported", "fail": "**FAILED**", "needs": "not judgeable here"}[f.imported.verdict]
+            detail = f.imported.detail.replace("|", "\\|")
+            L.append(f"| {f.rel} | `{f.imported.how}` | {word}: {detail} |")
         L.append("")
         left = [f for f in rep.files if f.script and f.xla_findings and not f.start]
         if left:
@@ -719,11 +793,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             "lint": [f"{f.rel}:{x.line}: {x.code} {x.message}" for f in rep.files for x in f.new_lint],
             "private": [f"{f.rel}:{i}: {m}" for f in rep.files for i, m in f.new_private],
             "start": {f.rel: {"verdict": f.start.verdict, "detail": f.start.detail, "counted": f.start.counted} for f in rep.files if f.start},
+            "import": {f.rel: {"verdict": f.imported.verdict, "detail": f.imported.detail} for f in rep.files if f.imported},
         }, indent=1), encoding="utf-8")
     print(f"lint failures {c['lint_failures']}, start failures {c['start_failures']} "
-          f"(+{c['start_needs']} not judgeable), private API added {c['private_new']}; "
+          f"(+{c['start_needs']} not judgeable), import failures {c['import_failures']} (+{c['import_needs']} not "
+          f"judgeable), private API added {c['private_new']}; "
           f"{c['changed']} of {c['files']} files changed, {c['helpers']} helpers inserted -> {args.out}")
-    return 0 if c["lint_failures"] == 0 and c["start_failures"] == 0 and c["private_new"] == 0 else 1
+    return 0 if passed(c) else 1
 
 
 if __name__ == "__main__":

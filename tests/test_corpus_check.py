@@ -61,8 +61,13 @@ def test_start_classification():
     ("import torch_xla.core.xla_model as xm\n", False),
     ("try:\n    import torch_xla\n    HAVE = True\nexcept ImportError:\n    HAVE = False\nassert not HAVE\n", True),
     ("import json\nimport sys\nassert sys.argv[1:] == ['--help']\n", True),
+    # availability checks answer "not installed", as they do without the package
+    ("import importlib.util\nassert importlib.util.find_spec('torch_xla') is None\n", True),
+    ("import torch_xla\n", False),
 ])
 def test_the_wrapper_makes_torch_xla_unimportable(tmp_path, source, ok):
+    (tmp_path / "torch_xla").mkdir()  # a torch_xla package on the path (as in the corpus copy) stays hidden
+    (tmp_path / "torch_xla" / "__init__.py").write_text("")
     script = tmp_path / "s.py"
     script.write_text(source)
     p = subprocess.run([sys.executable, "-c", cc.START_WRAPPER, "path", str(script), str(tmp_path)],
@@ -102,3 +107,16 @@ def test_end_to_end_on_two_realistic_scripts(tmp_path):
     assert all(v["counted"] and v["verdict"] == "ok" for v in data["start"].values())
     text = out.read_text()
     assert "**PASS**" in text and "paths/single_device.py" in text and "ruff 0.17.6" in text.replace("ruff ruff", "ruff")
+
+
+def test_missing_modules_of_a_namespace_package_are_not_the_rewrites(tmp_path):
+    (tmp_path / "optimum" / "neuron").mkdir(parents=True)
+    (tmp_path / "optimum" / "neuron" / "utils.py").write_text("")
+    tb = "Traceback (most recent call last):\n"
+    # optimum.exporters is not in this wheel (it is in the `optimum` distribution): not judgeable
+    assert cc.classify(1, tb + "ModuleNotFoundError: No module named 'optimum.exporters'\n", {"optimum"}, tmp_path)[0] == "needs"
+    # a module the wheel has that cannot be imported: a failure
+    assert cc.classify(1, tb + "ModuleNotFoundError: No module named 'optimum.neuron.utils'\n", {"optimum"}, tmp_path)[0] == "fail"
+    # package data the corpus did not extract
+    missing = f"FileNotFoundError: [Errno 2] No such file or directory: '{tmp_path}/optimum/version.info'\n"
+    assert cc.classify(1, tb + missing, {"optimum"}, tmp_path)[0] == "needs"
