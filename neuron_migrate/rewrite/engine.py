@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.rewrite.lines import move_findings
+from neuron_migrate.rules.lines import move_findings
 from neuron_migrate.rewrite.prune import unused_import_fixes
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety

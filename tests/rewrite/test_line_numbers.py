@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from neuron_migrate.rewrite.engine import fix_text
-from neuron_migrate.rewrite.lines import line_map
+from neuron_migrate.rules.lines import line_map
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.registry import RuleSet, all_rules
 from neuron_migrate.rules.runner import check_text
@@ -97,3 +97,22 @@ def test_line_map():
     to_new = line_map(old, "a\nc\nd\n")  # b deleted: it maps to the line now where it was
     assert [to_new(n) for n in (1, 2, 3, 4)] == [1, 2, 2, 3]
     assert line_map(old, "a\nb\n")(4) == 2  # never past the end
+
+
+def test_launcher_fixes_point_into_the_rewritten_script(tmp_path, monkeypatch):
+    """Launchers are fixed round by round too: deleted `export` lines move the launch line up."""
+    from typer.testing import CliRunner
+
+    from neuron_migrate.cli.app import app
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "run.sh").write_text("#!/bin/bash\nexport PJRT_DEVICE=NEURON\nexport XLA_IR_DEBUG=1\n"
+                                     "export NEURONCORE_NUM_DEVICES=2\npython train.py --epochs 3\n")
+    (tmp_path / "train.py").write_text("import torch_xla.distributed.xla_multiprocessing as xmp\n\n\ndef _mp_fn(i):\n"
+                                       "    pass\n\n\nif __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=())\n")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["rewrite", "--write", "--no-cache", "--no-color", "--show-fixes", "run.sh"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    launch = (tmp_path / "run.sh").read_text().splitlines()
+    assert launch[1] == "torchrun --nproc_per_node=2 train.py --epochs 3"
+    assert "run.sh:2: NM505 (safe)" in r.output  # line 5 before the three exports went

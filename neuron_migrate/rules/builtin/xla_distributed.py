@@ -957,7 +957,7 @@ def reduce_scatter(site, ctx):
     """,
     examples=[("acc = xm.mesh_reduce('acc', acc, np.mean)", "acc = _neuron_mesh_reduce('acc', acc, np.mean)"),
               ("dist.init_process_group('xla')\nacc = xm.mesh_reduce('acc', correct.item(), np.mean)",
-               "dist.init_process_group('neuron')\ngathered = [None] * dist.get_world_size()\n"
+               "dist.init_process_group(\"neuron\")\ngathered = [None] * dist.get_world_size()\n"
                "dist.all_gather_object(gathered, correct.item())\nacc = np.mean(gathered)")],
 )
 def mesh_reduce(site, ctx):
@@ -971,11 +971,11 @@ def mesh_reduce(site, ctx):
 def _plain_mesh_reduce(site, ctx):
     """The inline form of xm.mesh_reduce where the group state and the data's kind are known, else None."""
     call = site.call
-    data, reduce_fn = kwarg(call, "data", 1), kwarg(call, "reduce_fn", 2)
-    if data is None or reduce_fn is None or inside_deferred(site):
+    tag, data, reduce_fn = kwarg(call, "tag", 0), kwarg(call, "data", 1), kwarg(call, "reduce_fn", 2)
+    if data is None or reduce_fn is None or inside_deferred(site) or not _plain_tag(tag):
         return None
     if _python_value(ctx, data):
-        data_src = ctx.src(data)
+        data_src = ctx.src_relative(data)
     elif _tensor_like(ctx, data):
         data_src = f"{atom(ctx, data)}.detach().cpu()"
     else:
@@ -996,7 +996,7 @@ def _plain_mesh_reduce(site, ctx):
         return None
     param = _lambda_param(reduce_fn)
     if param is not None and site.scope.lookup(param)[1] is None and param not in _names_in(site.scope.node, skip=reduce_fn):
-        gathered, reduced = param, ctx.src(reduce_fn.body)
+        gathered, reduced = param, ctx.src_relative(reduce_fn.body)
     else:
         gathered = _free_name(ctx, "gathered")
         reduced = f"{atom(ctx, reduce_fn)}({gathered})"
@@ -1008,6 +1008,15 @@ def _plain_mesh_reduce(site, ctx):
     fx.replace(stmt, "\n".join(lines) + "\n")
     return ctx.finding(site, "xm.mesh_reduce after init_process_group: becomes dist.all_gather_object into a list, then reduce_fn "
                              "of the list (the tag only named the rendezvous)", fix=fx.build())
+
+
+def _plain_tag(tag) -> bool:
+    """The tag (dropped: it only named the rendezvous) has no side effects: a literal, a name, an f-string of them."""
+    if isinstance(tag, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(tag, ast.JoinedStr):
+        return all(isinstance(v, ast.Constant) or (isinstance(v, ast.FormattedValue) and simple_ref(v.value)) for v in tag.values)
+    return False
 
 
 def _lambda_param(node):
