@@ -106,9 +106,7 @@ def patch_torch_compile(torch) -> None:
 
 def report() -> dict:
     """What the emulated backend saw, in the shape of the probe's compile section."""
-    import os
-
-    from neuron_migrate.probe.compile_probe import _frame_kind
+    from neuron_migrate.probe.compile_probe import break_site
 
     breaks: list[dict] = []
     seen: set = set()
@@ -119,17 +117,7 @@ def report() -> dict:
     except Exception:  # noqa: BLE001 - dynamo never imported: the script compiled nothing
         reasons = []
     for br in reasons:
-        reason = str(getattr(br, "reason", br))
-        first = reason.strip().splitlines()[0] if reason.strip() else reason
-        f, line, lib_f, lib_line = None, None, None, None
-        for fs in getattr(br, "user_stack", []) or []:  # outermost first
-            kind = _frame_kind(fs.filename)
-            if kind == "user":
-                f, line = os.path.abspath(fs.filename), fs.lineno
-            if kind in ("user", "lib"):
-                lib_f, lib_line = os.path.abspath(fs.filename), fs.lineno
-        if (lib_f, lib_line) == (f, line):
-            lib_f, lib_line = None, None
+        first, reason, f, line, lib_f, lib_line = break_site(br)
         key = (first, f, line, lib_f, lib_line)
         if key in seen:  # the same break met again (a recompile, another step) is one break
             continue
