@@ -26,6 +26,7 @@ def nm(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("command", [["rewrite", "--diff"], ["rewrite", "--no-color"], ["audit", "--output-format", "json"],
                                      ["audit", "--no-color"], ["audit", "--output-format", "sarif"]])
+@pytest.mark.slow
 def test_same_output_with_and_without_cache_and_workers(tree, command):
     base = nm(tree, *command, "--no-cache", "-j", "1", ".")
     assert base.returncode == 1 and base.stdout
@@ -37,6 +38,7 @@ def test_same_output_with_and_without_cache_and_workers(tree, command):
     assert cold.returncode == warm.returncode == base.returncode
 
 
+@pytest.mark.slow
 def test_corrupt_cache_is_a_warning(tree):
     first = nm(tree, "rewrite", "--diff", ".")
     for f in (tree / ".neuron-migrate-cache").glob("results-*.json"):
@@ -47,6 +49,7 @@ def test_corrupt_cache_is_a_warning(tree):
     assert "ignoring unreadable cache" in again.stderr
 
 
+@pytest.mark.slow
 def test_cache_follows_content_changes(tree):
     nm(tree, "rewrite", "--diff", ".")
     target = tree / "copy0" / "new_style.py"
@@ -56,6 +59,7 @@ def test_cache_follows_content_changes(tree):
     assert "copy1/new_style.py" in out.stdout
 
 
+@pytest.mark.slow
 def test_write_with_warm_cache_writes(tree):
     nm(tree, "rewrite", "--diff", ".")  # warm the cache with would-change results
     res = nm(tree, "rewrite", "--write", ".")

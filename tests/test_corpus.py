@@ -40,7 +40,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # the corpus has strings like '\w' that only warn when parsed
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")]
 
 
 def _load_corpus_module():

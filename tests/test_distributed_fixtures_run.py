@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 pytest.importorskip("torch")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
@@ -26,6 +28,8 @@ CASES = {
     "NM117/after_init": True,
     "NM115/single_device": False,
     "NM117/single_device": False,
+    "NM121/after_init": True,
+    "NM121/single_device": False,
     "NM127/spawn": False,
     "NM127/flag_guarded_init": False,
     "NM127/worker_inits": True,

@@ -35,7 +35,8 @@ def test_write_then_check_is_clean_and_summary_has_launch_command(proj):
     res = run("rewrite", "--write", str(proj))
     assert "1 of 1 file rewritten (1 written)" in res.output
     assert "NM127 xmp-spawn: 1 fix" in res.output
-    assert "train.py:10: Launch with: torchrun --nproc_per_node=" in res.output
+    # the note's line is of the rewritten file: its launch block starts at line 11 (imports went in above)
+    assert "train.py:11: Launch with: torchrun --nproc_per_node=" in res.output
     text = (proj / "train.py").read_text()
     assert "torch_xla" not in text and 'dist.init_process_group("neuron")' in text
     assert res.exit_code == 0  # nothing left to do

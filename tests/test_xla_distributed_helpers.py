@@ -122,6 +122,7 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
 
 
 @pytest.mark.skipif(not dist.is_available() or sys.platform == "win32", reason="needs torch.distributed with gloo")
+@pytest.mark.slow
 def test_two_processes_match_torch_xla():
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(2, os.path.join(tmp, "store"), tmp), nprocs=2, join=True)

@@ -20,6 +20,7 @@ CASES = ["NM107/probes", "NM133/pair", "NM130/loops", "NM135/flag", "NM105/train
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_rewritten_fixture_runs(case, tmp_path):
     pytest.importorskip("torch")
     out = FIXTURES / f"{case}.out.py"

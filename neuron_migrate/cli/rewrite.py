@@ -211,6 +211,9 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
             more = f" and {len(places) - MAX_NOTE_PLACES} more" if len(places) > MAX_NOTE_PLACES else ""
             text = places[0][1] if len({n for _, n in places}) == 1 else key
             out.print(f"  - {shown}{more}: {text}", highlight=False)
+    if changed and (notes or fixed_list or (remaining and not quiet)):
+        out.print(Text("Line numbers above are those of the rewritten files" + ("." if do_write else " (the + side of the diff)."),
+                       style="dim"))
     if changed and not do_write and not check and run.stdin is None:
         out.print(Text("Nothing was written: run again with --write to apply.", style="dim"))
     if errors:
@@ -235,7 +238,8 @@ def _write_helpers_module(shared, fixed_list, do_write, diff, out, err) -> int:
         err.print(f"[red]error[/red]: {shared}: {exc}", highlight=False)
         return 1
     files = set().union(*users.values())
-    msg = f"{len(files)} file{'s' if len(files) != 1 else ''} use the shared helpers module {module_name(shared)} ({shared})"
+    msg = (f"{_plural(len(files), 'rewritten file')} {'imports' if len(files) == 1 else 'import'} helpers from the shared module "
+           f"{module_name(shared)} ({shared}): {', '.join(sorted(users))}")
     if new != old:
         if do_write:
             shared.parent.mkdir(parents=True, exist_ok=True)

@@ -78,6 +78,19 @@ class Scope:
     parent: Optional["Scope"]
     bindings: dict = field(default_factory=dict)  # name -> qualified name, or None when shadowed
     imported: set = field(default_factory=set)
+    _by_qualname: Optional[dict] = field(default=None, repr=False)
+    _indexed: int = field(default=-1, repr=False)
+
+    def names_bound_to(self, qualname: str) -> list:
+        """The names this scope binds to `qualname`, in binding order (an index built on first use: rules ask
+        for many qualified names in large modules)."""
+        if self._by_qualname is None or self._indexed != len(self.bindings):
+            index: dict = {}
+            for name, q in self.bindings.items():
+                if q is not None:
+                    index.setdefault(q, []).append(name)
+            self._by_qualname, self._indexed = index, len(self.bindings)
+        return self._by_qualname.get(qualname, [])
 
     def lookup(self, name: str) -> tuple[Optional[str], Optional["Scope"]]:
         scope: Optional[Scope] = self
@@ -210,12 +223,11 @@ class Analysis:
     def binding_for(self, qualname: str, scope: Optional[Scope] = None) -> Optional[str]:
         """A name visible in `scope` (default: module) bound to exactly `qualname`, if any."""
         start = scope = scope or self.module_scope
-        seen: set = set()
         while scope is not None:
-            for name, q in scope.bindings.items():
-                if q == qualname and name not in seen and start.lookup(name)[0] == qualname:
+            # a name an inner scope rebinds resolves there first, so lookup() from `start` rejects it
+            for name in scope.names_bound_to(qualname):
+                if start.lookup(name)[0] == qualname:
                     return name
-            seen.update(scope.bindings)
             scope = scope.parent
         return None
 

@@ -108,7 +108,7 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
         from neuron_migrate.files.notebook import name_cells
 
         name_cells(res.findings, out.text)
-        name_cells(res.applied_findings, text)
+        name_cells(res.applied_findings, out.text)  # their lines are of the rewritten text too
     if out.text != text:
         try:
             if nb is not None:

@@ -276,6 +276,27 @@ def _run_script(spec: dict, writer: Writer, rec) -> None:
     writer.state["timing"] = _timing(times)
 
 
+class _NotEmulated:
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def report(self) -> dict:
+        return {"explain_error": f"--compile on a script is reported on the emulated device only (this run: {self.kind})"}
+
+
+def _script_compile_log(spec: dict, kind: str):
+    """--compile on a script: the emulated `neuron` compile backend records what the script's own
+    torch.compile(..., backend="neuron") calls capture (None when not asked, or not on the emulated device)."""
+    if not spec.get("compile"):
+        return None
+    if kind != "emulated":
+        return _NotEmulated(kind)
+    from neuron_migrate.probe.emulator import compile as compile_log
+
+    compile_log.reset_log()
+    return compile_log
+
+
 def _site_dict(exc: BaseException) -> dict:
     from neuron_migrate.probe.recorder import site_of_traceback
 
@@ -360,7 +381,9 @@ def _run_factory(spec: dict, writer: Writer, rec, device: str, tnx) -> tuple[Any
                         rec.paused -= 1
                     if loss is None:
                         raise ValueError("the model output has no floating tensor that requires grad; use --mode forward")
+                    rec.phase = "backward"  # the gradient seed (ones_like) runs before the first autograd node
                     loss.backward()
+                    rec.phase = "forward"
                     if opt is not None:
                         opt.step()  # phase 'optimizer' via the global step hooks
                         opt.zero_grad(set_to_none=True)
@@ -459,11 +482,14 @@ def main(argv: list[str] | None = None) -> int:
     phase = "run"
     try:
         if spec["target"]["kind"] == "script":
+            compile_log = _script_compile_log(spec, kind)
             _measure_start(tnx)
             try:
                 _run_script(spec, writer, rec)
             finally:
                 _measure_end(tnx, writer)
+                if compile_log is not None:
+                    writer.state["compile"] = compile_log.report()
         else:
             model_cpu, args, kwargs = _run_factory(spec, writer, rec, device, tnx)
             cpu_args = _to_device((args, kwargs), torch.device("cpu"))

@@ -166,17 +166,20 @@ def probe(
         typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
         raise typer.Exit(EXIT_ERROR)
     needs_compile = [f for f in fail_list if f in ("graph-break", "compile")]
-    if needs_compile and not (compile_ and tgt["kind"] == "factory"):
-        typer.echo(f"neuron-migrate probe: --fail-on {','.join(needs_compile)} needs --compile (and a factory target "
-                   "module:fn); without it nothing would be checked", err=True)
+    if needs_compile and not compile_:
+        typer.echo(f"neuron-migrate probe: --fail-on {','.join(needs_compile)} needs --compile; without it nothing "
+                   "would be checked", err=True)
         raise typer.Exit(EXIT_ERROR)
-    if (compile_ or numerics or shape_list) and tgt["kind"] == "script":
-        typer.echo("neuron-migrate probe: note: --compile/--numerics/--shapes need a factory target (module:fn); "
+    if (numerics or shape_list) and tgt["kind"] == "script":
+        typer.echo("neuron-migrate probe: note: --numerics/--shapes need a factory target (module:fn); "
                    "ignored for a script", err=True)
+    if compile_ and tgt["kind"] == "script" and device.value in ("cpu", "cuda"):
+        typer.echo("neuron-migrate probe: note: --compile on a script reports its torch.compile(backend=\"neuron\") "
+                   "calls on the emulated device; ignored with --device " + device.value, err=True)
     spec = {
         "target": tgt, "args": script_args, "cwd": cwd, "mode": mode.value, "steps": steps, "max_steps": max_steps,
         "time_limit": time_limit, "inputs": inputs, "optimizer": optimizer.value, "device": device.value,
-        "compile": compile_ and tgt["kind"] == "factory", "shapes": shape_list if tgt["kind"] == "factory" else [],
+        "compile": compile_, "shapes": shape_list if tgt["kind"] == "factory" else [],
         "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
         "keep_going": keep_going, "emulate_precision": precision_kinds,
     }

@@ -52,22 +52,29 @@ def _explain(model, args, kwargs) -> dict:
     ex = torch._dynamo.explain(model)(*args, **kwargs)
     breaks = []
     for br in ex.break_reasons:
-        reason = str(getattr(br, "reason", br))
-        first = reason.strip().splitlines()[0] if reason.strip() else reason
-        f, line, lib_f, lib_line = None, None, None, None
-        for fs in getattr(br, "user_stack", []) or []:  # outermost first
-            kind = _frame_kind(fs.filename)
-            if kind == "user":
-                f, line = os.path.abspath(fs.filename), fs.lineno
-            if kind in ("user", "lib"):
-                lib_f, lib_line = os.path.abspath(fs.filename), fs.lineno
-        if (lib_f, lib_line) == (f, line):
-            lib_f, lib_line = None, None
+        first, reason, f, line, lib_f, lib_line = break_site(br)
         breaks.append({"reason": first[:500], "detail": reason[:2000], "file": f, "line": line,
                        "lib_file": lib_f, "lib_line": lib_line})
     # dynamo can count fewer breaks than it lists reasons for; a listed break is a break
     count = max(int(ex.graph_break_count or 0), len(breaks))
     return {"graph_count": ex.graph_count, "graph_break_count": count, "breaks": breaks}
+
+
+def break_site(br) -> tuple:
+    """(first line of the reason, whole reason, user file, line, library file, line) of one dynamo graph break:
+    the innermost frame in the user's files, and the innermost outside torch when that is a library's."""
+    reason = str(getattr(br, "reason", br))
+    first = reason.strip().splitlines()[0] if reason.strip() else reason
+    f, line, lib_f, lib_line = None, None, None, None
+    for fs in getattr(br, "user_stack", []) or []:  # outermost first
+        kind = _frame_kind(fs.filename)
+        if kind == "user":
+            f, line = os.path.abspath(fs.filename), fs.lineno
+        if kind in ("user", "lib"):
+            lib_f, lib_line = os.path.abspath(fs.filename), fs.lineno
+    if (lib_f, lib_line) == (f, line):
+        lib_f, lib_line = None, None
+    return first, reason, f, line, lib_f, lib_line
 
 
 def _frame_kind(filename: str) -> str:

@@ -9,9 +9,14 @@ Technique (verified on torch 2.13, see shared design notes section 4):
   and this package (an installed library such as transformers counts: `lib_file`), and the innermost frame
   in the user's own files (`file`); the first is what points into `modeling_vit.py:545`, the second is the
   user's line that led there;
-- a `TorchFunctionMode` (it sits above autograd) tags `out.grad_fn.metadata["nm_site"]` with the forward
-  locations; during backward `torch._C._current_autograd_node()` is the node being run, so backward ops are
-  attributed to the forward call that created that node;
+- the outputs of each forward op get their autograd node (set by autograd after the op returns) tagged with
+  the op's locations when the next op is dispatched (`grad_fn.metadata["nm_site"]`); during backward
+  `torch._C._current_autograd_node()` is the node being run, so backward ops are attributed to the forward
+  call that created that node;
+- cost per op is kept small (the probe's overhead target is <= 3x a plain step): op names and namespace hints
+  are derived once per overload, the walk through the caller's stack stops at the first frame outside torch
+  and reuses the rest of the walk for the same suspended caller frame and instruction, and an op seen before
+  with the same site and dtypes only bumps a counter;
 - namespace use is seen at run time: sparse layouts and nested tensors on an op's inputs or outputs (or in
   its name), ops run from torch.distributions code, calls of the torch.func transforms (wrapped while the
   recorder is installed);
@@ -31,12 +36,19 @@ from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 _F64 = {torch.float64, torch.complex128}
 _STRIDED = torch.strided
 _Tensor = torch.Tensor
+_current_autograd_node = torch._C._current_autograd_node
+_grad_enabled = torch.is_grad_enabled
+try:  # dynamo's per-code-object "never compile this frame nor what it calls" (C); None where this torch lacks it
+    _eval_frame = torch._C._dynamo.eval_frame
+    _DYNAMO_SKIP = (_eval_frame.set_code_exec_strategy,
+                    _eval_frame._FrameExecStrategy(_eval_frame._FrameAction.SKIP, _eval_frame._FrameAction.SKIP))
+except AttributeError:
+    _DYNAMO_SKIP = None
 
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -80,19 +92,41 @@ _STDLIB_PREFIXES = _stdlib_prefixes()
 # everything that is not the user's own code (kept for compile_probe)
 _EXCLUDED = tuple(sorted({_PROBE_DIR, _TORCH_DIR, *(p.rstrip(os.sep) for p in _LIB_PREFIXES + _STDLIB_PREFIXES)}))
 
-_SKIP, _LIB, _USER = 0, 1, 2
-_code_info: dict[Any, tuple[int, str | None, str]] = {}
-# code objects of the probe harness (the loop that calls the model): a stack walk stops there, nothing the
-# user wrote lies further out
-STOP_CODES: set = set()
+_SKIP, _LIB, _USER, _STOP = 0, 1, 2, 3
+_code_info: dict[Any, tuple[int, str | None, str, bool]] = {}
 
 
-def _classify(code) -> tuple[int, str | None, str]:
-    """(kind, torch namespace tag, absolute file) for a code object, cached."""
+class _StopCodes(set):
+    """Code objects of the probe harness (the loop that calls the model): a stack walk stops there, nothing the
+    user wrote lies further out. Adding one drops its cached classification (the walk reads only that)."""
+
+    def add(self, code) -> None:
+        super().add(code)
+        _code_info.pop(code, None)
+
+    def update(self, *iterables) -> None:
+        for it in iterables:
+            for code in it:
+                self.add(code)
+
+
+STOP_CODES: set = _StopCodes()
+
+
+def _classify(code) -> tuple[int, str | None, str, bool]:
+    """(kind, torch namespace tag, absolute file, is an `__init__`) for a code object, cached."""
     info = _code_info.get(code)
     if info is not None:
         return info
-    fn = code.co_filename
+    info = _classify_file(code.co_filename)
+    if code in STOP_CODES:
+        info = (_STOP, None, info[2])
+    info = (*info, getattr(code, "co_name", None) == "__init__")
+    _code_info[code] = info
+    return info
+
+
+def _classify_file(fn: str) -> tuple[int, str | None, str]:
     if fn.startswith("<"):
         info = (_SKIP, None, fn)
     else:
@@ -108,7 +142,6 @@ def _classify(code) -> tuple[int, str | None, str]:
             info = (_SKIP, None, a)
         else:
             info = (_USER, None, a)
-    _code_info[code] = info
     return info
 
 
@@ -135,10 +168,10 @@ def locate(f, want_init: bool = False):
     init = False
     while f is not None:
         code = f.f_code
-        if code in STOP_CODES:
+        kind, t, path, is_init = _classify(code)
+        if kind == _STOP:
             break
-        kind, t, path = _classify(code)
-        if want_init and not init and code.co_name == "__init__":
+        if want_init and is_init and not init:
             init = _module_init(f)
         if kind == _SKIP:
             if t is not None and tag is None:
@@ -151,6 +184,65 @@ def locate(f, want_init: bool = False):
                 return site, lib, tag, init
         f = f.f_back
     return None, lib, tag, init
+
+
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async generator
+# The outer part of a stack walk, per suspended caller frame and instruction: while that frame waits at that
+# instruction everything outside it is fixed, and holding the frame keeps its identity from being reused. Cleared at
+# every flush and optimizer step (and when large), so the frames held here live for a fraction of a second.
+_outer_cache: dict[tuple, tuple] = {}
+_OUTER_CACHE_MAX = 4096
+
+
+def clear_location_cache() -> None:
+    _outer_cache.clear()
+
+
+_line_cache: dict[tuple, tuple[str, int]] = {}  # (code, instruction) -> (file, line): f_lineno scans a table
+
+
+def locate_fast(f, want_init: bool = False):
+    """`locate` for the per-op hot path: the same answer, walking only the frames up to the first one outside
+    torch (the library site) and taking the rest of the walk from a cache kept per (caller frame, instruction)."""
+    tag = None
+    init = False
+    info = _code_info
+    while f is not None:
+        code = f.f_code
+        kind, t, path, is_init = info.get(code) or _classify(code)
+        if is_init and want_init and not init:
+            init = _module_init(f)
+        if kind != _SKIP:
+            if kind == _STOP:
+                return None, None, tag, init
+            break
+        if t is not None and tag is None:
+            tag = t
+        f = f.f_back
+    else:
+        return None, None, tag, init
+    lkey = (code, f.f_lasti)
+    lib = _line_cache.get(lkey)
+    if lib is None:
+        lib = _line_cache[lkey] = (path, f.f_lineno)
+    if kind == _USER:
+        return lib, lib, tag, init
+    caller = f.f_back
+    if caller is None:
+        return None, lib, tag, init
+    if caller.f_code.co_flags & _GENERATOR_FLAGS:  # a generator's outer frames change between resumptions
+        user, _, t2, i2 = locate(caller, want_init=True)
+    else:
+        key = (caller, caller.f_lasti)
+        hit = _outer_cache.get(key)
+        if hit is None:
+            if len(_outer_cache) >= _OUTER_CACHE_MAX:
+                _outer_cache.clear()
+            user, _, t2, i2 = locate(caller, want_init=True)
+            _outer_cache[key] = (user, t2, i2)
+        else:
+            user, t2, i2 = hit
+    return user, lib, tag or t2, init or (want_init and i2)
 
 
 def user_site(depth: int = 1) -> tuple[str, int] | None:
@@ -173,7 +265,7 @@ def lib_site_of_traceback(tb) -> tuple[str, int] | None:
     found = None
     while tb is not None:
         kind = _classify(tb.tb_frame.f_code)[0]
-        if kind != _SKIP:
+        if kind in (_LIB, _USER):
             found = (os.path.abspath(tb.tb_frame.f_code.co_filename), tb.tb_lineno)
         tb = tb.tb_next
     return found
@@ -185,6 +277,19 @@ def op_name(func) -> str:
         return f"{func.namespace}::{func._opname}.{func._overloadname}"
     except AttributeError:
         return str(func)
+
+
+# per OpOverload, by id (OpOverload.__hash__ is Python code; the entry keeps the overload alive, so its id
+# stays its own): (name, not compute (profiler markers), namespace its name implies, the overload)
+_func_info: dict[int, tuple[str, bool, str | None, Any]] = {}
+
+
+def _info_of(func) -> tuple[str, bool, str | None, Any]:
+    info = _func_info.get(id(func))
+    if info is None or info[3] is not func:
+        name = op_name(func)
+        info = _func_info[id(func)] = (name, name.startswith("profiler::"), _name_namespace(name), func)
+    return info
 
 
 _dtype_names: dict[Any, str] = {}
@@ -232,6 +337,24 @@ def _name_namespace(name: str) -> str | None:
     return None
 
 
+def _signature(tensors: list) -> tuple[tuple, str | None]:
+    """(dtypes, namespace implied by a sparse layout or a nested tensor) of an op's tensors, in one pass."""
+    ns = None
+    try:
+        dts = tuple([t.dtype for t in tensors])
+        for t in tensors:
+            if t.layout is not _STRIDED:
+                ns = "torch.sparse"
+                break
+            if t.is_nested:
+                ns = "torch.nested"
+                break
+    except Exception:  # noqa: BLE001 - a tensor without these (rare subclasses): fall back to the slow checks
+        dts = tuple(getattr(t, "dtype", None) for t in tensors)
+        ns = _layout_namespace(tensors)
+    return dts, ns
+
+
 class ProbeStop(BaseException):
     """Raised in the user's process to end a run early (--max-steps, --time-limit). A BaseException so a
     user's `except Exception` does not swallow it."""
@@ -262,27 +385,41 @@ class Recorder:
         self._hooks: list = []
         self._modes: list = []
         self._patched: list[tuple[Any, str, Any]] = []
-        # the torch-level call being run (set by _SiteTagger): [its frame, its locations once computed], so the
-        # aten ops inside one call walk the stack once between them
-        self.tls = threading.local()
+        # (the last op's outputs, their site): their autograd nodes are tagged when the next op is dispatched
+        # (autograd sets them after the op returns; before the next op, which may rebase them in place)
+        self._last: tuple | None = None
+        # (overload, phase, sites, namespace, dtypes) -> its record: a repeated op only bumps a counter
+        self._seen: dict[tuple, dict] = {}
+        self._ops_since_tick = 0
         self.flush_cost = 0.0  # seconds the last on_tick took: ticks are spaced so flushing stays a small cost
 
     # ------------------------------------------------------------------ recording
     def record(self, func, args, kwargs, out, raised: bool = False) -> None:
-        if self.paused:
-            return
-        name = op_name(func)
-        if name.startswith("profiler::"):
+        # the hot path of the probe (every aten op): keep it free of calls that are not needed on a repeat
+        last = self._last
+        if last is not None:  # autograd set the last op's output nodes after it returned: tag them with its site
+            self._last = None
+            out0 = last[0]
+            if type(out0) is _Tensor:
+                try:
+                    g = out0.grad_fn
+                    if g is not None and "nm_site" not in g.metadata:
+                        _tag(g, last[1])
+                except Exception:  # noqa: BLE001 - tagging is best effort
+                    pass
+            else:
+                self._tag_pending(last)
+        info = _func_info.get(id(func))
+        if info is None or info[3] is not func:
+            info = _info_of(func)
+        name, skip, name_ns, _ = info
+        if skip:
             return  # record_function markers, not compute
-        node = torch._C._current_autograd_node()
+        node = _current_autograd_node()
+        frame = sys._getframe(1).f_back  # the dispatch mode's caller (None on a thread with no Python frames)
         attributed = False
-        node_name = None
-        tag = None
-        frame = sys._getframe(2)
         if node is not None:
             phase = "backward"
-            node_name = node.name()
-            site = None
             try:
                 site = node.metadata.get("nm_site")
             except Exception:  # noqa: BLE001 - some nodes have no metadata dict
@@ -291,80 +428,114 @@ class Recorder:
                 attributed = True
                 user, lib, tag = site
             else:
-                user, lib, tag, _ = locate(frame)
+                user, lib, tag, _ = locate_fast(frame)
         else:
             phase = self.phase
-            call = getattr(self.tls, "call", None)
-            if call is not None:
-                loc = call[1]
-                if loc is None:
-                    loc = call[1] = locate(call[0], want_init=True)
-                user, lib, tag, init = loc
-            else:
-                user, lib, tag, init = locate(frame, want_init=phase == "forward")
+            user, lib, tag, init = locate_fast(frame, want_init=True)
             if init and phase == "forward":
                 phase = "init"
+            if out is not None and _grad_enabled():
+                self._last = (out, (user, lib, tag))
+        if self.paused:
+            return
         ins: list = []
         _tensors(args, ins)
         if kwargs:
             _tensors(kwargs, ins)
-        outs: list = []
-        if out is not None:
+        in_sig, ns = _signature(ins)
+        if out is None:
+            out_sig = ()
+        elif type(out) is _Tensor:
+            out_sig, out_ns = _signature([out])
+            ns = ns or out_ns
+        else:
+            outs: list = []
             _tensors(out, outs)
-        ns = _layout_namespace(ins) or _layout_namespace(outs) or _name_namespace(name) or tag
-        key = (name, phase, user, lib, ns)
+            out_sig, out_ns = _signature(outs)
+            ns = ns or out_ns
+        ns = ns or name_ns or tag
+        fast_key = (name, phase, user, lib, ns, in_sig, out_sig)
         with self.lock:
-            rec = self.records.get(key)
+            rec = self._seen.get(fast_key)
             if rec is None:
-                self._new_keys = True
-                rec = self.records[key] = {
-                    "op": name,
-                    "phase": phase,
-                    "file": user[0] if user else None,
-                    "line": user[1] if user else None,
-                    "lib_file": lib[0] if lib and lib != user else None,
-                    "lib_line": lib[1] if lib and lib != user else None,
-                    "namespace": ns,
-                    "attributed": attributed,
-                    "grad_fn": node_name,
-                    "count": 0,
-                    "raised": 0,
-                    "in_dtypes": [],
-                    "out_dtypes": [],
-                    "float64": False,
-                    # float64 produced from no float64 input: a float64 source (torch.tensor(..., float64), .double())
-                    "float64_source": False,
-                }
-                if self.journal is not None:  # one line per new record: survives a hard crash
-                    try:
-                        self.journal.write(json.dumps(rec) + "\n")
-                        self.journal.flush()
-                    except Exception:  # noqa: BLE001
-                        pass
+                rec = self._new_record(name, phase, user, lib, ns, attributed, node, in_sig, out_sig)
+                self._seen[fast_key] = rec
             rec["count"] += 1
             if raised:
                 rec["raised"] += 1
-            f64_in = False
-            for t in ins:
-                dt = t.dtype
-                if dt in _F64:
-                    f64_in = True
+        self._ops_since_tick += 1
+        if self._ops_since_tick >= 32:  # the clock is read every 32 ops
+            self._ops_since_tick = 0
+            self._maybe_tick()
+
+    def _new_record(self, name, phase, user, lib, ns, attributed, node, in_sig, out_sig) -> dict:
+        """The record for (op, phase, sites, namespace), created on first sight; merges a new dtype signature."""
+        key = (name, phase, user, lib, ns)
+        rec = self.records.get(key)
+        if rec is None:
+            self._new_keys = True
+            rec = self.records[key] = {
+                "op": name,
+                "phase": phase,
+                "file": user[0] if user else None,
+                "line": user[1] if user else None,
+                "lib_file": lib[0] if lib and lib != user else None,
+                "lib_line": lib[1] if lib and lib != user else None,
+                "namespace": ns,
+                "attributed": attributed,
+                "grad_fn": node.name() if node is not None else None,
+                "count": 0,
+                "raised": 0,
+                "in_dtypes": [],
+                "out_dtypes": [],
+                "float64": False,
+                # float64 produced from no float64 input: a float64 source (torch.tensor(..., float64), .double())
+                "float64_source": False,
+            }
+            new = True
+        else:
+            new = False
+        for sig, field in ((in_sig, "in_dtypes"), (out_sig, "out_dtypes")):
+            names = rec[field]
+            for dt in sig:
                 s = _dtype_name(dt)
-                if s not in rec["in_dtypes"]:
-                    rec["in_dtypes"].append(s)
-            f64_out = False
-            for t in outs:
-                dt = t.dtype
-                if dt in _F64:
-                    f64_out = True
-                s = _dtype_name(dt)
-                if s not in rec["out_dtypes"]:
-                    rec["out_dtypes"].append(s)
-            if f64_in or f64_out:
-                rec["float64"] = True
-                if not f64_in:
-                    rec["float64_source"] = True
-        self._maybe_tick()
+                if s not in names:
+                    names.append(s)
+        f64_in = any(dt in _F64 for dt in in_sig)
+        f64_out = any(dt in _F64 for dt in out_sig)
+        if f64_in or f64_out:
+            rec["float64"] = True
+            if not f64_in:
+                rec["float64_source"] = True
+        if new and self.journal is not None:  # one line per new record: survives a hard crash
+            try:
+                self.journal.write(json.dumps(rec) + "\n")
+                self.journal.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        return rec
+
+    def _tag_pending(self, last: tuple) -> None:
+        out, site = last
+        try:
+            if isinstance(out, _Tensor):
+                g = out.grad_fn
+                if g is not None and "nm_site" not in g.metadata:
+                    _tag(g, site)
+            elif isinstance(out, (tuple, list)):
+                for t in out:
+                    if isinstance(t, _Tensor):
+                        g = t.grad_fn
+                        if g is not None and "nm_site" not in g.metadata:
+                            _tag(g, site)
+        except Exception:  # noqa: BLE001 - tagging is best effort
+            pass
+
+    def flush_pending(self) -> None:
+        last = self._last
+        if last is not None:
+            self._last = None
+            self._tag_pending(last)
 
     def note_namespace(self, namespace: str, api: str, depth: int = 2) -> None:
         """A call of a namespace API seen by a wrapper (torch.func transforms)."""
@@ -393,6 +564,7 @@ class Recorder:
 
     def tick(self) -> None:
         self._new_keys = False
+        clear_location_cache()
         t0 = time.monotonic()
         try:
             self.on_tick()
@@ -475,6 +647,7 @@ class Recorder:
 
         def _opt_post(opt, args, kwargs):
             rec.phase = "forward"
+            clear_location_cache()
             rec.optimizer_steps += 1
             if rec.on_tick is not None and time.monotonic() - rec._last_tick > max(rec.tick_s, 25 * rec.flush_cost):
                 rec.tick()
@@ -491,11 +664,13 @@ class Recorder:
         ]
         self._wrap_transforms()
         # dispatch modes: the last entered runs first, so the recorder sees each op before the extra modes
-        self._modes = [_SiteTagger(self), *self.extra_modes, _OpMode(self)]
+        self._modes = [*self.extra_modes, _OpMode(self)]
         for m in self._modes:
             m.__enter__()
 
     def uninstall(self) -> None:
+        self.flush_pending()
+        clear_location_cache()
         for m in reversed(self._modes):
             try:
                 m.__exit__(None, None, None)
@@ -536,10 +711,21 @@ class _OpMode(TorchDispatchMode):
         super().__init__()
         self.rec = rec
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ in torch._dynamo.disable (several Python calls per op); marking the
+        # handler's code object as skipped, recursively, once (below the class) keeps dynamo out at no cost per op
+        return _DYNAMO_SKIP is None
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # off during dynamo's tracing, on while the compiled graphs run: a script's torch.compile still compiles
+        # (dynamo skips compiling under a mode without this) and the recorder sees the ops the graphs execute
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
         try:
-            out = func(*args, **kwargs)
+            out = func(*args, **kwargs) if kwargs else func(*args)
         except ProbeStop:
             raise
         except BaseException:
@@ -547,6 +733,10 @@ class _OpMode(TorchDispatchMode):
             raise
         self.rec.record(func, args, kwargs, out)
         return out
+
+
+if _DYNAMO_SKIP is not None:
+    _DYNAMO_SKIP[0](_OpMode.__torch_dispatch__.__code__, _DYNAMO_SKIP[1])
 
 
 def _tag(node, site) -> None:
@@ -574,40 +764,5 @@ except Exception:  # noqa: BLE001
     _ACCUMULATE = ()
 
 
-class _SiteTagger(TorchFunctionMode):
-    """Tags each new autograd node with the locations of the forward call that created it."""
-
-    def __init__(self, rec: Recorder):
-        super().__init__()
-        self.rec = rec
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        tls = self.rec.tls
-        saved = getattr(tls, "call", None)
-        call = tls.call = [sys._getframe(1), None]
-        try:
-            out = func(*args, **(kwargs or {}))
-        finally:
-            tls.call = saved
-        try:
-            if isinstance(out, _Tensor):
-                g = out.grad_fn
-                if g is not None and "nm_site" not in g.metadata:
-                    if call[1] is None:
-                        call[1] = locate(call[0], want_init=True)
-                    _tag(g, call[1][:3])
-            elif isinstance(out, (tuple, list)):
-                for t in out:
-                    if isinstance(t, _Tensor):
-                        g = t.grad_fn
-                        if g is not None and "nm_site" not in g.metadata:
-                            if call[1] is None:
-                                call[1] = locate(call[0], want_init=True)
-                            _tag(g, call[1][:3])
-        except Exception:  # noqa: BLE001 - tagging is best effort
-            pass
-        return out
-
-
-__all__ = ["Recorder", "ProbeStop", "locate", "user_site", "site_of_traceback", "lib_site_of_traceback", "op_name",
+__all__ = ["Recorder", "ProbeStop", "locate", "locate_fast", "clear_location_cache", "user_site", "site_of_traceback", "lib_site_of_traceback", "op_name",
            "pytree"]

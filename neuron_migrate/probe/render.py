@@ -152,11 +152,13 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     if "compile" in report:
         c = report["compile"]
         ex = c.get("explain") or {}
-        con.rule("torch.compile (capturing backend, CPU)")
+        con.rule(f"torch.compile ({c.get('backend') or 'capturing backend, CPU'})")
         if c.get("explain_error"):
             con.print(f"[red]dynamo explain failed:[/] {c['explain_error']}")
         else:
             con.print(f"graphs {ex.get('graph_count')}, graph breaks {ex.get('graph_break_count')}")
+            if c.get("calls") == []:
+                con.print("  the script never called torch.compile(..., backend=\"neuron\")")
             for b in ex.get("breaks") or []:
                 con.print(f"  break at {b.get('site') or '(no frame outside torch)'}: {b['reason']}", markup=False)
         if c.get("graphs_error"):
@@ -276,6 +278,8 @@ def to_markdown(report: dict, *, top: int = 10) -> str:
         c = report["compile"]
         ex = c.get("explain") or {}
         L.append("## torch.compile\n")
+        if c.get("backend"):
+            L.append(f"- backend: {c['backend']}")
         L.append(f"- graphs: {ex.get('graph_count')}, graph breaks: {ex.get('graph_break_count')}")
         for b in ex.get("breaks") or []:
             L.append(f"  - {b.get('site') or '(no frame outside torch)'}: {b['reason']}")

@@ -21,3 +21,31 @@ def cached(analysis, key: str, build: Callable[[object], T]) -> T:
     if key not in store:
         store[key] = build(analysis)
     return store[key]
+
+
+def nodes_with_function(analysis) -> list:
+    """(node, innermost enclosing def or None) for the file's nodes, in the order the value and device passes
+    visit them. A def's body belongs to it; its defaults and decorators to the enclosing function (annotations and
+    parameters are not listed). Built once per file and shared, instead of one tree walk per pass."""
+    def build(a) -> list:
+        import ast
+
+        from neuron_migrate.names.analysis import child_nodes
+
+        defs = (ast.FunctionDef, ast.AsyncFunctionDef)
+        out: list = []
+        stack: list = [(a.tree, None)]
+        while stack:
+            node, fn = stack.pop()
+            out.append((node, fn))
+            if isinstance(node, defs):
+                for child in node.body:
+                    stack.append((child, node))
+                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
+                    stack.append((child, fn))
+                continue
+            for child in child_nodes(node):
+                stack.append((child, fn))
+        return out
+
+    return cached(analysis, "nodes_with_function", build)

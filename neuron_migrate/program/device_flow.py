@@ -24,8 +24,7 @@ import ast
 import re
 from typing import Optional
 
-from neuron_migrate.names.analysis import child_nodes
-from neuron_migrate.program import cached
+from neuron_migrate.program import cached, nodes_with_function
 from neuron_migrate.program import values as _values
 
 DEVICE, CPU, UNKNOWN = "device", "cpu", "unknown"
@@ -260,20 +259,13 @@ class DeviceFlow:
                                                        or q.split(".")[-1] in ("double", "half", "long", "bool", "short", "cdouble"))
 
     def _build(self) -> None:
-        stack: list = [(self.a.tree, None)]
-        while stack:
-            node, fn = stack.pop()
-            self._fn_of[id(node)] = fn
+        fn_of = self._fn_of
+        for node, fn in nodes_with_function(self.a):
+            fn_of[id(node)] = fn
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for child in node.body:
-                    stack.append((child, node))
-                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
-                    stack.append((child, fn))
                 self._params(node)
                 continue
             self._visit(node, fn)
-            for child in child_nodes(node):
-                stack.append((child, fn))
         # value sets whose strings name several accelerators: the functions holding them dispatch
         for vs in _values.facts(self.a).sets:
             if vs.multi_backend:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from neuron_migrate.names.analysis import child_nodes, walk
-from neuron_migrate.program import cached
+from neuron_migrate.program import cached, nodes_with_function
 
 DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
 ACCELERATORS = frozenset(DEVICE_WORDS) - {"cpu", "meta"}
@@ -285,20 +285,12 @@ class _Builder:
 
     # -- the walk ---------------------------------------------------------------------------------------
     def walk(self) -> None:
-        stack: list = [(self.a.tree, None)]
-        while stack:
-            node, fn = stack.pop()
+        for node, fn in nodes_with_function(self.a):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.outer[id(node)] = fn
                 self.visit_def(node, fn)
-                for child in node.body:
-                    stack.append((child, node))
-                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
-                    stack.append((child, fn))
                 continue
             self.visit(node, fn)
-            for child in child_nodes(node):
-                stack.append((child, fn))
 
     def visit_def(self, node, fn) -> None:
         args = node.args

@@ -9,9 +9,63 @@ from neuron_migrate.rules.model import Finding, FixSafety
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+class PlainConsole:
+    """The part of rich's Console the reports use, for output that is neither a terminal nor coloured (a pipe, a
+    file, pre-commit): the same characters rich would write, without importing rich.console, which costs more than
+    the audit of a small file. Anything richer than text (a table, markdown) goes to a real Console."""
+
+    color_system = None
+    is_terminal = False
+
+    def __init__(self, stderr: bool = False):
+        self.stderr = stderr
+
+    @property
+    def file(self):
+        import sys
+
+        return sys.stderr if self.stderr else sys.stdout  # looked up per use, like rich (test runners swap it)
+
+    def print(self, *objects, sep: str = " ", end: str = "\n", markup=None, highlight=None, **kwargs) -> None:
+        from rich.markup import escape, render
+
+        parts = []
+        for obj in objects:
+            if isinstance(obj, str):
+                # rich renders markup unless told not to, and replaces :emoji: codes either way
+                parts.append(render(obj if markup is not False else escape(obj), emoji=True).plain)
+            elif hasattr(obj, "plain"):
+                parts.append(obj.plain)
+            else:
+                from rich.console import Console
+
+                Console(file=self.file, highlight=False, soft_wrap=True, no_color=True, color_system=None).print(
+                    *objects, sep=sep, end=end, markup=markup, highlight=highlight, **kwargs)
+                return
+        self.file.write(sep.join(parts) + end)
+
+
+def _plain_stream(stderr: bool, color) -> bool:
+    """Would rich write this stream without colour or terminal control? (auto colour, not a terminal, not forced)"""
+    import os
+    import sys
+
+    if color in ("always", True) or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return False
+    if color in ("never", False):
+        return True
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):
+        return True
+
+
 def console(stderr: bool = False, color=None):
     """A rich console. color: "auto" or None (colour on a terminal unless NO_COLOR is set; FORCE_COLOR forces it),
-    "always" / True, "never" / False."""
+    "always" / True, "never" / False. Output that is not a terminal gets the light PlainConsole."""
+    if _plain_stream(stderr, color):
+        return PlainConsole(stderr)
     from rich.console import Console
 
     if color in ("always", True):

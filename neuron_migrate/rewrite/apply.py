@@ -8,6 +8,7 @@ lines to the next statement; a block left empty gets `pass`; an `if FLAG:` left 
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional, Union
 
 import libcst as cst
@@ -513,6 +514,9 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
         pos = b
     out.extend(lines[pos:])
     new_text = "".join(out)
+    if new_text[:1] in ("\n", "\r") and text[:1] not in ("\n", "\r"):
+        # the file's first statement was removed: the blank lines that separated it from the next go too
+        new_text = re.sub(r"\A(?:[ \t]*\r?\n)+", "", new_text)
     applied = [f for f in fixes if all(_skey(e.span) in applied_keys for e in f.edits)]
     unfit = {k[1:] for k in applied_keys if k[0] == "unfit"}
     if unfit:

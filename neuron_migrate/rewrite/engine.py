@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
+from neuron_migrate.rules.lines import move_findings
 from neuron_migrate.rewrite.prune import unused_import_fixes
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety
@@ -43,6 +43,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
     outcome = FixOutcome(text)
     current = text
     last_codes = ""
+    found_in: list[tuple[str, list[Finding]]] = []  # (text of a round, the findings applied in it)
     for _ in range(MAX_ROUNDS):
         try:
             # the check of each round also re-parses the previous round's output: that is the validation
@@ -60,6 +61,9 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
             break
+        # libcst (about 0.3 s to import) is loaded only once a file has a fix to apply
+        from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
+
         chosen, _deferred = select_compatible([f.fix for f in todo])
         try:
             new_text, applied = apply_fixes(current, chosen, result.analysis.tree, getattr(settings, "helpers_module", None))
@@ -72,10 +76,11 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
         last_codes = ", ".join(sorted({f.rule.code for f in todo if any(f.fix is c for c in chosen)}))
         ids = {id(f) for f in applied}
+        found_in.append((current, []))
         for f in todo:
             if id(f.fix) in ids:
                 outcome.applied[f.rule.code] += 1
-                outcome.applied_findings.append(f)
+                found_in[-1][1].append(f)
         if new_text == current:
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
@@ -83,18 +88,27 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         current = new_text
     else:
         raise FixError(f"fixes did not converge after {MAX_ROUNDS} rounds; file left unchanged")
-    if outcome.applied and current != text:
+    checked = current  # the text the remaining findings were found in (their spans are of it)
+    fixed = bool(outcome.applied)
+    # unused suppressions (NM901) are judged on the converged code, and edited at the lines they were found
+    # at: before the pruning below moves lines (removing them changes no finding)
+    current, done = apply_comment_fixes(current, outcome.remaining)
+    for f in done:
+        outcome.applied[f.rule.code] += 1
+        outcome.remaining.remove(f)
+    found_in.append((checked, list(done)))
+    if fixed and current != text:
         prune = unused_import_fixes(text, current)
         if prune:
+            from neuron_migrate.rewrite.apply import ApplyError, apply_fixes
+
             try:
                 current, _ = apply_fixes(current, prune)
             except ApplyError as exc:
                 raise FixError(f"removing imports the rewrite left unused: {exc}") from None
-    # unused suppressions (NM901) are judged on the converged code; removing them changes no finding
-    current, done = apply_comment_fixes(current, outcome.remaining)
-    for f in done:
-        outcome.applied[f.rule.code] += 1
-        outcome.applied_findings.append(f)
-        outcome.remaining.remove(f)
     outcome.text = current
+    # every line reported refers to the rewritten text (the file the user gets), not the round a fix was found in
+    for round_text, found in found_in:
+        outcome.applied_findings.extend(move_findings(found, round_text, current))
+    outcome.remaining = move_findings(outcome.remaining, checked, current)
     return outcome

@@ -11,6 +11,7 @@ header only when the existing binding comes after such a first use.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from typing import Optional
 
@@ -319,6 +320,25 @@ def _helper_names(src: str) -> set[str]:
         return set()
 
 
+_SIMPLE_FROM = re.compile(r"from ([\w.]+) import ([\w, ]+?)([ \t]*(?:#.*)?)(\r?\n)?$")
+
+
+def _extend_helper_import(lines: list[str], body: list, module: str, names: list[str]) -> bool:
+    """Add `names` to the file's own one-line `from <module> import a, b` (sorted, as isort keeps it); False
+    when there is no such line to extend (the caller adds a new import)."""
+    for stmt in body:
+        if (isinstance(stmt, ast.ImportFrom) and stmt.module == module and not stmt.level
+                and stmt.lineno == stmt.end_lineno and all(a.asname is None for a in stmt.names)):
+            m = _SIMPLE_FROM.match(lines[stmt.lineno - 1])
+            if not m or m.group(1) != module:
+                return False
+            have = [a.name for a in stmt.names]
+            merged = sorted(set(have) | set(names))
+            lines[stmt.lineno - 1] = f"from {module} import {', '.join(merged)}{m.group(3)}{m.group(4) or ''}"
+            return True
+    return False
+
+
 def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]],
                    helper_import: Optional[str] = None) -> str:
     """Add `imports` and `helpers` ((name, source), dependencies first) to `text`.
@@ -344,7 +364,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         # only the helpers the file itself calls; their own dependencies live in the shared module
         loaded = set().union(*(_all_names(s)[0] for s in body)) if body else set()
         direct = [n for n, _ in new_helpers if n in loaded]
-        if direct:
+        if direct and not _extend_helper_import(lines, body, helper_import, direct):
             helper_reqs = [ImportReq(f"{helper_import}.{n}", n) for n in direct]
         new_helpers = []
     # helper position: below the header, above the first statement that runs one of them
@@ -387,7 +407,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
             if shared:
                 continue  # one `from <module> import a, b` for all of them, at the first one's place
             shared.append(name)
-            stmt = f"from {helper_import} import " + ", ".join(_bound_name(r) for r in helper_reqs)
+            stmt = f"from {helper_import} import " + ", ".join(sorted(_bound_name(r) for r in helper_reqs))
         cat = _FIRST if first_party else _module_category(req.module)
         entries.setdefault(line, []).append((cat, _req_key(req), stmt, mode))
     for line, group in entries.items():
@@ -415,7 +435,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
             block += [nl, nl] + [ln + nl for ln in src.rstrip("\n").split("\n")]
         inserts.append((hline, 1, (), block))
     if not inserts:
-        return text
+        return "".join(lines)  # the text, or with names added to its own helpers import
     if lines and not lines[-1].endswith(("\n", "\r")):
         lines[-1] += nl  # the file ended without a newline where we may append
     out: list[str] = []

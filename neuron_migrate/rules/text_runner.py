@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from neuron_migrate.rules.model import Edit, Finding, Fix, FixSafety, Rule, Span
+from neuron_migrate.rules.lines import move_findings
 
 MAX_ROUNDS = 6
 
@@ -214,8 +215,10 @@ def fix_doc_text(text: str, path: str, parse: Callable[[str, str], Doc], ruleset
     the Doc (pipeline.text_files.parser_for(kind))."""
     applied: dict[str, int] = {}
     applied_findings: list[Finding] = []
+    rounds: list[tuple[str, list[Finding]]] = []  # (text of a round, the findings applied in it)
     for _ in range(MAX_ROUNDS):
         doc = parse(text, path)
+        rounds.append((text, []))
         res = check_doc(doc, ruleset, settings)
         taken: list[tuple[int, int]] = []
         edits: list[Edit] = []
@@ -230,8 +233,11 @@ def fix_doc_text(text: str, path: str, parse: Callable[[str, str], Doc], ruleset
             taken += rng
             edits += f.fix.edits
             applied[f.rule.code] = applied.get(f.rule.code, 0) + 1
-            applied_findings.append(f)
+            rounds[-1][1].append(f)
         if not edits:
+            # the lines reported are those of the rewritten text (deleted `export` lines move the rest up)
+            for round_text, found in rounds:
+                applied_findings.extend(move_findings(found, round_text, text))
             return text, applied, applied_findings, res.findings, res.suppressed
         new = apply_edits(text, edits)
         if not parse(new, path).problems:

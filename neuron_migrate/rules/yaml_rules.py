@@ -23,20 +23,63 @@ from neuron_migrate.rules.model import Example, FixSafety, Rule, Severity
 _KINDS = ("rename", "delete", "report")
 
 
-def load_yaml_rules(folder: Path | None = None) -> list[Rule]:
+COMPILED_SUFFIX = ".compiled.json"
+
+
+def compiled_path(path: Path) -> Path:
+    """`rules/torch_xla.yaml` -> `rules/torch_xla.compiled.json`: the same entries as JSON, with the YAML's sha256."""
+    return path.with_name(path.stem + COMPILED_SUFFIX)
+
+
+def _entries(path: Path) -> list:
+    """The entries of one rule file: from its compiled JSON form when that was made from these exact bytes (no
+    YAML import or parse on the command line's start), else from the YAML."""
+    import hashlib
+    import json
+
+    raw = path.read_bytes()
+    cp = compiled_path(path)
+    try:
+        compiled = json.loads(cp.read_text(encoding="utf-8"))
+        if compiled.get("sha256") == hashlib.sha256(raw).hexdigest():
+            return compiled["entries"]
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass  # missing or damaged: the YAML decides
+    return parse_yaml_entries(path, raw)
+
+
+def parse_yaml_entries(path: Path, raw: bytes | None = None) -> list:
     import yaml
 
+    from neuron_migrate.rules.registry import RuleError
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load((raw if raw is not None else path.read_bytes()).decode("utf-8"), Loader=loader) or []
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}: invalid YAML: {exc}") from None
+
+
+def write_compiled(path: Path) -> Path:
+    """Write the compiled form of one rule file (`python -m neuron_migrate.rules.yaml_rules`)."""
+    import hashlib
+    import json
+
+    raw = path.read_bytes()
+    out = compiled_path(path)
+    data = {"sha256": hashlib.sha256(raw).hexdigest(), "source": path.name, "entries": parse_yaml_entries(path, raw)}
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
+
+
+def load_yaml_rules(folder: Path | None = None) -> list[Rule]:
     from neuron_migrate._data import data_dir
     from neuron_migrate.rules.registry import RuleError
 
     folder = folder or data_dir("rules")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     rules = []
     for path in sorted(folder.glob("*.yaml")):
-        try:
-            entries = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or []
-        except yaml.YAMLError as exc:
-            raise RuleError(f"{path}: invalid YAML: {exc}") from None
+        entries = _entries(path)
         for i, entry in enumerate(entries):
             try:
                 rules.append(_rule_from_entry(entry, path))
@@ -101,3 +144,10 @@ def _make_check(kind: str, match, message: str, note: str):
         return ctx.finding(site, f"{msg} (its value is used here: migrate by hand)", note=note)
 
     return check
+
+
+if __name__ == "__main__":  # regenerate the compiled forms after editing rules/*.yaml
+    from neuron_migrate._data import data_dir
+
+    for p in sorted(data_dir("rules").glob("*.yaml")):
+        print(write_compiled(p))

@@ -73,6 +73,7 @@ def _local_config() -> str:
     return yaml.safe_dump({"repos": [{"repo": "local", "hooks": local}]})
 
 
+@pytest.mark.slow
 def test_hooks_pass_advice_vendored_and_clean_commits_and_block_torch_xla(tmp_path):
     repo = _user_repo(tmp_path)
     home = tmp_path / "pre-commit-home"

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]

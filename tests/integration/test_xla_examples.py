@@ -18,6 +18,8 @@ import pytest
 
 from torchrun_util import run_torchrun
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]

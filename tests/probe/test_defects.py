@@ -117,6 +117,7 @@ def test_explicit_table_for_another_torch_is_warned_about():
     assert rc == 0 and "is for torch 2.14.0" in rep["table_warning"] and "warning:" in p.stderr
 
 
+@pytest.mark.slow
 def test_forward_mode_calls_eval(tmp_path):
     m = tmp_path / "modes.py"
     m.write_text(textwrap.dedent("""
@@ -167,6 +168,7 @@ def test_shapes_reshape_every_input_and_failures_are_not_recompiles(tmp_path):
     assert r["failed_shapes"] == 0
 
 
+@pytest.mark.slow
 def test_recompile_count_leaves_out_failed_shapes():
     from neuron_migrate.probe import compile_probe
 
@@ -179,6 +181,7 @@ def test_recompile_count_leaves_out_failed_shapes():
     assert r["failed_shapes"] == 1 and r["recompilations"] == 1
 
 
+@pytest.mark.slow
 def test_graph_break_inside_a_library_has_its_library_line(tmp_path):
     lib = tmp_path / "site-packages" / "fakelib"
     lib.mkdir(parents=True)

@@ -16,6 +16,7 @@ from neuron_migrate.probe.emulator import build  # noqa: E402
 from .helpers import MODELS, REPO, rel, run_json  # noqa: E402
 
 
+@pytest.mark.slow
 def test_device_api(run_emulated):
     r = run_emulated("""
         x = torch.randn(3, 4).to("neuron")
@@ -36,6 +37,7 @@ def test_device_api(run_emulated):
     assert r["view"] == 12 and r["strided"]
 
 
+@pytest.mark.slow
 def test_training_on_the_device_matches_the_cpu(run_emulated):
     r = run_emulated("""
         def train(device):
@@ -61,6 +63,7 @@ def test_training_on_the_device_matches_the_cpu(run_emulated):
     assert "aten::addmm" not in r["fallback"]
 
 
+@pytest.mark.slow
 def test_dispatch_path_differs_from_the_cpu(run_emulated):
     r = run_emulated("""
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -97,6 +100,7 @@ def _table_with_unsupported(tmp_path: Path, op: str) -> Path:
     return t
 
 
+@pytest.mark.slow
 def test_unsupported_op_raises_like_the_device(run_emulated, tmp_path):
     table = _table_with_unsupported(tmp_path, "aten::atan2")
     code = """
@@ -123,6 +127,7 @@ def test_cache_key_follows_the_source(tmp_path, monkeypatch):
     assert build.cache_key(cxx) != k1 and build.cache_key(cxx).startswith("torch")
 
 
+@pytest.mark.slow
 def test_no_compiler_says_so_and_uses_the_cpu_trace(tmp_path):
     # an empty cache and no compiler on PATH: one clear line, then the CPU-trace probe (exit 0)
     env = {"NM_EMULATOR_CACHE": str(tmp_path / "cache"), "PATH": str(tmp_path / "nobin"), "CXX": "",

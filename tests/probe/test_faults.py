@@ -30,6 +30,7 @@ def test_model_that_raises():
     assert any(o["op"] == "aten::addmm.default" for o in rep["ops"])  # gathered before the raise
 
 
+@pytest.mark.slow
 def test_model_that_hangs_is_killed():
     # no wall-clock assertion: the probe's own --timeout is the event under test, generous enough for torch to
     # start and reach the hang on a busy shared machine (it has taken over 20 s); run_cli's own limit only
@@ -63,6 +64,7 @@ def test_model_that_prints_megabytes_is_stopped():
     assert len(p.stdout) < 200_000  # the report itself stays small
 
 
+@pytest.mark.slow
 def test_model_that_prints_megabytes_under_a_raised_limit():
     rc, rep, p = run_json([f"{rel('noisy_model.py')}:make", "--steps", "1", "--max-output-mb", "64"])
     # the output went to files, not pipes that could fill up: a run allowed to print finishes normally

@@ -34,6 +34,7 @@ def fallback_run(tmp_path_factory):
     return rc, rep, proc, md, js
 
 
+@pytest.mark.slow
 def test_fallback_ops_and_lines(fallback_run):
     rc, rep, proc, _, _ = fallback_run
     assert rep["status"] == "ok", proc.stderr[-2000:]

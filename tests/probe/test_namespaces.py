@@ -38,6 +38,7 @@ def model(tmp_path_factory):
     return p
 
 
+@pytest.mark.slow
 def test_namespaces_on_the_cpu_trace(model):
     rc, rep, p = run_json([f"{model}:make", "--steps", "1", "--device", "cpu", "--fail-on", "unsupported"])
     assert rep["status"] == "ok", p.stderr[-3000:]

@@ -18,6 +18,8 @@ pytest.importorskip("torch")
 
 from .helpers import FAKE_NEURONX, rel, run_cli, run_json  # noqa: E402
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 FAKE_ENV = {"PYTHONPATH": os.pathsep.join([str(FAKE_NEURONX), os.environ.get("PYTHONPATH", "")])}
 
 

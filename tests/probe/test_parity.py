@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 torch = pytest.importorskip("torch")
 
 MODELS = Path(__file__).parent / "parity_models"

@@ -9,6 +9,7 @@ pytest.importorskip("torch.distributed")
 from .helpers import MODELS, marker_lines, rel, run_json  # noqa: E402
 
 
+@pytest.mark.slow
 def test_two_rank_gloo_run_is_merged():
     rc, rep, p = run_json([rel("ddp_script.py"), "--nproc-per-node", "2", "--timeout", "180"])
     assert rc == 0, p.stderr[-3000:]

@@ -38,6 +38,7 @@ def report(tmp_path_factory):
     return out, json.loads(js.read_text()), base, json.loads(probe.read_text())
 
 
+@pytest.mark.slow
 def test_page_is_self_contained(report):
     page = report[0].read_text()
     # nothing is fetched at view time: no external scripts, styles, images or fonts

@@ -48,6 +48,7 @@ def test_rewrite_matches_expected_and_is_a_fixed_point(case: Path, ruleset):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name[: -len(".in.py")])
+@pytest.mark.slow
 def test_rewritten_module_imports_and_runs(case: Path):
     pytest.importorskip("torch")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SHIM), str(FIXTURES)]))

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # end-to-end: trains, runs several processes or the whole corpus
+
 pytest.importorskip("torch")
 
 # Kernels the fake backend registers for PrivateUse1 from Python, as torch_neuronx does for most of its ops.

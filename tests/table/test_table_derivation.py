@@ -184,6 +184,7 @@ def test_model_op_lists_have_device_substitutions():
     assert {"gpt2", "bert", "t5", "llama", "vit", "resnet", "fnet"} <= set(models)
 
 
+@pytest.mark.slow
 def test_model_ops_current_when_transformers_is_installed():
     """With transformers installed, one model's recorded op list is what a fresh trace gives."""
     pytest.importorskip("transformers")

@@ -3,8 +3,9 @@
 `install()` builds the C++ backend once (`build.py`, cached per source/torch/ABI), loads it, names
 PrivateUse1 `neuron` (`torch.device("neuron")`, `.to("neuron")`, `tensor.is_neuron`, `Module.neuron()`,
 `torch.neuron.*`, `torch.accelerator`), registers device kernels for the op overloads the compatibility table
-calls native (they compute on the host), raising kernels for the ones it calls unsupported, and routes c10d
-collectives on device tensors to gloo under the backend name `neuron`.
+calls native (they compute on the host), raising kernels for the ones it calls unsupported, routes c10d
+collectives on device tensors to gloo under the backend name `neuron`, and gives `torch.compile` a backend
+named `neuron` (`compile.py`: dynamo + aot_autograd, graphs run eagerly, breaks recorded).
 
 Op tracking mirrors torch_neuronx (`clear_op_tracking()`, `get_fallback_ops()`, `get_executed_ops()`, names
 `aten::<op>`), so the probe's measured path is one code path for the emulated device and a Trn2 host.
@@ -259,6 +260,9 @@ def install(table=None, *, keep_going: bool = False, device_count: int | None = 
         failed += list(torch.ops.neuron_emu.register_kernels(kind, sets[kind]))
     set_keep_going(keep_going)
     _register_process_group_backend(torch)
+    from neuron_migrate.probe.emulator.compile import patch_torch_compile
+
+    patch_torch_compile(torch)
     _state.update(installed=True, library=str(path), native=sets["native"], unsupported=sets["unsupported"],
                   failed=failed, table_version=getattr(table, "version", None))
     return _state

@@ -27,18 +27,19 @@ COMMENT_EDIT = "replace_comment"  # a text edit inside one comment: applied by `
 @rule(
     code="NM901",
     name="unused-suppression",
-    summary="a `# neuron-migrate: ignore[...]` or `# noqa` comment that suppresses nothing",
+    summary="a `# neuron-migrate: ignore[...]` or `# noqa: NM...` comment that suppresses nothing",
     fix="safe",
     severity="info",
     triggers=[("module", "*")],
     trigger_words=("neuron-migrate:", "noqa", "NOQA", "Neuron-Migrate:"),
     docs="""
-        A suppression comment (`# neuron-migrate: ignore[NM301]`, `# neuron-migrate: ignore`, `# noqa: NM301`,
-        a bare `# noqa`) that no longer matches a finding on its line or statement hides nothing today but will
-        hide a future, different finding there. The fix removes the comment, or only its stale codes
-        (`rewrite --write`, or the editor's quick fix).
+        A suppression comment (`# neuron-migrate: ignore[NM301]`, `# neuron-migrate: ignore`, `# noqa: NM301`)
+        that no longer matches a finding on its line or statement hides nothing today but will hide a future,
+        different finding there. The fix removes the comment, or only its stale codes (`rewrite --write`, or the
+        editor's quick fix).
         Only codes of rules that ran are checked (a `--select` run does not flag codes it did not run); a bare
-        `ignore` or `noqa` is checked only when every rule ran. File-level `ignore-file` comments are not checked.
+        `ignore` is checked only when every rule ran. A bare `# noqa` is never reported: it also silences
+        flake8 and Ruff (an unused import kept on purpose), which neuron-migrate cannot see. File-level `ignore-file` comments are not checked.
         A code or rule name that names no rule at all (a typo such as `NM3O1`) is reported too (no fix: the
         intent is unclear). Codes of other tools in a `# noqa: E501, NM101` are left alone.
         Suppress this finding itself with `NM901` in the same comment.
@@ -70,8 +71,8 @@ def unused_suppression(site, ctx):
         hit = used_lines.get(line, set())
         keep = None  # codes that stay in the comment (None: remove the comment)
         if codes is None:
-            if hit or not everything:
-                continue
+            if hit or not everything or kind == "noqa":
+                continue  # a bare `# noqa` belongs to flake8/Ruff too: what it hides for them is not ours to judge
             what = "`# noqa`" if kind == "noqa" else "`# neuron-migrate: ignore`"
             msg = f"{what} suppresses nothing on this line: remove it"
         else:

@@ -26,6 +26,39 @@ def value_use_callable(site, ctx, body: str, message: str):
     return ctx.finding(site, message, fix=fx.build())
 
 
+def string_annotation_uses(ctx, name: str) -> list[int]:
+    """Lines of string annotations (`-> "MpDeviceLoader"`, `x: "Optional[xb.Op]"`) that name `name`.
+
+    Forward references are uses the name resolver does not see (they are strings): an import they need must
+    stay, or the annotation names an undefined type (Ruff F821, and `typing.get_type_hints` fails).
+    """
+    cache = getattr(ctx.analysis, "_nm_string_annotations", None)
+    if cache is None:
+        cache = {}
+        for node in ast.walk(ctx.analysis.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                annotations = [node.returns]
+            elif isinstance(node, ast.arg):
+                annotations = [node.annotation]
+            elif isinstance(node, ast.AnnAssign):
+                annotations = [node.annotation]
+            else:
+                continue
+            for ann in annotations:
+                for c in ast.walk(ann) if ann is not None else ():
+                    if not (isinstance(c, ast.Constant) and isinstance(c.value, str)):
+                        continue
+                    try:
+                        inner = ast.parse(c.value.strip(), mode="eval")
+                    except (SyntaxError, ValueError, RecursionError):
+                        continue
+                    for n in ast.walk(inner):
+                        if isinstance(n, ast.Name):
+                            cache.setdefault(n.id, []).append(c.lineno)
+        ctx.analysis._nm_string_annotations = cache
+    return cache.get(name, [])
+
+
 def remove_unused_import(site, ctx, prefix: str, what: str):
     """Delete an import of a `prefix` module that nothing uses any more (keeping its still-used siblings)."""
     alias = site.alias
@@ -35,6 +68,11 @@ def remove_unused_import(site, ctx, prefix: str, what: str):
         bound = alias.asname or alias.name
     if ctx.analysis.uses_of(site.scope, bound):
         return None
+    in_strings = string_annotation_uses(ctx, bound)
+    if in_strings:
+        where = ", ".join(str(n) for n in sorted(set(in_strings))[:3])
+        return ctx.finding(site, f"{what} import `{site.key}` is kept: the string annotation on line {where} names "
+                                 f"`{bound}`; replace that annotation's type by hand, then remove the import")
     # another alias of the same statement may still be used: drop only this one
     stmt = site.node
     keep = [a for a in stmt.names if a is not alias]
@@ -98,7 +136,8 @@ def _dead_import_guard(site, ctx):
             return None
         for a in stmt.names:
             module = a.name if isinstance(stmt, ast.Import) else stmt.module or ""
-            if not module.startswith("torch_xla") or a.name == "*" or ctx.analysis.uses_of(site.scope, _bound_name(stmt, a)):
+            if (not module.startswith("torch_xla") or a.name == "*" or ctx.analysis.uses_of(site.scope, _bound_name(stmt, a))
+                    or string_annotation_uses(ctx, _bound_name(stmt, a))):
                 return None
             names.add(_bound_name(stmt, a))
     if not all(_catches_import_error(h) for h in try_stmt.handlers):
@@ -143,16 +182,22 @@ def import_probe(site, ctx) -> ast.Try | None:
     """
     alias = site.alias
     bound = alias.asname or (alias.name.split(".")[0] if isinstance(site.node, ast.Import) else alias.name)
-    if ctx.analysis.uses_of(site.scope, bound):
+    if ctx.analysis.uses_of(site.scope, bound) or string_annotation_uses(ctx, bound):
         return None
     try_stmt = site.parent
     if not isinstance(try_stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))) or site.node not in try_stmt.body:
         return None
     if not any(_catches_import_error(h) for h in try_stmt.handlers):
         return None
-    if any(_constant_answer(s) for s in [*try_stmt.body, *try_stmt.orelse]):
-        return try_stmt
-    return None
+    answers = [s for s in [*try_stmt.body, *try_stmt.orelse] if _constant_answer(s)]
+    if not answers:
+        return None
+    # `try: import xm; return True / except ImportError: return True` (a use rewritten to its constant) answers
+    # nothing: both ways give the same, so it is no probe and its dead import may go
+    same = {ast.dump(a) for a in answers}
+    if all(h.body and all(_constant_answer(b) and ast.dump(b) in same for b in h.body) for h in try_stmt.handlers):
+        return None
+    return try_stmt
 
 
 @rule(
@@ -189,7 +234,7 @@ def _unused_alias(a, stmt, site, ctx, prefix: str) -> bool:
     if not module.startswith(prefix):
         return False
     bound = a.asname or (a.name.split(".")[0] if isinstance(stmt, ast.Import) else a.name)
-    return ctx.analysis.uses_of(site.scope, bound) == 0
+    return ctx.analysis.uses_of(site.scope, bound) == 0 and not string_annotation_uses(ctx, bound)
 
 
 @rule(

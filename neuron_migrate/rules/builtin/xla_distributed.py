@@ -14,6 +14,7 @@ import re
 import textwrap
 
 from neuron_migrate.names.analysis import walk
+from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import WRAPPERS, DistributedFacts, Group
 from neuron_migrate.program.distributed import facts as distributed_facts
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
@@ -182,9 +183,12 @@ _PATCH = re.compile(r"\.optimizer_step\s*=[^=]|setattr\([^)]*['\"]optimizer_step
 
 
 def optimizer_step_patched(ctx) -> bool:
-    if any(s.kind == "store" and s.key == f"{XM}.optimizer_step" for s in ctx.analysis.sites):
-        return True
-    return bool(_PATCH.search(ctx.analysis.text))
+    def patched(a) -> bool:
+        if any(s.kind == "store" and s.key == f"{XM}.optimizer_step" for s in a.sites):
+            return True
+        return bool(_PATCH.search(a.text))
+
+    return cached(ctx.analysis, "optimizer_step_patched", patched)  # asked per site: answer once per file
 
 
 @rule(
@@ -205,7 +209,8 @@ def optimizer_step_patched(ctx) -> bool:
           becomes `optimizer.step(**optimizer_args)`. A wrap behind a flag (`if flags.ddp: model = DDP(model)`)
           does not count: the reduction is kept (on the DDP path a second average changes nothing).
         - Otherwise `_neuron_reduce_gradients(optimizer)` (an inserted helper: all_reduce SUM of each gradient divided
-          by the world size; nothing in one process or before `init_process_group`) is called before the step.
+          by the world size; nothing in one process or before `init_process_group`) is called before the step;
+          after an `init_process_group` that always runs, the shorter `_neuron_average_gradients(optimizer)`.
           Where no statement can be inserted (inside a lambda, a condition), the call becomes the helper
           `_neuron_optimizer_step(...)` with the same signature. Wrapping the model in DDP is faster (bucketed,
           overlapped all-reduce); see {DIST_GUIDE}.
@@ -279,13 +284,44 @@ def optimizer_step(site, ctx):
     stmt = site.stmt
     if (simple_ref(opt) and isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
             and starts_line(ctx, stmt) and not inside_deferred(site)):
-        helper = fx.helper("_neuron_reduce_gradients")
+        # after a sure init the helper need not ask whether a group exists (nor take xm's unused arguments)
+        helper = fx.helper("_neuron_average_gradients" if state is Group.ALWAYS and _short_average_fits(ctx) else "_neuron_reduce_gradients")
         fx.insert_before(stmt, f"{helper}({ctx.src(opt)})")
         fx.replace(call, step)
-        return [ctx.finding(site, "xm.optimizer_step averaged gradients over all processes: _neuron_reduce_gradients(optimizer) "
+        return [ctx.finding(site, f"xm.optimizer_step averaged gradients over all processes: {helper}(optimizer) "
                                   "now does that before optimizer.step()" + dropped_words(ctx, drops), fix=fx.build(), note=note), *extra]
     return replace_callee(site, ctx, "_neuron_optimizer_step",
                           "xm.optimizer_step: becomes _neuron_optimizer_step (averages gradients, then steps)", note=note)
+
+
+def _short_average_fits(ctx) -> bool:
+    """Every gradient average of the file is a statement after a sure init, so the short helper serves them all
+    (one helper per file, never both it and _neuron_reduce_gradients)."""
+    facts = program(ctx)
+    if facts.uses([f"{XM}.reduce_gradients"]) or optimizer_step_patched(ctx):
+        return False
+    a = ctx.analysis
+    for node in facts.uses([f"{XM}.optimizer_step"]):
+        if not isinstance(node, ast.Call) or has_star_args(node):
+            return False
+        opt = kwarg(node, "optimizer", 0)
+        if opt is None or not is_none(kwarg(node, "groups", 3)):
+            continue  # reported: no helper
+        wrapped = facts.always_wrapped(opt, node)
+        if wrapped is None:
+            wrapped = facts.wraps_unconditionally()
+        state = facts.group_at(node)
+        if wrapped or state is Group.NONE:
+            continue  # a plain optimizer.step()
+        stmt = _stmt_of(a, node)
+        deferred, up = False, a.parent_of.get(node)
+        while up is not None and not isinstance(up, ast.stmt):
+            deferred = deferred or isinstance(up, (ast.Lambda, ast.IfExp, ast.BoolOp, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+            up = a.parent_of.get(up)
+        if (state is not Group.ALWAYS or deferred or not simple_ref(opt) or not starts_line(ctx, stmt)
+                or not isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))):
+            return False
+    return True
 
 
 # -- NM111 xm.reduce_gradients ---------------------------------------------------------------------
@@ -899,19 +935,239 @@ def reduce_scatter(site, ctx):
 @rule(
     code="NM121",
     name="mesh-reduce",
-    summary="xm.mesh_reduce(tag, data, reduce_fn) becomes _neuron_mesh_reduce (all_gather_object + reduce_fn)",
+    summary="xm.mesh_reduce(tag, data, reduce_fn) becomes dist.all_gather_object into a list, then reduce_fn of the list",
     fix="safe",
     severity="warning",
     triggers=call_and_ref(f"{XM}.mesh_reduce"),
     docs="""
         `xm.mesh_reduce(tag, data, reduce_fn)` moves `data` to the CPU, gathers every rank's copy and returns
-        `reduce_fn(list_of_copies)` (it is also used as a broadcast: `lambda xs: xs[0]`). It becomes
-        `_neuron_mesh_reduce(...)`, an inserted helper doing the same with `dist.all_gather_object`.
+        `reduce_fn(list_of_copies)` (it is also used as a broadcast: `lambda xs: xs[0]`); the tag only named the
+        rendezvous.
+
+        Where the program model knows the process group, the plain form is written, with the data as it is when
+        it is a Python value (built from `.item()`, numbers, lists of them) and `.detach().cpu()` when it is a
+        tensor:
+        - after an `init_process_group` that always runs, `x = xm.mesh_reduce(tag, data, fn)` (or `return ...`)
+          becomes `gathered = [None] * dist.get_world_size()`, `dist.all_gather_object(gathered, data)`,
+          `x = fn(gathered)` (a one-argument lambda's body is written with its parameter as the list's name);
+        - in a single-device program, `fn([data])`.
+        Elsewhere (a group that may not exist, data of unknown type, the call inside a larger expression), it
+        becomes `_neuron_mesh_reduce(...)`, an inserted helper doing the same with `dist.all_gather_object` and
+        returning `reduce_fn([data])` without a process group.
     """,
-    examples=[("acc = xm.mesh_reduce('acc', acc, np.mean)", "acc = _neuron_mesh_reduce('acc', acc, np.mean)")],
+    examples=[("acc = xm.mesh_reduce('acc', acc, np.mean)", "acc = _neuron_mesh_reduce('acc', acc, np.mean)"),
+              ("dist.init_process_group('xla')\nacc = xm.mesh_reduce('acc', correct.item(), np.mean)",
+               "dist.init_process_group(\"neuron\")\ngathered = [None] * dist.get_world_size()\n"
+               "dist.all_gather_object(gathered, correct.item())\nacc = np.mean(gathered)")],
 )
 def mesh_reduce(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call):
+        plain = _plain_mesh_reduce(site, ctx)
+        if plain is not None:
+            return plain
     return replace_callee(site, ctx, "_neuron_mesh_reduce", "xm.mesh_reduce: becomes _neuron_mesh_reduce (dist.all_gather_object, then reduce_fn)")
+
+
+def _plain_mesh_reduce(site, ctx):
+    """The inline form of xm.mesh_reduce where the group state and the data's kind are known, else None."""
+    call = site.call
+    tag, data, reduce_fn = kwarg(call, "tag", 0), kwarg(call, "data", 1), kwarg(call, "reduce_fn", 2)
+    if data is None or reduce_fn is None or inside_deferred(site) or not _plain_tag(tag):
+        return None
+    if _python_value(ctx, data):
+        data_src = ctx.src_relative(data)
+    elif _tensor_like(ctx, data):
+        data_src = f"{atom(ctx, data)}.detach().cpu()"
+    else:
+        return None
+    state = group_at(ctx, site)
+    fx = ctx.fixer()
+    if state is Group.NONE:
+        if isinstance(reduce_fn, ast.Lambda):
+            return None
+        fx.replace(call, f"{atom(ctx, reduce_fn)}([{data_src}])")
+        return ctx.finding(site, "xm.mesh_reduce in a single-device program: reduce_fn of this process's value alone", fix=fx.build())
+    if state is not Group.ALWAYS:
+        return None
+    stmt = site.stmt
+    if not (isinstance(stmt, (ast.Assign, ast.Return)) and stmt.value is call and alone_on_lines(ctx, stmt)):
+        return None
+    if isinstance(stmt, ast.Assign) and not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], (ast.Name, ast.Attribute, ast.Tuple))):
+        return None
+    param = _lambda_param(reduce_fn)
+    if param is not None and site.scope.lookup(param)[1] is None and param not in _names_in(site.scope.node, skip=reduce_fn):
+        gathered, reduced = param, ctx.src_relative(reduce_fn.body)
+    else:
+        gathered = _free_name(ctx, "gathered")
+        reduced = f"{atom(ctx, reduce_fn)}({gathered})"
+    dist = fx.ref(DIST, site.scope)
+    head = "return " if isinstance(stmt, ast.Return) else f"{ctx.src(stmt.targets[0])} = "
+    lines = [f"{gathered} = [None] * {dist}.get_world_size()",
+             f"{dist}.all_gather_object({gathered}, {data_src})",
+             f"{head}{reduced}"]
+    fx.replace(stmt, "\n".join(lines) + "\n")
+    return ctx.finding(site, "xm.mesh_reduce after init_process_group: becomes dist.all_gather_object into a list, then reduce_fn "
+                             "of the list (the tag only named the rendezvous)", fix=fx.build())
+
+
+def _plain_tag(tag) -> bool:
+    """The tag (dropped: it only named the rendezvous) has no side effects: a literal, a name, an f-string of them."""
+    if isinstance(tag, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(tag, ast.JoinedStr):
+        return all(isinstance(v, ast.Constant) or (isinstance(v, ast.FormattedValue) and simple_ref(v.value)) for v in tag.values)
+    return False
+
+
+def _lambda_param(node):
+    """The parameter of `lambda xs: ...` (one plain positional parameter, nothing else), else None."""
+    if not isinstance(node, ast.Lambda):
+        return None
+    a = node.args
+    if a.posonlyargs or a.kwonlyargs or a.vararg or a.kwarg or a.defaults or len(a.args) != 1:
+        return None
+    return a.args[0].arg
+
+
+def _names_in(node, skip=None) -> set:
+    """Every name used or bound anywhere under `node` (parameters included), except inside `skip`."""
+    out, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n is skip:
+            continue
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _free_name(ctx, base: str) -> str:
+    """`base`, or `base_2`, ... : a name nothing in the file binds or uses."""
+    taken = ctx.analysis.defined_names | _names_in(ctx.analysis.tree)
+    name, k = base, 2
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+_PLAIN_CALLS = {"float", "int", "round", "len", "abs", "bool", "str"}
+_PLAIN_OF_ARGS = {"sum", "max", "min", "list", "tuple", "sorted"}
+
+
+def _python_value(ctx, node, depth: int = 0) -> bool:
+    """The expression is a Python value with no tensor in it (numbers, `.item()`, lists of them), as far as this
+    file shows: what xm.mesh_reduce gathered unchanged."""
+    if depth > 8 or node is None:
+        return False
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_python_value(ctx, e, depth + 1) for e in node.elts)
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return _python_value(ctx, node.elt, depth + 1)
+    if isinstance(node, ast.Call) and not has_star_args(node):
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in ("item", "tolist") and not node.args and not node.keywords:
+            return True
+        if isinstance(f, ast.Name) and ctx.analysis.module_scope.lookup(f.id)[1] is None:  # a builtin, not rebound
+            if f.id in _PLAIN_CALLS:
+                return True
+            if f.id in _PLAIN_OF_ARGS and node.args and not node.keywords:
+                return all(_python_value(ctx, x, depth + 1) for x in node.args)
+        return False
+    if isinstance(node, ast.BinOp):
+        return _python_value(ctx, node.left, depth + 1) and _python_value(ctx, node.right, depth + 1)
+    if isinstance(node, ast.UnaryOp):
+        return _python_value(ctx, node.operand, depth + 1)
+    if isinstance(node, ast.Subscript):
+        return _python_value(ctx, node.value, depth + 1)
+    if isinstance(node, ast.Name):
+        values = _local_values(ctx, node)
+        return values is not None and all(_python_value(ctx, v, depth + 1) for v in values)
+    return False
+
+
+def _binding_nodes(a, fn) -> dict:
+    """name -> the nodes under `fn` (in walk order) that may bind it or add to it: `global`/`nonlocal`, assignments
+    whose targets mention it, stores, and `name.append/extend/insert(...)` calls. Built once per scope, so that
+    asking about many names in a large module stays linear."""
+    def build(_a) -> dict:
+        index: dict = {}
+
+        def add(n, node):
+            lst = index.setdefault(n, [])
+            if not lst or lst[-1] is not node:
+                lst.append(node)
+
+        for node in walk(fn):
+            t = type(node)
+            if t is ast.Global or t is ast.Nonlocal:
+                for n in node.names:
+                    add(n, node)
+            elif t is ast.Assign:
+                for target in node.targets:
+                    for sub in walk(target):
+                        if type(sub) is ast.Name:
+                            add(sub.id, node)
+            elif (t is ast.AugAssign or t is ast.AnnAssign) and type(node.target) is ast.Name:
+                add(node.target.id, node)
+            elif t is ast.Name and type(node.ctx) is not ast.Load:
+                add(node.id, node)
+            elif t is ast.Call and type(node.func) is ast.Attribute and type(node.func.value) is ast.Name:
+                add(node.func.value.id, node)
+        return index
+
+    return cached(a, f"binding_nodes:{id(fn)}", build)
+
+
+def _local_values(ctx, name: ast.Name):
+    """Every value a local variable of the enclosing function (or module) is given: assignments, `+=`, and what
+    `.append`/`.extend`/`.insert` put into it. None when it is bound any other way (a parameter, a loop target,
+    a `global`) or stored into by subscript, so its values are not all visible."""
+    a = ctx.analysis
+    fn = a.parent_of.get(name)
+    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        fn = a.parent_of.get(fn)
+    if fn is None or isinstance(fn, ast.Lambda):
+        return None
+    if not isinstance(fn, ast.Module):
+        params = fn.args
+        if name.id in {p.arg for p in [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg] if p}:
+            return None
+    values = []
+    for node in _binding_nodes(a, fn).get(name.id, ()):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name.id in node.names:
+            return None
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id == name.id:
+                    values.append(node.value)
+                elif (isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(t.elts) == len(node.value.elts)
+                      and not any(isinstance(e, ast.Starred) for e in [*t.elts, *node.value.elts])):
+                    values.extend(v for e, v in zip(t.elts, node.value.elts) if isinstance(e, ast.Name) and e.id == name.id)
+                    if any(not isinstance(e, ast.Name) and any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(e)) for e in t.elts):
+                        return None
+                elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(t)):
+                    return None  # unpacked or subscript-stored: values not visible
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) and node.target.id == name.id:
+            if node.value is not None:
+                values.append(node.value)
+        elif isinstance(node, ast.Name) and node.id == name.id and isinstance(node.ctx, (ast.Store, ast.Del)):
+            parent = a.parent_of.get(node)
+            if isinstance(parent, ast.Tuple):
+                parent = a.parent_of.get(parent)
+            if not isinstance(parent, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                return None  # a loop target, `with ... as`, a walrus, `del`
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+              and node.func.value.id == name.id and node.func.attr in ("append", "extend", "insert")):
+            if not node.args or node.keywords:
+                return None
+            item = node.args[-1]
+            values.append(ast.List(elts=[item], ctx=ast.Load()) if node.func.attr != "extend" else item)
+    return values or None
 
 
 # -- NM122 xm.collective_broadcast -----------------------------------------------------------------

@@ -92,6 +92,18 @@ NEW_HELPERS = {
 ''',
         _DIST,
     ),
+    "_neuron_average_gradients": Helper(
+        '''def _neuron_average_gradients(optimizer):
+    """Average the gradients over all processes (xm.optimizer_step did this before stepping)."""
+    world_size = {dist}.get_world_size()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                {dist}.all_reduce(p.grad)
+                p.grad /= world_size
+''',
+        _DIST,
+    ),
     "_neuron_optimizer_step": Helper(
         '''def _neuron_optimizer_step(optimizer, barrier=False, optimizer_args={{}}, groups=None, pin_layout=True):
     """Average gradients over all processes, then step; returns what optimizer.step() returns (xm.optimizer_step)."""

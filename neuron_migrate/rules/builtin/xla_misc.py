@@ -193,6 +193,39 @@ def _loops_in_local_function(use, name: str, scope_node, device, site, ctx):
     return _param_uses(fn, params[index].arg, site, ctx)
 
 
+def _plain_alias(target, loader, site, ctx):
+    """(assignment, uses) when `name = pl.MpDeviceLoader(loader, device)` would only become another name for
+    `loader`: a statement of its own, `loader` a plain name nothing rebinds in this scope after it, and every use
+    of `name` a loop's iterable (maybe through enumerate) or len() in this scope. Else None (the name stays)."""
+    a = ctx.analysis
+    assign = a.parent_of.get(target)
+    if not (isinstance(loader, ast.Name) and isinstance(assign, ast.Assign) and assign.value is target
+            and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id != loader.id):
+        return None
+    scope_node = site.scope.node
+    parent = a.parent_of.get(assign)
+    if isinstance(scope_node, ast.Lambda) or parent is not scope_node or _nested_mentions(scope_node, loader.id):
+        return None  # only a statement directly in the function (or module) body: it runs before every loop
+    if ctx.analysis.lines[assign.lineno - 1][: assign.col_offset].strip() or ";" in ctx.src(assign):
+        return None
+    name = assign.targets[0].id
+    uses = []
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and ({name, loader.id} & set(n.names)):
+            return None
+        if isinstance(n, ast.Name) and n.id == loader.id and not isinstance(n.ctx, ast.Load) and n.lineno >= assign.lineno:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name) or n is assign.targets[0]:
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        user = a.parent_of.get(n)
+        if _loop_over(n, site, ctx) is None and not (_builtin_call(user, "len", a, site.scope) and len(user.args) == 1):
+            return None
+        uses.append(n)
+    return (assign, uses) if uses else None
+
+
 def _batch_names(loop, enumerated):
     """The loop's batch target: a Name, or a tuple of Names; None for anything else."""
     target = loop.target
@@ -292,7 +325,14 @@ def mp_device_loader(site, ctx):
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):
-        fx.replace(target, ctx.src(loader))
+        alias = _plain_alias(target, loader, site, ctx)
+        if alias is not None:  # `device_loader = pl.MpDeviceLoader(loader, d)` only iterated: iterate `loader` itself
+            assign, uses = alias
+            fx.delete(assign)
+            for use in uses:
+                fx.replace(use, loader.id)
+        else:
+            fx.replace(target, ctx.src(loader))
         for loop, names in batches:
             if isinstance(names, ast.Name):
                 move = f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"

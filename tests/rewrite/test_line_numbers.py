@@ -1,0 +1,118 @@
+"""What `rewrite` reports points at lines of the rewritten file (the one the user gets), not at the line the
+fix was found at: inserted imports and helpers, later rounds and pruned imports move every line below them."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.rewrite.engine import fix_text
+from neuron_migrate.rules.lines import line_map
+from neuron_migrate.rules.api import Settings
+from neuron_migrate.rules.registry import RuleSet, all_rules
+from neuron_migrate.rules.runner import check_text
+
+TESTS = Path(__file__).resolve().parents[1]
+REALISTIC = sorted((TESTS / "integration" / "realistic").glob("*.py"))
+
+# helpers and imports go in above the function: every line of it moves down
+HELPERS = '''import torch
+import torch_xla.core.xla_model as xm
+from torch import float64
+
+
+def step(optimizer, model):
+    x = torch.zeros(2, dtype=float64)
+    xm.optimizer_step(optimizer)
+    xm.send(x, channel_id=1)
+    print(xm.get_ordinal())
+'''
+# an import only the dropped argument used is pruned after the last round, above an unused suppression
+PRUNED = '''import torch
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+
+from settings import PREFETCH
+
+
+def train(model, loader):
+    device = xm.xla_device()
+    for x, y in pl.MpDeviceLoader(loader, device, batches_per_execution=PREFETCH):
+        model(x)
+    z = 1  # noqa: NM124
+    xm.send(z, channel_id=1)
+'''
+
+
+@pytest.fixture(scope="module")
+def ruleset():
+    return RuleSet(all_rules())
+
+
+def _line(text: str, n: int) -> str:
+    return text.splitlines()[n - 1]
+
+
+def test_fixes_and_findings_point_into_the_rewritten_text(ruleset):
+    out = fix_text(HELPERS, "t.py", ruleset, Settings(unsafe_fixes=True))
+    assert out.text.count("\n") > HELPERS.count("\n") + 10  # helpers were inserted above the code
+    at = {f.rule.code: f.span.line for f in out.applied_findings}
+    assert _line(out.text, at["NM110"]).strip() == "_neuron_reduce_gradients(optimizer)"
+    assert _line(out.text, at["NM112"]).strip() == "print(_neuron_rank())"
+    left = {f.rule.code: f.span for f in out.remaining}
+    assert _line(out.text, left["NM124"].line).strip() == "xm.send(x, channel_id=1)"
+    float64 = _line(out.text, left["NM304"].line)
+    assert float64[left["NM304"].col:left["NM304"].end_col] == "float64"
+
+
+def test_pruned_imports_and_comment_fixes_keep_lines_right(ruleset):
+    out = fix_text(PRUNED, "w.py", ruleset, Settings(unsafe_fixes=True))
+    assert "PREFETCH" not in out.text  # the import went after the last round
+    assert "    z = 1\n" in out.text  # the unused suppression was removed from its own line ...
+    assert "    xm.send(z, channel_id=1)\n" in out.text  # ... and the line below it is intact
+    (send,) = [f for f in out.remaining if f.rule.code == "NM124"]
+    assert _line(out.text, send.span.line).strip() == "xm.send(z, channel_id=1)"
+    (comment,) = [f for f in out.applied_findings if f.rule.code == "NM901"]
+    assert _line(out.text, comment.span.line).strip() == "z = 1"
+
+
+@pytest.mark.parametrize("script", REALISTIC, ids=lambda p: p.name)
+def test_findings_left_are_where_an_audit_of_the_output_finds_them(script, ruleset):
+    """The findings rewrite leaves are exactly those a fresh audit of the rewritten text reports, line for line;
+    every fix's line exists in the output."""
+    text = script.read_text()
+    settings = Settings(unsafe_fixes=True)
+    out = fix_text(text, script.name, ruleset, settings)
+    again = check_text(out.text, script.name, ruleset, settings).findings
+    assert Counter((f.rule.code, f.span.line) for f in out.remaining) == Counter((f.rule.code, f.span.line) for f in again)
+    n = len(out.text.splitlines())
+    assert all(1 <= f.span.line <= f.span.end_line <= n for f in out.applied_findings)
+
+
+def test_line_map():
+    old = "a\nb\nc\nd\n"
+    to_new = line_map(old, "x\ny\na\nb\nC1\nC2\nd\n")  # two lines in front, c replaced by two
+    assert [to_new(n) for n in (1, 2, 3, 4)] == [3, 4, 5, 7]
+    to_new = line_map(old, "a\nc\nd\n")  # b deleted: it maps to the line now where it was
+    assert [to_new(n) for n in (1, 2, 3, 4)] == [1, 2, 2, 3]
+    assert line_map(old, "a\nb\n")(4) == 2  # never past the end
+
+
+def test_launcher_fixes_point_into_the_rewritten_script(tmp_path, monkeypatch):
+    """Launchers are fixed round by round too: deleted `export` lines move the launch line up."""
+    from typer.testing import CliRunner
+
+    from neuron_migrate.cli.app import app
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "run.sh").write_text("#!/bin/bash\nexport PJRT_DEVICE=NEURON\nexport XLA_IR_DEBUG=1\n"
+                                     "export NEURONCORE_NUM_DEVICES=2\npython train.py --epochs 3\n")
+    (tmp_path / "train.py").write_text("import torch_xla.distributed.xla_multiprocessing as xmp\n\n\ndef _mp_fn(i):\n"
+                                       "    pass\n\n\nif __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=())\n")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["rewrite", "--write", "--no-cache", "--no-color", "--show-fixes", "run.sh"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    launch = (tmp_path / "run.sh").read_text().splitlines()
+    assert launch[1] == "torchrun --nproc_per_node=2 train.py --epochs 3"
+    assert "run.sh:2: NM505 (safe)" in r.output  # line 5 before the three exports went

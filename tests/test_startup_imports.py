@@ -1,0 +1,33 @@
+"""What the command line imports for the one-file case (pre-commit, the editor): a piped audit needs neither
+rich.console, yaml, libcst nor torch; a rewrite with nothing to fix needs no libcst."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+WATCHED = ("rich.console", "yaml", "libcst", "torch")
+
+
+def _run(tmp_path, command: str, source: str) -> tuple[str, list]:
+    """Run `neuron-migrate COMMAND FILE` in a fresh interpreter: (its output, the watched modules it imported)."""
+    f = tmp_path / "train.py"
+    f.write_text(source, encoding="utf-8")
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: print('IMPORTED', sorted(m for m in {WATCHED!r} if m in sys.modules)))\n"
+            f"sys.argv = ['neuron-migrate', {command!r}, '--no-cache', '-j', '1', {str(f)!r}]\n"
+            "from neuron_migrate.cli.app import main\nmain()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    assert last.startswith("IMPORTED "), out.stdout[-500:] + out.stderr[-2000:]
+    return out.stdout, eval(last[len("IMPORTED "):])  # noqa: S307 - our own repr of a list of names
+
+
+def test_piped_audit_of_one_file_imports_neither_rich_console_nor_yaml(tmp_path):
+    out, imported = _run(tmp_path, "audit", "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n")
+    assert "NM1" in out  # the audit ran and found the torch_xla use
+    assert imported == []
+
+
+def test_rewrite_of_a_file_with_nothing_to_fix_does_not_import_libcst(tmp_path):
+    out, imported = _run(tmp_path, "rewrite", "import torch\n\nx = torch.ones(3)\n")
+    assert "libcst" not in imported and "torch" not in imported
