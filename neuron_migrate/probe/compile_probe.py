@@ -60,6 +60,18 @@ def _explain(model, args, kwargs) -> dict:
     return {"graph_count": ex.graph_count, "graph_break_count": count, "breaks": breaks}
 
 
+def graph_ops(gm) -> list[dict]:
+    """The aten ops of one FX graph with their user lines and counts: {"op", "file", "line", "count"}."""
+    ops: dict[tuple, dict] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = _op_name(node.target)
+        f, line = _user_line_from_stack(node.meta.get("stack_trace"))
+        ops.setdefault((name, f, line), {"op": name, "file": f, "line": line, "count": 0})["count"] += 1
+    return list(ops.values())
+
+
 def break_site(br) -> tuple:
     """(first line of the reason, whole reason, user file, line, library file, line) of one dynamo graph break:
     the innermost frame in the user's files, and the innermost outside torch when that is a library's."""
@@ -96,15 +108,7 @@ def _capture(model, args, kwargs, train: bool) -> list[dict]:
 
     def compiler(kind: str):
         def _c(gm, example_inputs):  # noqa: ARG001
-            ops: dict[tuple, dict] = {}
-            for node in gm.graph.nodes:
-                if node.op != "call_function":
-                    continue
-                name = _op_name(node.target)
-                f, line = _user_line_from_stack(node.meta.get("stack_trace"))
-                key = (name, f, line)
-                ops.setdefault(key, {"op": name, "file": f, "line": line, "count": 0})["count"] += 1
-            graphs.append({"index": len(graphs), "kind": kind, "ops": list(ops.values())})
+            graphs.append({"index": len(graphs), "kind": kind, "ops": graph_ops(gm)})
             return make_boxed_func(gm.forward)
 
         return _c

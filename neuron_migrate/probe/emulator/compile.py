@@ -36,19 +36,12 @@ def reset_log() -> None:
 def _capture(kind: str, dynamo_index: int):
     from torch._functorch.aot_autograd import make_boxed_func
 
-    from neuron_migrate.probe.compile_probe import _op_name, _user_line_from_stack
+    from neuron_migrate.probe.compile_probe import graph_ops
 
     def compiler(gm, example_inputs):  # noqa: ARG001
-        ops: dict[tuple, dict] = {}
-        for node in gm.graph.nodes:
-            if node.op != "call_function":
-                continue
-            name = _op_name(node.target)
-            f, line = _user_line_from_stack(node.meta.get("stack_trace"))
-            key = (name, f, line)
-            ops.setdefault(key, {"op": name, "file": f, "line": line, "count": 0})["count"] += 1
+        ops = graph_ops(gm)
         _log["graphs"].append({"index": len(_log["graphs"]), "kind": kind, "dynamo_graph": dynamo_index,
-                               "ops": list(ops.values())})
+                               "ops": ops})
         return make_boxed_func(gm.forward)
 
     return compiler
