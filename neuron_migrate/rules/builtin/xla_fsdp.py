@@ -140,6 +140,8 @@ def _build_plan(ctx) -> Plan:
             imports.append(node)
             for al in node.names:
                 plan.uses.append((node, f"{node.module}.{al.name}"))
+                if al.name == "*":
+                    plan.blockers.append((node, f"`from {node.module} import *`: the names it binds cannot be followed"))
             continue
         if isinstance(node, (ast.Name, ast.Attribute)):
             q = a.resolve(node, scope, count_use=False)
@@ -164,6 +166,7 @@ def _build_plan(ctx) -> Plan:
         return plan
     for stmt in imports:
         _move_import(ctx, fx, stmt, names)
+    fx.imports.sort(key=lambda r: r.statement())  # `... FullyShardedDataParallel as FSDP` before `... ShardingStrategy`
     plan.fix = fx.build("unsafe", description="XLA FSDP -> torch.distributed.fsdp")
     return plan
 
@@ -586,11 +589,16 @@ def xla_fsdp(site, ctx):
         return ctx.finding(site, f"`{name}`: imported from torch.distributed.fsdp instead", fix=plan.fix)
     if site.kind == "call" and site.node in plan.wraps:
         dropped = [k.arg for k in plan.dropped if k in site.node.keywords]
-        extra = f"; {', '.join(dropped)} dropped (the value torch FSDP has anyway)" if dropped else ""
+        extra = f"; {', '.join(dropped)} dropped (set to XLA FSDP's default)" if dropped else ""
+        note = ("The optimizer sees torch FSDP's flat shards: its state_dict layout changes, and XLA FSDP checkpoints "
+                "of earlier runs do not load. FSDP2 fully_shard is the next step.")
+        steps = distributed_facts(ctx.analysis).calls.get("torch_xla.core.xla_model.optimizer_step", [])
+        if steps:
+            note += (f" xm.optimizer_step (line {', '.join(str(c.lineno) for c in steps)}) all-reduced the already "
+                     "reduce-scattered shard gradients once more, which XLA FSDP documents as wrong; it becomes "
+                     "optimizer.step() (NM110): torch FSDP averages the gradients itself.")
         return ctx.finding(site, "XLA FSDP wrap becomes torch FSDP (FullyShardedDataParallel, FULL_SHARD unless "
-                                 f"reshard_after_forward=False){extra}", fix=plan.fix,
-                           note="The optimizer sees torch FSDP's flat shards: its state_dict layout changes, and XLA "
-                                "FSDP checkpoints of earlier runs do not load. FSDP2 fully_shard is the next step.")
+                                 f"reshard_after_forward=False){extra}", fix=plan.fix, note=note)
     return ctx.finding(site, f"`{name}` becomes torch.distributed.fsdp's", fix=plan.fix)
 
 
