@@ -428,10 +428,12 @@ def _check_model_uses(ctx, plan: Plan) -> None:
     if not models:
         return
     facts = distributed_facts(a)
+    _follow_into_local_functions(a, facts, models, where)
     not_models = _non_model_names(ctx)
     for node in ast.walk(a.tree):
         if isinstance(node, ast.Return) and node.value is not None and not facts.entry_point:
-            if any(isinstance(n, (ast.Name, ast.Attribute)) and _terminal(n) in models for n in ast.walk(node.value)):
+            values = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) else [node.value]
+            if any(isinstance(n, (ast.Name, ast.Attribute)) and _terminal(n) in models for n in values):
                 block((node, "the wrapped model is returned from a library function: code in other files may read its "
                              "state_dict() (XLA FSDP: this rank's shard; torch FSDP: the full model)"))
         if not isinstance(node, ast.Attribute):
@@ -469,6 +471,25 @@ def _check_model_uses(ctx, plan: Plan) -> None:
             continue
         block((call_node, f"the wrapped model is passed to `{ctx.src(call_node.func)}`, defined outside this file: its "
                           "state_dict or parameter uses there cannot be checked"))
+
+
+def _follow_into_local_functions(a, facts, models: set, where: dict) -> None:
+    """A function of this file that gets the model as an argument names it by its parameter: check those uses too."""
+    for _ in range(3):
+        added = False
+        for name, calls in facts.local_calls.items():
+            for call in calls:
+                for fn in facts.defs.get(name, []):
+                    params = [x.arg for x in [*fn.args.posonlyargs, *fn.args.args]]
+                    passed = [(params[i] if i < len(params) else None, x) for i, x in enumerate(call.args)]
+                    passed += [(k.arg, k.value) for k in call.keywords]
+                    for param, x in passed:
+                        if param and param not in models and isinstance(x, (ast.Name, ast.Attribute)) and _terminal(x) in models:
+                            models.add(param)
+                            where.setdefault(param, []).append((fn, fn.lineno))
+                            added = True
+        if not added:
+            return
 
 
 def _after_wrap(a, node, wraps) -> bool:
