@@ -150,9 +150,14 @@ def _build_plan(ctx) -> Plan:
                 while isinstance(chain, ast.Attribute):
                     chain = chain.value
                     skip.add(id(chain))
-                if q.startswith(PKG + ".") or q == PKG:
-                    plan.uses.append((node, q))
-                    scopes[id(node)] = scope
+                if not (q.startswith(PKG + ".") or q == PKG):
+                    continue
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    continue  # `FSDP = None` in an `except ImportError:` rebinds the name, whichever class it was
+                if not isinstance(node.ctx, ast.Load):
+                    plan.blockers.append((node, f"`{ctx.src(node)}` is assigned to (monkey-patched)"))
+                plan.uses.append((node, q))
+                scopes[id(node)] = scope
     if not plan.active:
         return plan
     fx = ctx.fixer("unsafe")
