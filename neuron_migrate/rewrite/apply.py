@@ -467,9 +467,13 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
             return None
         want[_skey(e.span)] = e
     found: set = set()
+    last_line = first_line + chunk.count("\n")
     stack: list = [(st, False) for st in stmts]
     while stack:
         node, blocked = stack.pop()
+        end = getattr(node, "end_lineno", None)
+        if end is not None and (end < first_line or node.lineno > last_line):
+            continue  # wholly outside the region (a sibling method of the one being rewritten)
         if isinstance(node, ast.expr):
             k = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
             if k in want:

@@ -37,6 +37,10 @@ def wants_fix(finding: Finding, unsafe: bool) -> bool:
     return finding.fix.safety == FixSafety.SAFE or unsafe
 
 
+def _tree_of(kept: Optional[tuple], text: str):
+    return kept[1] if kept is not None and kept[0] == text else None
+
+
 def _release(result) -> None:
     """The round's analysis is done with: free its tree now (see Analysis.release), not at the next GC pass."""
     if result.analysis is not None:
@@ -50,6 +54,9 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
     current = text
     last_codes = ""
     found_in: list[tuple[str, list[Finding]]] = []  # (text of a round, the findings applied in it)
+    # (text, its ast) of the first and the latest round's check, for the import pruning below (saves two parses)
+    first_tree: Optional[tuple] = None
+    last_tree: Optional[tuple] = None
     for _ in range(MAX_ROUNDS):
         try:
             # the check of each round also re-parses the previous round's output: that is the validation
@@ -62,6 +69,9 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             if not last_codes:
                 raise
             raise FixError(f"rewrite by {last_codes} would produce invalid Python ({exc}); file left unchanged") from None
+        if result.analysis is not None:
+            last_tree = (current, result.analysis.tree)
+            first_tree = first_tree or last_tree
         todo = [f for f in result.findings if wants_fix(f, settings.unsafe_fixes)]
         if not todo:
             outcome.remaining = result.findings
@@ -107,7 +117,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         outcome.remaining.remove(f)
     found_in.append((checked, list(done)))
     if fixed and current != text:
-        prune = unused_import_fixes(text, current)
+        prune = unused_import_fixes(text, current, _tree_of(first_tree, text), _tree_of(last_tree, current))
         if prune:
             from neuron_migrate.rewrite.apply import ApplyError, apply_fixes
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
+from typing import Optional
 
 from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
 
@@ -49,10 +50,13 @@ def _alias_text(a: ast.alias) -> str:
     return f"{a.name} as {a.asname}" if a.asname else a.name
 
 
-def unused_import_fixes(before: str, after: str) -> list[Fix]:
-    """Fixes that remove imports of `after` whose names `before` used and `after` no longer does."""
+def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Module] = None,
+                        after_tree: Optional[ast.Module] = None) -> list[Fix]:
+    """Fixes that remove imports of `after` whose names `before` used and `after` no longer does (the texts' trees,
+    when the caller has them, save parsing them again)."""
     try:
-        old_tree, new_tree = ast.parse(before), ast.parse(after)
+        old_tree = before_tree or ast.parse(before)
+        new_tree = after_tree or ast.parse(after)
     except (SyntaxError, ValueError, RecursionError):
         return []
     old_uses, _ = _uses(old_tree)
