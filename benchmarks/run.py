@@ -371,7 +371,7 @@ def installed_bin(cache: Path) -> Optional[str]:
         Path(site_dir, "zz-bench-deps.pth").write_text(deps + "\n")  # a plain path: its own .pth hooks do not run
         subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", str(REPO)],
                        check=True, capture_output=True, timeout=900)
-        found = subprocess.run([str(py), "-c", "import neuron_migrate; print(neuron_migrate.__file__)"],
+        found = subprocess.run([str(py), "-c", "import neuron_migrate; print(neuron_migrate.__file__)"], cwd=str(venv),
                                check=True, capture_output=True, text=True, timeout=60).stdout.strip()
         if not found.startswith(str(venv)):
             raise RuntimeError(f"the installed copy is shadowed by {found}")
