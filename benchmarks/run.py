@@ -366,9 +366,10 @@ def installed_bin(cache: Path) -> Optional[str]:
         py = venv / "bin" / "python"
         site_dir = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-        deps = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-        Path(site_dir, "zz-bench-deps.pth").write_text(deps + "\n")  # a plain path: its own .pth hooks do not run
+        # this interpreter's site directories (with those its .pth files add): plain paths, so their own .pth hooks
+        # (the editable install's finder among them) do not run in the installed copy
+        deps = [p for p in sys.path if p.rstrip("/").endswith("site-packages")]
+        Path(site_dir, "zz-bench-deps.pth").write_text("".join(d + "\n" for d in deps))
         subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", str(REPO)],
                        check=True, capture_output=True, timeout=900)
         found = subprocess.run([str(py), "-c", "import neuron_migrate; print(neuron_migrate.__file__)"], cwd=str(venv),
