@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import typer
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 LEVELS = ("info", "warning", "error")
@@ -346,4 +345,4 @@ PROGRESS_MIN_FILES = 20  # below this a bar only flickers
 
 def fail(message: str) -> None:
     sys.stderr.write(f"neuron-migrate: error: {message}\n")
-    raise typer.Exit(EXIT_ERROR)
+    raise SystemExit(EXIT_ERROR)  # typer and the fast parser alike exit with it

@@ -38,15 +38,13 @@ def _stat(p: Path, state: dict) -> None:
 
 
 def watch_loop(paths: list[str], once, color_mode: str) -> int:
-    import typer
-
     try:
         while True:
             before = snapshot(paths)
             try:
                 code = once()
-            except typer.Exit as exc:  # a bad configuration: say so and keep watching
-                code = exc.exit_code
+            except SystemExit as exc:  # a bad configuration (cli.common.fail): say so and keep watching
+                code = exc.code if isinstance(exc.code, int) else 2
             sys.stderr.write(f"[watch] exit code {code}; watching for changes (Ctrl-C stops)\n")
             sys.stderr.flush()
             sys.stdout.flush()

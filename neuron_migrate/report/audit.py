@@ -22,7 +22,7 @@ def _source_lines(findings) -> dict:
 
 
 def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info_passes: bool = True) -> None:
-    from rich.text import Text
+    from neuron_migrate.report.text import StyledText as Text
 
     from neuron_migrate.rules.model import FixSafety
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from neuron_migrate.report.text import PlainConsole, console
+from neuron_migrate.report.text import PlainConsole, StyledText, console
 
 CALLS = [
     ((), {}),
@@ -17,6 +17,11 @@ CALLS = [
     ((Text("Found 3 findings", style="bold"),), {}),
     (("a", Text("b", style="dim"), "c"), {"sep": ", ", "end": "!\n"}),
     ((Text("\n").join([Text("line 1", style="green"), Text("line 2")]),), {}),
+    # no tag and no emoji code: printed as it is, without rich's markup parser
+    (("[*] 3 fixable with `neuron-migrate rewrite --write`. a: b, x:y:z, \\[bold] C:\\dir",), {}),
+    (("path/with [1] and :not-an-emoji:",), {"markup": False}),
+    ((StyledText("Found 2 findings", style="bold"),), {}),
+    ((StyledText("\n").join([StyledText("x.py:1:1: ", style="bold").append("NM101", style="yellow"), StyledText("  2 | y")]),), {}),
 ]
 
 

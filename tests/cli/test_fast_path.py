@@ -1,0 +1,85 @@
+"""cli/fast.py parses the one-line forms of audit and rewrite without typer: it must hand the command exactly what
+typer would, and leave everything else to typer."""
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from neuron_migrate.cli import audit_run, fast, rewrite_run
+from neuron_migrate.cli.typer_app import app
+
+AUDIT = [
+    ["audit"],
+    ["audit", "src", "tests/x.py"],
+    ["audit", "--no-cache", "-f", "json", "a.py"],
+    ["audit", "--output-format=concise", "--select", "NM1", "--select", "NM2,NM3", "--ignore", "NM101", "a.py"],
+    ["audit", "-q", "--exit-zero", "--statistics", "--fail-level", "error", "-j", "2", "--color", "never", "."],
+    ["audit", "--force-exclude", "--no-respect-gitignore", "--config", "pyproject.toml", "--table", "t.yaml", "x"],
+    ["audit", "--extend-select", "NM404", "--exclude", "build/*", "--extend-exclude", "*.ipynb", "--max-file-size", "10"],
+    ["audit", "--no-color", "--show-fixes", "--min-confidence", "high", "-o", "out.txt", "a.py", "b.py"],
+    ["audit", "--jobs=1", "--no-force-exclude", "a.py"],
+]
+REWRITE = [
+    ["rewrite"],
+    ["rewrite", "--write", "a.py"],
+    ["rewrite", "-w", "--unsafe-fixes", "--no-cache", "-q", "src"],
+    ["rewrite", "--check", "--diff", "--show-fixes", "--no-unsafe-fixes", "--fail-level", "warning", "."],
+    ["rewrite", "--device-style", "accelerator", "--helpers-module", "h.py", "--select", "NM1", "-j", "1", "x.py"],
+]
+TO_TYPER = [
+    ["audit", "-"], ["audit", "--help"], ["audit", "-h"], ["audit", "--watch", "."], ["audit", "--add-noqa"],
+    ["audit", "--stdin-filename", "x.py", "-"], ["audit", "--", "x.py"], ["audit", "--bogus"], ["audit", "-j"],
+    ["audit", "-j", "two"], ["audit", "-qf", "json"], ["audit", "--no-cache=1"], ["rewrite", "-W"], ["rewrite", "-"],
+    ["probe", "x.py"], ["table", "show"], ["--version"], [], ["rewrite", "--output-format", "json"],
+]
+
+
+def _typer_kwargs(monkeypatch, argv: list[str]) -> dict:
+    seen: dict = {}
+
+    def capture(**kwargs):
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(audit_run, "run_audit", capture)
+    monkeypatch.setattr(rewrite_run, "run_rewrite", capture)
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    return seen
+
+
+@pytest.mark.parametrize("argv", AUDIT + REWRITE, ids=" ".join)
+def test_fast_parse_gives_the_command_what_typer_gives(monkeypatch, argv):
+    parsed = fast.parse(argv)
+    assert parsed is not None and parsed[0] == argv[0]
+    fn = audit_run.run_audit if argv[0] == "audit" else rewrite_run.run_rewrite
+    # parameters the fast path leaves out take the run function's defaults, which must be typer's too
+    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+    want = _typer_kwargs(monkeypatch, argv)
+    assert {**defaults, **parsed[1]} == want
+
+
+@pytest.mark.parametrize("argv", TO_TYPER, ids=lambda a: " ".join(a) or "(none)")
+def test_everything_else_is_left_to_typer(argv):
+    assert fast.parse(argv) is None
+
+
+def test_the_fast_path_imports_neither_typer_nor_rich(tmp_path):
+    (tmp_path / "t.py").write_text("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n")
+    code = ("import sys\nfrom neuron_migrate.cli.app import main\nsys.argv = ['neuron-migrate', 'audit', '--no-cache', 't.py']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, 'typer' in sys.modules, any(m.startswith('rich') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "NM102" in out.stdout, out.stdout + out.stderr  # it did run the audit
+    assert out.stdout.strip().splitlines()[-1] == "EXIT 1 False False", out.stdout + out.stderr
+
+
+def test_a_bad_option_value_fails_the_same_way_on_both_paths(tmp_path, capsys):
+    assert fast.run(["audit", "--output-format", "yaml", str(tmp_path)]) == 2
+    fast_err = capsys.readouterr().err
+    result = CliRunner().invoke(app, ["audit", "--output-format", "yaml", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--output-format must be one of" in fast_err and "--output-format must be one of" in (result.output + (result.stderr if result.stderr_bytes is not None else ""))
