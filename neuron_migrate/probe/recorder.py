@@ -15,8 +15,10 @@ Technique (verified on torch 2.13, see shared design notes section 4):
   call that created that node;
 - cost per op is kept small (the probe's overhead target is <= 3x a plain step): op names and namespace hints
   are derived once per overload, the walk through the caller's stack stops at the first frame outside torch
-  and reuses the rest of the walk for the same suspended caller frame and instruction, and an op seen before
-  with the same site and dtypes only bumps a counter;
+  and reuses the rest of the walk for the same suspended caller frame and instruction, consecutive ops from
+  one calling frame and instruction reuse its answer, code objects are cached by id (hashing one hashes its
+  constants) and line numbers are read only for the frames reported, dtypes and layouts are read in one pass
+  over the arguments, and an op seen before with the same site and dtypes only bumps a counter;
 - namespace use is seen at run time: sparse layouts and nested tensors on an op's inputs or outputs (or in
   its name), ops run from torch.distributions code, calls of the torch.func transforms (wrapped while the
   recorder is installed);
@@ -201,13 +203,13 @@ _OUTER_CACHE_MAX = 4096
 # The whole answer of `locate_fast(frame, want_init=True)` for the last forward op's calling frame and instruction:
 # one Python call often dispatches several aten ops (linear: t + addmm; matmul: views + bmm; a composite loss), and
 # while that frame waits at that instruction the answer is fixed. One entry only, so at most one frame is held.
-_last_site: list = [None, -1, None]  # [frame, f_lasti, (user, lib, tag, init)]
+# One tuple (frame, f_lasti, answer) in one slot, read and replaced whole: threads never see a torn entry.
+_last_site: list = [None]
 
 
 def clear_location_cache() -> None:
     _outer_cache.clear()
     _last_site[0] = None
-    _last_site[2] = None
 
 
 # (id(code), instruction) -> ((file, line), code): f_lineno scans a table; the code checks the id is still its
@@ -481,7 +483,6 @@ class Recorder:
         if skip:
             return  # record_function markers, not compute
         node = _current_autograd_node()
-        frame = sys._getframe(1).f_back  # the dispatch mode's caller (None on a thread with no Python frames)
         attributed = False
         if node is not None:
             phase = "backward"
@@ -492,20 +493,19 @@ class Recorder:
             if site is not None:
                 attributed = True
                 user, lib, tag = site
-            else:
-                user, lib, tag, _ = locate_fast(frame)
+            else:  # from the dispatch mode's caller (None on a thread with no Python frames)
+                user, lib, tag, _ = locate_fast(sys._getframe(1).f_back)
         else:
             phase = self.phase
-            cached = _last_site
-            if frame is not None and frame is cached[0] and frame.f_lasti == cached[1]:
+            frame = sys._getframe(1).f_back  # the dispatch mode's caller
+            cached = _last_site[0]
+            if cached is not None and cached[0] is frame and cached[1] == frame.f_lasti:
                 user, lib, tag, init = cached[2]
             else:
                 loc = locate_fast(frame, want_init=True)
                 user, lib, tag, init = loc
                 if frame is not None and not frame.f_code.co_flags & _GENERATOR_FLAGS:
-                    cached[0] = frame
-                    cached[1] = frame.f_lasti
-                    cached[2] = loc
+                    _last_site[0] = (frame, frame.f_lasti, loc)
             if init and phase == "forward":
                 phase = "init"
             if out is not None and _grad_enabled():
