@@ -1,4 +1,4 @@
-"""The rewritten fixtures of the value-set, device-flow, device-choice and GradScaler rules are real programs: each
+"""The rewritten fixtures of the value-set, device-flow, device-choice, GradScaler and XLA FSDP rules are real programs: each
 `.out.py` imports, and a script (one with a `__main__` guard) runs to the end on CPU with the test-only `neuron`
 stand-in (`tests/integration/neuron_on_cpu`), torch_xla absent."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 SHIM = Path(__file__).parent / "integration" / "neuron_on_cpu"
 CASES = ["NM103/value_sets", "NM304/float64", "NM304/device_flow", "NM207/bf16_removed", "NM203/dispatch", "NM203/dispatch_two", "NM203/idiom",
-         "NM203/idiom_accelerator"]
+         "NM203/idiom_accelerator", "NM151/spawn_reshard"]
 
 
 @pytest.mark.parametrize("case", CASES)

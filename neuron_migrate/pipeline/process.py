@@ -81,6 +81,8 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
             res.error = "nesting too deep to process"
             return res
         res.findings, res.suppressed = r.findings, r.suppressed
+        if r.analysis is not None:
+            r.analysis.release()
         if nb is not None:
             from neuron_migrate.files.notebook import name_cells
 

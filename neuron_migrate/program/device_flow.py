@@ -375,5 +375,23 @@ def _kw(call, name):
     return None
 
 
+# every spelling through which a backend enters `_backends` or a value set's kinds, as a lower-case word
+_BACKEND_WORDS = {**{w: w for w in _values.ACCELERATORS}, "gpu": "cuda", "neuronx": "neuron", "habana": "hpu",
+                  "gaudi": "hpu", "ipex": "xpu"}
+_LETTERS = re.compile(r"[a-z]+")
+
+
+def may_dispatch(analysis) -> bool:
+    """False when no code in the file can dispatch over backends, decided from the text alone: every backend a
+    function can be found to test (availability calls and helpers, `hasattr(torch, "xpu")`, device strings,
+    `{"cuda": ..., "mps": ...}` tables) is spelled as a word of the source, and dispatch needs two. Lets the CUDA
+    rules skip building the device flow and the value sets in the many files that name one backend."""
+    def build(a) -> bool:
+        found = {_BACKEND_WORDS[w] for w in set(_LETTERS.findall(a.text.lower())) if w in _BACKEND_WORDS}
+        return len(found) >= 2
+
+    return cached(analysis, "may_dispatch", build)
+
+
 def facts(analysis) -> DeviceFlow:
     return cached(analysis, "device_flow", DeviceFlow)

@@ -444,6 +444,64 @@ def _unshift(k: tuple, delta: int, n: int) -> tuple:
     return (k[0] + delta, k[1] + n, k[2] + delta, k[3] + n)
 
 
+# line breaks that str.splitlines honours and Python's tokenizer does not (or not alone): line numbers could differ
+_ODD_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
+
+
+def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit]) -> Optional[str]:
+    """`chunk` (source lines from `first_line`, holding `stmts`) with expression edits written in as plain text, or
+    None when only libcst can do them exactly.
+
+    For a `replace_expr` edit the applier writes libcst's parse of the edit's text, which prints back as that text,
+    in place of the node, keeping the node's own parentheses (outside the ast range): the same characters as
+    splicing the text into the range. It differs in four cases, all left to libcst: the node is inside an f-string
+    (quotes may need changing), the node is the operand of `not` (a written comparison is negated in place), the
+    text brings parentheses of its own (they would replace the node's), and the text spans lines (libcst indents
+    its continuation lines by the enclosing block's indentation). Ranges are found in the ast so an edit that names
+    no expression is left to libcst too; non-ASCII lines (columns in characters, not bytes) as well."""
+    if not chunk.isascii() or _ODD_BREAKS.search(chunk):
+        return None
+    want: dict[tuple, Edit] = {}
+    for e in edits:
+        if e.kind != "replace_expr" or e.text[:1] == "(" or e.text != e.text.strip() or not e.text or "\n" in e.text:
+            return None
+        want[_skey(e.span)] = e
+    found: set = set()
+    stack: list = [(st, False) for st in stmts]
+    while stack:
+        node, blocked = stack.pop()
+        if isinstance(node, ast.expr):
+            k = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+            if k in want:
+                if blocked:
+                    return None
+                found.add(k)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            o = node.operand
+            if (o.lineno, o.col_offset, o.end_lineno, o.end_col_offset) in want:
+                return None
+        inner_blocked = blocked or isinstance(node, ast.JoinedStr)
+        for child in ast.iter_child_nodes(node):
+            stack.append((child, inner_blocked))
+    if len(found) != len(want):
+        return None
+    starts = [0]
+    for ln in chunk.splitlines(keepends=True):
+        starts.append(starts[-1] + len(ln))
+    out, pos = [], 0
+    for k in sorted(want):
+        e = want[k]
+        a = starts[e.span.line - first_line] + e.span.col
+        b = starts[e.span.end_line - first_line] + e.span.end_col
+        if a < pos:
+            return None  # overlapping edits (select_compatible keeps them apart; libcst decides if not)
+        out.append(chunk[pos:a])
+        out.append(e.text)
+        pos = b
+    out.append(chunk[pos:])
+    return "".join(out)
+
+
 def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     """Run the applier on `text`; returns the new code and the (unshifted) keys of the edits applied."""
     try:
@@ -455,6 +513,103 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
     if not new_module.body and not new_module.header and not new_module.footer:
         return "", applier.applied | {("unfit", *k) for k in applier.unfit}  # libcst writes "\n" for an empty module
     return new_module.code, applier.applied | {("unfit", *k) for k in applier.unfit}
+
+
+# NM_CHECK_SPLICE=1: every spliced region is also run through libcst and must come out the same (the tests and the
+# bench tree use it to prove the text path exact)
+_CHECK_SPLICE = bool(__import__("os").environ.get("NM_CHECK_SPLICE"))
+
+
+class SpliceMismatch(AssertionError):
+    pass
+
+
+def _check_splice(spliced: str, chunk: str, a: int, edits: list[Edit], prefix: Optional[str]) -> None:
+    lines = chunk.splitlines(keepends=True)
+    delta, n = a - 1, len(prefix or "")
+    body = "".join(ln[n:] if ln.startswith(prefix or "") else ln for ln in lines)
+    code, keys = _apply_edits(body, [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta,
+                                                        e.span.end_col - n), e.text) for e in edits])
+    if prefix:
+        code = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in code.splitlines(keepends=True))
+    if code != spliced or len(keys) != len(edits):
+        import sys
+
+        sys.stderr.write(f"SPLICE MISMATCH at line {a}\n--- libcst\n{code}\n--- splice\n{spliced}\n")
+        raise SpliceMismatch(f"text splice differs from libcst at line {a}")
+
+
+def _rewrite_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix: Optional[str], edits: list[Edit]) -> tuple[str, set]:
+    """Lines ra..rb with `edits` applied (text splice when exact, else libcst; `prefix`: the indentation libcst's
+    copy is dedented by, None for a top-level chunk) and the keys of the edits applied."""
+    text = "".join(lines[ra - 1 : rb])
+    spliced = _splice(text, ra, [st for st in tree.body if _stmt_start(st) <= rb and ra <= (st.end_lineno or st.lineno)], edits)
+    if spliced is not None:
+        if _CHECK_SPLICE:
+            _check_splice(spliced, text, ra, edits, prefix)
+        return spliced, {_skey(e.span) for e in edits}
+    delta = ra - 1
+    if prefix is None:
+        code, keys = _apply_edits(text, [_shift(e, delta) for e in edits])
+        return code, {_unshift(k, delta, 0) for k in keys}
+    n = len(prefix)
+    body = "".join(ln[n:] if ln.startswith(prefix) else ln for ln in lines[ra - 1 : rb])
+    shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
+               for e in edits]
+    inner, keys = _apply_edits(body, shifted)
+    inner = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in inner.splitlines(keepends=True))
+    return inner, {_unshift(k, delta, n) for k in keys}
+
+
+def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str]) -> Optional[list[tuple]]:
+    """Disjoint (first line, last line, indentation, edits) regions of top-level lines a..b, each the innermost
+    function or class holding its edits (see _def_region), or None when some edit has no such function. The
+    applier's changes never leave the innermost function holding an edit (comments of a removed statement move
+    within its block, an emptied block gets `pass` there), so each region can be rewritten on its own."""
+    regions: list[list] = []
+    for e in edits:
+        r = _def_region(tree.body, a, b, [e], lines)
+        if r is None:
+            return None
+        regions.append([r[0], r[1], r[2], [e]])
+    regions.sort(key=lambda r: r[0])
+    merged: list[list] = []
+    for r in regions:
+        while merged and r[0] <= merged[-1][1]:  # nested or shared: the innermost function holding both
+            prev = merged.pop()
+            both = prev[3] + r[3]
+            u = _def_region(tree.body, a, b, both, lines)
+            if u is None:
+                return None
+            r = [u[0], u[1], u[2], both]
+        merged.append(r)
+    return [tuple(r) for r in merged]
+
+
+def _rewrite_chunk(tree: ast.Module, lines: list[str], a: int, b: int, edits: list[Edit]) -> tuple[str, set]:
+    """Top-level lines a..b with `edits` applied, and the keys of the edits applied. libcst is paid only for the
+    innermost functions that hold edits it must do itself; expression edits it would write as their own text are
+    spliced in (see _splice)."""
+    whole = "".join(lines[a - 1 : b])
+    spliced = _splice(whole, a, [st for st in tree.body if a <= _stmt_start(st) and (st.end_lineno or st.lineno) <= b], edits)
+    if spliced is not None:
+        if _CHECK_SPLICE:
+            _check_splice(spliced, whole, a, edits, None)
+        return spliced, {_skey(e.span) for e in edits}
+    regions = _regions(tree, a, b, edits, lines)
+    if regions is None:
+        return _rewrite_region(tree, lines, a, b, None, edits)
+    out: list[str] = []
+    keys: set = set()
+    pos = a  # next line (1-based) not yet copied
+    for ra, rb, prefix, group in regions:
+        out.append("".join(lines[pos - 1 : ra - 1]))
+        code, got = _rewrite_region(tree, lines, ra, rb, prefix, group)
+        out.append(code)
+        keys |= got
+        pos = rb + 1
+    out.append("".join(lines[pos - 1 : b]))
+    return "".join(out), keys
 
 
 def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
@@ -488,25 +643,8 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
         prev_end = max(pos, chunks[idx - 1][1] if idx else 0)
         out.extend(lines[pos:prev_end])
         gap = lines[prev_end : a - 1]  # blank and comment lines between the previous statement and this one
-        region = _def_region(tree.body, a, b, by_chunk[idx], lines)
-        if region is None:
-            chunk = "".join(lines[a - 1 : b])
-            delta = a - 1
-            shifted = [_shift(e, delta) for e in by_chunk[idx]]
-            code, keys = _apply_edits(chunk, shifted)
-            applied_keys.update(_unshift(k, delta, 0) for k in keys)
-        else:
-            # only the innermost function/class holding every edit goes through libcst, dedented
-            ra, rb, prefix = region
-            n = len(prefix)
-            body = "".join(ln[n:] if ln.startswith(prefix) else ln for ln in lines[ra - 1 : rb])
-            delta = ra - 1
-            shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
-                       for e in by_chunk[idx]]
-            inner, keys = _apply_edits(body, shifted)
-            applied_keys.update(_unshift(k, delta, n) for k in keys)
-            inner = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in inner.splitlines(keepends=True))
-            code = "".join(lines[a - 1 : ra - 1]) + inner + "".join(lines[rb:b])
+        code, keys = _rewrite_chunk(tree, lines, a, b, by_chunk[idx])
+        applied_keys.update(keys)
         if not code and all(not ln.strip() for ln in gap):
             gap = []  # a removed statement takes its blank separator lines with it (comments stay)
         out.extend(gap)

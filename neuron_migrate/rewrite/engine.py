@@ -37,6 +37,12 @@ def wants_fix(finding: Finding, unsafe: bool) -> bool:
     return finding.fix.safety == FixSafety.SAFE or unsafe
 
 
+def _release(result) -> None:
+    """The round's analysis is done with: free its tree now (see Analysis.release), not at the next GC pass."""
+    if result.analysis is not None:
+        result.analysis.release()
+
+
 def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> FixOutcome:
     """Apply fixes until none applies. Raises FixError (text left as it was) when output would not parse."""
     settings = settings or Settings()
@@ -60,6 +66,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         if not todo:
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
+            _release(result)
             break
         # libcst (about 0.3 s to import) is loaded only once a file has a fix to apply
         from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
@@ -74,6 +81,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         except Exception as exc:  # libcst or a fix's text: never a traceback, never a written file
             codes = ", ".join(sorted({f.rule.code for f in todo}))
             raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
+        finally:
+            _release(result)
         last_codes = ", ".join(sorted({f.rule.code for f in todo if any(f.fix is c for c in chosen)}))
         ids = {id(f) for f in applied}
         found_in.append((current, []))

@@ -157,30 +157,31 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[tuple[int, ast.stmt]]]:
     def add(name, i, s):
         out.setdefault(name, []).append((i, s))
 
-    def visit(stmts, i):
-        for s in stmts:
-            if isinstance(s, ast.Import):
-                for a in s.names:
-                    add(a.asname or a.name.split(".")[0], i, s)
-            elif isinstance(s, ast.ImportFrom):
-                for a in s.names:
-                    add(a.asname or a.name, i, s)
-            elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                add(s.name, i, s)
-            elif isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
-                for t in targets:
-                    for n in ast.walk(t):
-                        if isinstance(n, ast.Name):
-                            add(n.id, i, s)
-            elif isinstance(s, (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With)):
-                for field in ("body", "orelse", "finalbody"):
-                    visit(getattr(s, field, []) or [], i)
-                for h in getattr(s, "handlers", []) or []:
-                    visit(h.body, i)
-
-    for i, s in enumerate(body):
-        visit([s], i)
+    # an explicit stack, not a recursive closure: that would be a reference cycle holding the tree
+    stack = [(i, s) for i, s in reversed(list(enumerate(body)))]
+    while stack:
+        i, s = stack.pop()
+        if isinstance(s, ast.Import):
+            for a in s.names:
+                add(a.asname or a.name.split(".")[0], i, s)
+        elif isinstance(s, ast.ImportFrom):
+            for a in s.names:
+                add(a.asname or a.name, i, s)
+        elif isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            add(s.name, i, s)
+        elif isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        add(n.id, i, s)
+        elif isinstance(s, (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With)):
+            nested = []
+            for field in ("body", "orelse", "finalbody"):
+                nested += getattr(s, field, []) or []
+            for h in getattr(s, "handlers", []) or []:
+                nested += h.body
+            stack.extend((i, n) for n in reversed(nested))
     return out
 
 

@@ -218,6 +218,11 @@ class FixBuilder:
         module, _, attr = qualname.rpartition(".")
         return f"{self.ref(module, scope)}.{attr}"
 
+    def member(self, qualname: str, alias: Optional[str] = None) -> str:
+        """Import `package.name` as `from package import name [as alias]` (where isort puts it); returns the local name."""
+        self.imports.append(ImportReq(qualname, alias, member=True))
+        return alias or qualname.rpartition(".")[2]
+
     def helper(self, name: str) -> str:
         from neuron_migrate.rules.helpers import HELPERS
 

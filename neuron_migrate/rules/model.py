@@ -82,12 +82,17 @@ class Edit:
 
 @dataclass(frozen=True)
 class ImportReq:
-    """An import a fix needs: `import module` (name None) or `import module as alias`."""
+    """An import a fix needs: `import module` (name None) or `import module as alias`; with `member`, `module` is
+    `package.name` and the import is `from package import name [as alias]` (a class or function under a new alias)."""
 
     module: str
     alias: Optional[str] = None
+    member: bool = False
 
     def statement(self) -> str:
+        if self.member:
+            package, _, name = self.module.rpartition(".")
+            return f"from {package} import {name}" + (f" as {self.alias}" if self.alias and self.alias != name else "")
         if self.alias and self.alias != self.module:
             if "." in self.module and self.module.rsplit(".", 1)[1] == self.alias:
                 return f"from {self.module.rsplit('.', 1)[0]} import {self.alias}"
@@ -148,7 +153,7 @@ def fix_to_dict(fix: Fix) -> dict:
     return {
         "safety": fix.safety.value,
         "edits": [{"kind": e.kind, "span": span_to_list(e.span), "text": e.text} for e in fix.edits],
-        "imports": [[i.module, i.alias] for i in fix.imports],
+        "imports": [[i.module, i.alias, True] if i.member else [i.module, i.alias] for i in fix.imports],
         "helpers": [list(h) for h in fix.helpers],
         "description": fix.description,
     }
@@ -158,7 +163,7 @@ def fix_from_dict(d: dict) -> Fix:
     return Fix(
         safety=FixSafety(d["safety"]),
         edits=[Edit(e["kind"], Span(*e["span"]), e["text"]) for e in d["edits"]],
-        imports=[ImportReq(m, a) for m, a in d["imports"]],
+        imports=[ImportReq(*i) for i in d["imports"]],
         helpers=[tuple(h) for h in d["helpers"]],
         description=d.get("description", ""),
     )

@@ -24,8 +24,6 @@ PRIVATE = re.compile(r"\btorch\.(?:_C\b|_[a-z]\w*|utils\._\w+)|from torch\._|imp
 WAITING = {
     "rate_tracker.py": "xm.RateTracker becomes an inserted 30-line _RateTracker class (same smoothed rate), where the "
                        "hand migration times the loop inline: the rewrite trains but is not yet as short",
-    "fsdp.py": "torch_xla FSDP is left alone on purpose (NM151/NM141 findings: the move to torch FSDP is a hand "
-               "migration), so the rewrite still imports torch_xla",
 }
 NAMES = sorted(p.name for p in GOLDEN.glob("*.py"))
 

@@ -72,6 +72,8 @@ def _cuda_site(s) -> bool:
 def dispatch_guard(site, ctx):
     """None when the site is in code that targets only CUDA. In device-dispatching code (a function testing several
     backends, or a value set of several accelerators) a finding at the function's first CUDA site, else False."""
+    if not device_flow.may_dispatch(ctx.analysis):
+        return None
     flow = device_flow.facts(ctx.analysis)
     node = site.node
     member = string_member(site) if site.kind == "string" else None

@@ -557,51 +557,7 @@ def xla_rng_seed(site, ctx):
     return ctx.finding(site, f"{short}: becomes torch.neuron.manual_seed(seed)", fix=fx.build())
 
 
-# -- NM141 ------------------------------------------------------------------------------------------
-_WRAP = "torch_xla.distributed.fsdp.wrap"
-_POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "always_wrap_policy", "lambda_auto_wrap_policy")
-
-
-def _uses_xla_fsdp(analysis) -> bool:
-    """The file uses torch_xla's FSDP wrapper (or its helpers), which stays torch_xla (NM151)."""
-    policies = {f"{_WRAP}.{p}" for p in _POLICIES}
-    return any(q.startswith("torch_xla.distributed.fsdp") and q not in policies for q in analysis.qualnames)
-
-
-@rule(
-    code="NM141",
-    name="xla-fsdp-wrap-policy",
-    summary="torch_xla FSDP auto-wrap policies become torch.distributed.fsdp.wrap policies, unless the XLA FSDP wrapper stays",
-    fix="unsafe",
-    severity="warning",
-    triggers=[(kind, f"{_WRAP}.{p}") for p in _POLICIES for kind in ("call", "ref")],
-    docs="""
-        torch_xla's FSDP copied the auto-wrap policies of torch.distributed.fsdp.wrap. Where the file wraps with
-        native FSDP (`torch.distributed.fsdp.FullyShardedDataParallel`, which TorchNeuron supports in eager
-        mode; FSDP2 `fully_shard` is preferred:
-        https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst),
-        the policy functions are renamed to the native ones. The policy and its wrapper migrate together or
-        not at all: while the file still uses `XlaFullyShardedDataParallel` (reported by NM151, not rewritten),
-        the policy stays torch_xla's, because the XLA wrapper calls it with torch_xla's keywords
-        (`unwrapped_params=`), which the native policy does not take. Unsafe: a policy called directly with
-        `unwrapped_params=` breaks (torch names it `nonwrapped_numel`); `min_num_params=` and
-        `transformer_layer_cls=` are the same.
-    """,
-    examples=[("import torch_xla.distributed.fsdp.wrap as xw\npolicy = functools.partial(xw.transformer_auto_wrap_policy, transformer_layer_cls={Block})",
-               "policy = functools.partial(torch.distributed.fsdp.wrap.transformer_auto_wrap_policy, transformer_layer_cls={Block})")],
-)
-def xla_fsdp_wrap_policy(site, ctx):
-    name = site.key.rsplit(".", 1)[1]
-    if _uses_xla_fsdp(ctx.analysis):
-        return ctx.finding(site, f"`{name}` stays torch_xla's while XlaFullyShardedDataParallel does (it calls the policy with "
-                                 "unwrapped_params=, which the native policy lacks): migrate the wrapper and its policy together (NM151)")
-    fx = ctx.fixer()
-    callee = site.node.func if site.kind == "call" else site.node
-    fx.replace(callee, fx.name(f"torch.distributed.fsdp.wrap.{name}", site.scope))
-    return ctx.finding(site, f"`{name}`: the torch.distributed.fsdp.wrap policy of the same name takes the same keyword arguments",
-                       fix=fx.build(), note="Native policies get (module, recurse, nonwrapped_numel) from FSDP; pass options by keyword "
-                                            "(functools.partial(policy, min_num_params=...)). FSDP2 fully_shard has no auto-wrap: call "
-                                            "fully_shard on each block instead.")
+# NM141 (XLA FSDP auto-wrap policies) lives with NM151 in xla_fsdp.py: they migrate together.
 
 
 # -- NM134 ------------------------------------------------------------------------------------------

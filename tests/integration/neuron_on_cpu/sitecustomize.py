@@ -15,6 +15,7 @@ before the script, which then runs with:
 | `init_process_group(backend="neuron")` (or unset)   | backend `gloo`                             |
 | `torch.compile(backend="neuron")` (or unset)        | backend `eager` (`aot_eager` if `NEURON_ON_CPU_COMPILE_BACKEND=aot_eager`) |
 | `torch.neuron.*` (device module)                    | CPU no-ops / `torch.manual_seed` / zeros   |
+| `FullyShardedDataParallel(module)` (FSDP1)          | with `device_id=cpu` (FSDP1 refuses CPU modules otherwise) |
 | `torch.accelerator.synchronize()`, `memory_*`, ... | no-ops / 0 (is_available() stays False)    |
 | `tensor.neuron()`, `tensor.is_neuron`               | the tensor itself, `True` for CPU tensors  |
 
@@ -141,6 +142,7 @@ def _install() -> None:
         if "device_id" in kwargs:
             kwargs.pop("device_id")
         _install_fast_exit()
+        _patch_fsdp(map_device, RealDevice)
         result = real_init(*args, **kwargs)
         if _COLLECTIVES["dir"]:
             _record_group(dist)
@@ -228,8 +230,33 @@ _FACTORIES = (
 
 _EXIT = {"code": 0, "installed": False}
 _COLLECTIVES = {"dir": None, "counts": {}, "group": None}
-_COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
+# torch 2.13 names the tensor forms *_single (FSDP1 calls reduce_scatter_single); the old names stay for older code
+_COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",
+            "reduce_scatter_tensor", "reduce_scatter_single", "broadcast",
             "barrier", "all_gather_object", "broadcast_object_list", "all_to_all_single", "reduce")
+
+
+def _patch_fsdp(map_device, real_device) -> None:
+    """torch FSDP1 takes its device from the module's parameters and refuses CPU ones ("FSDP needs a non-CPU
+    accelerator device"). On TorchNeuron a module moved to `neuron` gives the neuron device; here that device is
+    the CPU, so FSDP is told so (`device_id=cpu` where none is given; a given `neuron` device_id is mapped).
+    Patched when a process group starts, so that scripts without one do not import FSDP."""
+    import functools
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if getattr(FSDP.__init__, "_neuron_on_cpu", False):
+        return
+    real = FSDP.__init__
+
+    @functools.wraps(real)
+    def init(self, module, *args, **kwargs):
+        if len(args) < 9:  # device_id is the tenth parameter after module; positional use leaves it alone
+            kwargs["device_id"] = map_device(kwargs.get("device_id")) if kwargs.get("device_id") is not None else real_device("cpu")
+        real(self, module, *args, **kwargs)
+
+    init._neuron_on_cpu = True
+    FSDP.__init__ = init
 
 
 def _count_collectives(dist, log_dir: str) -> None:

@@ -1,0 +1,110 @@
+"""Expression edits are spliced into the text where libcst would write exactly the same characters (apply._splice);
+everything else goes through libcst. These tests prove the two agree, on every fixture and on the cases the splice
+must refuse."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.rewrite import apply
+from neuron_migrate.rewrite.apply import _apply_edits, _splice, apply_fixes
+from neuron_migrate.rewrite.engine import fix_text
+from neuron_migrate.rules.api import Settings
+from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
+from neuron_migrate.rules.registry import RuleSet
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rules"
+INPUTS = sorted(FIXTURES.glob("*/*.in.py"))
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Every splice is also done by libcst and must match (SpliceMismatch otherwise); counts the splices."""
+    monkeypatch.setattr(apply, "_CHECK_SPLICE", True)
+    calls = {"spliced": 0}
+    real = apply._splice
+
+    def counting(*a):
+        out = real(*a)
+        calls["spliced"] += out is not None
+        return out
+
+    monkeypatch.setattr(apply, "_splice", counting)
+    return calls
+
+
+def test_splice_matches_libcst_on_every_fixture(checked):
+    rules, settings = RuleSet.select(), Settings(unsafe_fixes=True)
+    errors = []
+    for path in INPUTS:
+        try:
+            fix_text(path.read_text(), str(path), rules, settings)
+        except Exception as exc:  # noqa: BLE001 - a mismatch surfaces as a FixError naming SpliceMismatch
+            if "SpliceMismatch" in str(exc) or isinstance(exc, apply.SpliceMismatch):
+                errors.append(f"{path}: {exc}")
+    assert not errors, "\n".join(errors)
+    assert checked["spliced"] > 20  # the text path is really taken, not always refused
+
+
+def _edit(text: str, needle: str, new: str) -> Edit:
+    """A replace_expr edit for the first expression whose source is `needle`."""
+    tree = ast.parse(text)
+    lines = text.splitlines()
+
+    def char_col(line: int, byte_col: int) -> int:  # Span columns count characters, ast's count bytes
+        return len(lines[line - 1].encode()[:byte_col].decode())
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.expr) and ast.get_source_segment(text, node) == needle:
+            return Edit("replace_expr", Span(node.lineno, char_col(node.lineno, node.col_offset), node.end_lineno,
+                                             char_col(node.end_lineno, node.end_col_offset)), new)
+    raise AssertionError(needle)
+
+
+@pytest.mark.parametrize("text, needle, new, spliced", [
+    ("x = a.cuda()\n", "a.cuda()", "a.to(device)", True),
+    ("y = (a.cuda())\n", "a.cuda()", "a.to(device)", True),  # the node's own parentheses stay outside the range
+    ("def f():\n    return g(h(1), k)\n", "h(1)", "h(2)", True),
+    ("y = (a)\n", "a", "(b + c)", False),  # the text's parentheses would replace the node's
+    ("if not d == 'cuda':\n    pass\n", "d == 'cuda'", "d == 'neuron'", False),  # libcst negates a written compare
+    ("s = f\"{a.cuda()}\"\n", "a.cuda()", "a.to('neuron')", False),  # quotes may need changing in an f-string
+    ("z = f(a)\n", "f(a)", "g(a,\n  b)", False),  # libcst re-indents continuation lines
+    ("w = 'é'; v = a.cuda()\n", "a.cuda()", "a.to(device)", False),  # non-ASCII line: columns are characters
+])
+def test_splice_takes_or_refuses_and_agrees_with_libcst(text, needle, new, spliced):
+    e = _edit(text, needle, new)
+    got = _splice(text, 1, ast.parse(text).body, [e])
+    assert (got is not None) is spliced
+    via_libcst, keys = _apply_edits(text, [e])
+    if got is not None:
+        assert got == via_libcst
+    # and the public entry point gives libcst's text either way
+    out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e])])
+    assert out == via_libcst and len(applied) == 1
+
+
+def test_regions_rewrite_separate_methods_like_one_pass(monkeypatch):
+    """Edits in two methods of a class go through libcst one method at a time; the text equals one pass over the
+    whole class."""
+    text = ("class T:\n"
+            "    def a(self):\n"
+            "        xm.mark_step()\n"
+            "        return 1\n"
+            "\n"
+            "    def b(self):\n"
+            "        # keep me\n"
+            "        xm.mark_step()\n"
+            "        return x.cuda()\n")
+    tree = ast.parse(text)
+    stmts = [n for n in ast.walk(tree) if isinstance(n, ast.Expr)]
+    edits = [Edit("delete_stmt", Span(s.lineno, s.col_offset, s.end_lineno, s.end_col_offset)) for s in stmts]
+    edits.append(_edit(text, "x.cuda()", "x.to(device)"))
+    one_pass, _ = _apply_edits(text, edits)
+    calls = []
+    real = apply._apply_edits
+    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
+    assert out == one_pass and len(applied) == 3
+    assert len(calls) == 2 and all(c.startswith("def ") for c in calls)  # each method on its own, dedented
