@@ -43,8 +43,9 @@ class Writer:
                 doc["optimizer_steps"] = self.recorder.optimizer_steps
                 doc["namespace_calls"] = self.recorder.namespaces()
             tmp = f"{self.path}.tmp{os.getpid()}"
+            text = json.dumps(doc, default=str)  # dumps: json.dump streams through the slow pure-Python encoder
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, default=str)
+                fh.write(text)
             os.replace(tmp, self.path)
 
 

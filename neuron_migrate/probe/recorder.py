@@ -15,8 +15,10 @@ Technique (verified on torch 2.13, see shared design notes section 4):
   call that created that node;
 - cost per op is kept small (the probe's overhead target is <= 3x a plain step): op names and namespace hints
   are derived once per overload, the walk through the caller's stack stops at the first frame outside torch
-  and reuses the rest of the walk for the same suspended caller frame and instruction, and an op seen before
-  with the same site and dtypes only bumps a counter;
+  and reuses the rest of the walk for the same suspended caller frame and instruction, consecutive ops from
+  one calling frame and instruction reuse its answer, code objects are cached by id (hashing one hashes its
+  constants) and line numbers are read only for the frames reported, dtypes and layouts are read in one pass
+  over the arguments, and an op seen before with the same site and dtypes only bumps a counter;
 - namespace use is seen at run time: sparse layouts and nested tensors on an op's inputs or outputs (or in
   its name), ops run from torch.distributions code, calls of the torch.func transforms (wrapped while the
   recorder is installed);
@@ -42,6 +44,7 @@ _F64 = {torch.float64, torch.complex128}
 _STRIDED = torch.strided
 _Tensor = torch.Tensor
 _current_autograd_node = torch._C._current_autograd_node
+_OpOverload = torch._ops.OpOverload
 _grad_enabled = torch.is_grad_enabled
 try:  # dynamo's per-code-object "never compile this frame nor what it calls" (C); None where this torch lacks it
     _eval_frame = torch._C._dynamo.eval_frame
@@ -93,7 +96,10 @@ _STDLIB_PREFIXES = _stdlib_prefixes()
 _EXCLUDED = tuple(sorted({_PROBE_DIR, _TORCH_DIR, *(p.rstrip(os.sep) for p in _LIB_PREFIXES + _STDLIB_PREFIXES)}))
 
 _SKIP, _LIB, _USER, _STOP = 0, 1, 2, 3
-_code_info: dict[Any, tuple[int, str | None, str, bool]] = {}
+# by id(code): hashing a code object hashes its constants, names and nested code (microseconds for a big
+# forward), which a stack walk would pay at every frame of every op. The entry holds the code object, so the
+# id stays that code's while the entry exists.
+_code_info: dict[int, tuple[int, str | None, str, bool, Any]] = {}
 
 
 class _StopCodes(set):
@@ -102,7 +108,7 @@ class _StopCodes(set):
 
     def add(self, code) -> None:
         super().add(code)
-        _code_info.pop(code, None)
+        _code_info.pop(id(code), None)
 
     def update(self, *iterables) -> None:
         for it in iterables:
@@ -113,16 +119,16 @@ class _StopCodes(set):
 STOP_CODES: set = _StopCodes()
 
 
-def _classify(code) -> tuple[int, str | None, str, bool]:
-    """(kind, torch namespace tag, absolute file, is an `__init__`) for a code object, cached."""
-    info = _code_info.get(code)
+def _classify(code) -> tuple[int, str | None, str, bool, Any]:
+    """(kind, torch namespace tag, absolute file, is an `__init__`, the code) for a code object, cached."""
+    info = _code_info.get(id(code))
     if info is not None:
         return info
     info = _classify_file(code.co_filename)
     if code in STOP_CODES:
         info = (_STOP, None, info[2])
-    info = (*info, getattr(code, "co_name", None) == "__init__")
-    _code_info[code] = info
+    info = (*info, getattr(code, "co_name", None) == "__init__", code)
+    _code_info[id(code)] = info
     return info
 
 
@@ -166,9 +172,10 @@ def locate(f, want_init: bool = False):
     lib = None
     tag = None
     init = False
+    info = _code_info
     while f is not None:
         code = f.f_code
-        kind, t, path, is_init = _classify(code)
+        kind, t, path, is_init, _ = info.get(id(code)) or _classify(code)
         if kind == _STOP:
             break
         if want_init and is_init and not init:
@@ -176,12 +183,11 @@ def locate(f, want_init: bool = False):
         if kind == _SKIP:
             if t is not None and tag is None:
                 tag = t
-        else:
+        elif kind == _USER:
             site = (path, f.f_lineno)
-            if lib is None:
-                lib = site
-            if kind == _USER:
-                return site, lib, tag, init
+            return site, lib or site, tag, init
+        elif lib is None:  # f_lineno scans the code's line table: read it only for the frames that are reported
+            lib = (path, f.f_lineno)
         f = f.f_back
     return None, lib, tag, init
 
@@ -194,11 +200,20 @@ _outer_cache: dict[tuple, tuple] = {}
 _OUTER_CACHE_MAX = 4096
 
 
+# The whole answer of `locate_fast(frame, want_init=True)` for the last forward op's calling frame and instruction:
+# one Python call often dispatches several aten ops (linear: t + addmm; matmul: views + bmm; a composite loss), and
+# while that frame waits at that instruction the answer is fixed. One entry only, so at most one frame is held.
+# One tuple (frame, f_lasti, answer) in one slot, read and replaced whole: threads never see a torn entry.
+_last_site: list = [None]
+
+
 def clear_location_cache() -> None:
     _outer_cache.clear()
+    _last_site[0] = None
 
 
-_line_cache: dict[tuple, tuple[str, int]] = {}  # (code, instruction) -> (file, line): f_lineno scans a table
+# (id(code), instruction) -> ((file, line), code): f_lineno scans a table; the code checks the id is still its
+_line_cache: dict[tuple, tuple[tuple[str, int], Any]] = {}
 
 
 def locate_fast(f, want_init: bool = False):
@@ -209,7 +224,7 @@ def locate_fast(f, want_init: bool = False):
     info = _code_info
     while f is not None:
         code = f.f_code
-        kind, t, path, is_init = info.get(code) or _classify(code)
+        kind, t, path, is_init, _ = info.get(id(code)) or _classify(code)
         if is_init and want_init and not init:
             init = _module_init(f)
         if kind != _SKIP:
@@ -221,10 +236,13 @@ def locate_fast(f, want_init: bool = False):
         f = f.f_back
     else:
         return None, None, tag, init
-    lkey = (code, f.f_lasti)
-    lib = _line_cache.get(lkey)
-    if lib is None:
-        lib = _line_cache[lkey] = (path, f.f_lineno)
+    lkey = (id(code), f.f_lasti)
+    hit = _line_cache.get(lkey)
+    if hit is not None and hit[1] is code:
+        lib = hit[0]
+    else:
+        lib = (path, f.f_lineno)
+        _line_cache[lkey] = (lib, code)
     if kind == _USER:
         return lib, lib, tag, init
     caller = f.f_back
@@ -355,6 +373,48 @@ def _signature(tensors: list) -> tuple[tuple, str | None]:
     return dts, ns
 
 
+def _args_signature(args, kwargs) -> tuple[tuple, str | None]:
+    """`_signature` of the tensors in an op's arguments (what `_tensors` collects, in its order), in one pass
+    without the intermediate list: the per-op hot path. Anything unusual takes the plain two-step way."""
+    dts: list = []
+    ns = None
+    try:
+        for x in args:
+            if isinstance(x, _Tensor):
+                dts.append(x.dtype)
+                if ns is None and (x.layout is not _STRIDED or x.is_nested):
+                    ns = "torch.sparse" if x.layout is not _STRIDED else "torch.nested"
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    if isinstance(y, _Tensor):
+                        dts.append(y.dtype)
+                        if ns is None and (y.layout is not _STRIDED or y.is_nested):
+                            ns = "torch.sparse" if y.layout is not _STRIDED else "torch.nested"
+                    elif isinstance(y, (list, tuple)):
+                        raise _SlowPath
+            elif isinstance(x, dict):
+                raise _SlowPath
+    except Exception:  # noqa: BLE001 - nested containers, dicts, tensors without these attributes: the plain way
+        ins: list = []
+        _tensors(args, ins)
+        if kwargs:
+            _tensors(kwargs, ins)
+        return _signature(ins)
+    if kwargs:
+        ins = []
+        _tensors(kwargs, ins)
+        if ins:  # a tensor keyword (rare): the plain way over all of them, in order
+            ins = []
+            _tensors(args, ins)
+            _tensors(kwargs, ins)
+            return _signature(ins)
+    return tuple(dts), ns
+
+
+class _SlowPath(Exception):
+    pass
+
+
 class ProbeStop(BaseException):
     """Raised in the user's process to end a run early (--max-steps, --time-limit). A BaseException so a
     user's `except Exception` does not swallow it."""
@@ -401,12 +461,19 @@ class Recorder:
             self._last = None
             out0 = last[0]
             if type(out0) is _Tensor:
+                g = None
                 try:
                     g = out0.grad_fn
-                    if g is not None and "nm_site" not in g.metadata:
-                        _tag(g, last[1])
+                    if g is not None:
+                        md = g.metadata
+                        if "nm_site" not in md:  # `_tag(g, site)` with its first level inline: mostly tagged already
+                            site = md["nm_site"] = last[1]
+                            for nxt, _ in g.next_functions:
+                                if nxt is not None and type(nxt) is not _ACCUMULATE and "nm_site" not in nxt.metadata:
+                                    _tag(nxt, site)
                 except Exception:  # noqa: BLE001 - tagging is best effort
-                    pass
+                    if g is not None:
+                        _tag_children(g, last[1])
             else:
                 self._tag_pending(last)
         info = _func_info.get(id(func))
@@ -416,7 +483,6 @@ class Recorder:
         if skip:
             return  # record_function markers, not compute
         node = _current_autograd_node()
-        frame = sys._getframe(1).f_back  # the dispatch mode's caller (None on a thread with no Python frames)
         attributed = False
         if node is not None:
             phase = "backward"
@@ -427,26 +493,38 @@ class Recorder:
             if site is not None:
                 attributed = True
                 user, lib, tag = site
-            else:
-                user, lib, tag, _ = locate_fast(frame)
+            else:  # from the dispatch mode's caller (None on a thread with no Python frames)
+                user, lib, tag, _ = locate_fast(sys._getframe(1).f_back)
         else:
             phase = self.phase
-            user, lib, tag, init = locate_fast(frame, want_init=True)
+            frame = sys._getframe(1).f_back  # the dispatch mode's caller
+            cached = _last_site[0]
+            if cached is not None and cached[0] is frame and cached[1] == frame.f_lasti:
+                user, lib, tag, init = cached[2]
+            else:
+                loc = locate_fast(frame, want_init=True)
+                user, lib, tag, init = loc
+                if frame is not None and not frame.f_code.co_flags & _GENERATOR_FLAGS:
+                    _last_site[0] = (frame, frame.f_lasti, loc)
             if init and phase == "forward":
                 phase = "init"
             if out is not None and _grad_enabled():
                 self._last = (out, (user, lib, tag))
         if self.paused:
             return
-        ins: list = []
-        _tensors(args, ins)
-        if kwargs:
-            _tensors(kwargs, ins)
-        in_sig, ns = _signature(ins)
+        in_sig, ns = _args_signature(args, kwargs)
         if out is None:
             out_sig = ()
         elif type(out) is _Tensor:
-            out_sig, out_ns = _signature([out])
+            try:
+                out_sig = (out.dtype,)
+                if ns is None and (out.layout is not _STRIDED or out.is_nested):
+                    ns = "torch.sparse" if out.layout is not _STRIDED else "torch.nested"
+            except Exception:  # noqa: BLE001
+                out_sig, out_ns = _signature([out])
+                ns = ns or out_ns
+        elif isinstance(out, (list, tuple)):
+            out_sig, out_ns = _args_signature(out, None)
             ns = ns or out_ns
         else:
             outs: list = []
@@ -455,14 +533,19 @@ class Recorder:
             ns = ns or out_ns
         ns = ns or name_ns or tag
         fast_key = (name, phase, user, lib, ns, in_sig, out_sig)
-        with self.lock:
-            rec = self._seen.get(fast_key)
-            if rec is None:
-                rec = self._new_record(name, phase, user, lib, ns, attributed, node, in_sig, out_sig)
-                self._seen[fast_key] = rec
-            rec["count"] += 1
-            if raised:
-                rec["raised"] += 1
+        rec = self._seen.get(fast_key)
+        if rec is None:
+            with self.lock:
+                rec = self._seen.get(fast_key)
+                if rec is None:
+                    rec = self._new_record(name, phase, user, lib, ns, attributed, node, in_sig, out_sig)
+                    self._seen[fast_key] = rec
+        lock = self.lock  # the count of an existing record: acquire/release (cheaper than `with`; nothing between raises)
+        lock.acquire()
+        rec["count"] += 1
+        if raised:
+            rec["raised"] += 1
+        lock.release()
         self._ops_since_tick += 1
         if self._ops_since_tick >= 32:  # the clock is read every 32 ops
             self._ops_since_tick = 0
@@ -724,8 +807,10 @@ class _OpMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # an OpOverload's __call__ is `self._op(*args, **kwargs)`: calling `_op` saves a Python frame per op
+        call = func._op if type(func) is _OpOverload else func
         try:
-            out = func(*args, **kwargs) if kwargs else func(*args)
+            out = call(*args, **kwargs) if kwargs else call(*args)
         except ProbeStop:
             raise
         except BaseException:
@@ -756,6 +841,19 @@ def _tag(node, site) -> None:
         for nxt, _ in n.next_functions:
             if nxt is not None and not isinstance(nxt, _ACCUMULATE):
                 stack.append(nxt)
+
+
+def _tag_children(g, site) -> None:
+    """The slow way of the inline tagging in `Recorder.record` (a node whose metadata raised on the way)."""
+    try:
+        md = g.metadata
+        if "nm_site" not in md:
+            md["nm_site"] = site
+        for nxt, _ in g.next_functions:
+            if nxt is not None and not isinstance(nxt, _ACCUMULATE):
+                _tag(nxt, site)
+    except Exception:  # noqa: BLE001 - tagging is best effort
+        pass
 
 
 try:

@@ -118,3 +118,70 @@ def test_a_new_dtype_is_merged_into_the_record_and_counts_stay_exact(tmp_path):
     (neg,) = _ops(rec, "aten::neg.default")
     assert neg["count"] == 4 and neg["line"] == marker_lines(user)["neg"]
     assert neg["in_dtypes"] == ["float32", "float64"] and neg["float64"] and not neg["float64_source"]
+
+
+def test_ops_of_one_call_from_different_user_lines_keep_their_own_user_line(tmp_path, fake_lib):
+    """One Python call that dispatches several aten ops (linear: a transpose and a matmul) shares one location;
+    the same library line reached from another user line, or from a generator resumed elsewhere, does not."""
+    lib, _ = fake_lib
+    lib_dir = tmp_path / "site-packages"
+    (lib_dir / "nm_fake_gen.py").write_text(textwrap.dedent("""\
+        import torch
+
+
+        def lin(x, w):
+            return torch.nn.functional.linear(x, w)  # PROBE: lib-linear
+
+
+        def negs(x):
+            while True:
+                yield torch.neg(x)  # PROBE: lib-neg
+    """), encoding="utf-8")
+    sys.modules.pop("nm_fake_gen", None)
+    gen_lib = importlib.import_module("nm_fake_gen")
+    lib_lines = marker_lines(lib_dir / "nm_fake_gen.py")
+    user = tmp_path / "calls.py"
+    user.write_text(textwrap.dedent("""\
+        def run(lib, x, w):
+            lib.lin(x, w)  # PROBE: lin-a
+            lib.lin(x, w)  # PROBE: lin-b
+            g = lib.negs(x)
+            next(g)  # PROBE: neg-a
+            next(g)  # PROBE: neg-b
+            next(g)  # PROBE: neg-b2
+    """), encoding="utf-8")
+    ns: dict = {}
+    exec(compile(user.read_text(), str(user), "exec"), ns)
+    lines = marker_lines(user)
+    rec = R.Recorder()
+    try:
+        with rec:
+            ns["run"](gen_lib, torch.ones(2, 3), torch.ones(4, 3))
+    finally:
+        sys.modules.pop("nm_fake_gen", None)
+    lin_ops = [o for o in rec.ops() if o["lib_line"] == lib_lines["lib-linear"]]
+    assert len({o["op"] for o in lin_ops}) >= 2  # the one call dispatched several ops
+    for op_name in {o["op"] for o in lin_ops}:
+        assert {o["line"]: o["count"] for o in lin_ops if o["op"] == op_name} == {lines["lin-a"]: 1, lines["lin-b"]: 1}
+    negs = {o["line"]: o["count"] for o in _ops(rec, "aten::neg.default")}
+    assert negs == {lines["neg-a"]: 1, lines["neg-b"]: 1, lines["neg-b2"]: 1}
+    assert {o["lib_line"] for o in _ops(rec, "aten::neg.default")} == {lib_lines["lib-neg"]}
+
+
+def test_code_objects_made_and_dropped_keep_their_own_files(tmp_path):
+    """The classification cache is keyed by id(code): a code object freed and another made (ids reused) must not
+    inherit the first one's file."""
+    rec = R.Recorder()
+    seen = []
+    with rec:
+        for i in range(30):
+            path = tmp_path / f"gen_{i}.py"
+            src = "import torch\n\ndef f(x):\n    return torch.neg(x)\n"
+            path.write_text(src, encoding="utf-8")
+            ns: dict = {}
+            exec(compile(src, str(path), "exec"), ns)
+            ns["f"](torch.ones(1))
+            seen.append(str(path))
+            del ns
+    files = {o["file"]: o["count"] for o in _ops(rec, "aten::neg.default")}
+    assert files == {p: 1 for p in seen}
