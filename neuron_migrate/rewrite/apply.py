@@ -14,6 +14,7 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from neuron_migrate.names.analysis import child_nodes
 from neuron_migrate.rewrite.insert import InsertError, insert_support
 from neuron_migrate.rules.model import Edit, Fix, Span
 
@@ -485,7 +486,7 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
             if (o.lineno, o.col_offset, o.end_lineno, o.end_col_offset) in want:
                 return None
         inner_blocked = blocked or isinstance(node, ast.JoinedStr)
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             stack.append((child, inner_blocked))
     if len(found) != len(want):
         return None

@@ -15,6 +15,7 @@ import re
 import sys
 from typing import Optional
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.model import ImportReq
 
 INF = 1 << 60
@@ -110,7 +111,7 @@ class _ExecNames(ast.NodeVisitor):
 
 def _all_names(node: ast.AST) -> tuple[set[str], set[str]]:
     loads, calls = set(), set()
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             loads.add(n.id)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
@@ -172,7 +173,7 @@ def _bindings(body: list[ast.stmt]) -> dict[str, list[tuple[int, ast.stmt]]]:
         elif isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = s.targets if isinstance(s, ast.Assign) else [s.target]
             for t in targets:
-                for n in ast.walk(t):
+                for n in walk(t):
                     if isinstance(n, ast.Name):
                         add(n.id, i, s)
         elif isinstance(s, (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With)):
@@ -228,7 +229,7 @@ def _header(body: list[ast.stmt]) -> tuple[list[ast.stmt], int]:
 def _only_imports(s: ast.stmt) -> bool:
     """A guarded import (`try: import x / except ImportError: ...`, `if sys.version...: import x`)."""
     has = False
-    for n in ast.walk(s):
+    for n in walk(s):
         if isinstance(n, (ast.Import, ast.ImportFrom)):
             has = True
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While)):

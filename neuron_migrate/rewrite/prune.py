@@ -12,13 +12,14 @@ import re
 from collections import Counter
 from typing import Optional
 
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
 
 
 def _uses(tree: ast.AST) -> tuple[Counter, str]:
     names: Counter = Counter()
     strings = []
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
             names[n.id] += 1
         elif isinstance(n, ast.Constant) and isinstance(n.value, str):
@@ -30,7 +31,7 @@ def _imports_outside_try(tree: ast.AST):
     stack = [(tree, False)]
     while stack:
         node, in_try = stack.pop()
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 if not in_try:
                     yield child
