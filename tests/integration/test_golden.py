@@ -21,10 +21,7 @@ SCRIPTS = HERE / "realistic"
 GOLDEN = HERE / "realistic_golden"
 PRIVATE = re.compile(r"\btorch\.(?:_C\b|_[a-z]\w*|utils\._\w+)|from torch\._|import torch\._")
 # scripts whose rewrite is knowingly further from the hand migration than the test allows
-WAITING = {
-    "rate_tracker.py": "xm.RateTracker becomes an inserted 30-line _RateTracker class (same smoothed rate), where the "
-                       "hand migration times the loop inline: the rewrite trains but is not yet as short",
-}
+WAITING: dict[str, str] = {}
 NAMES = sorted(p.name for p in GOLDEN.glob("*.py"))
 
 
