@@ -1169,7 +1169,7 @@ def _only_called_with(fname: str, index: int, name: str, scope, ctx) -> bool:
     examples=[("tracker = xm.RateTracker()", "tracker = _RateTracker()"),
               ("def train(loader):\n    tracker = xm.RateTracker()\n    for x in loader:\n        tracker.add(x.shape[0])\n"
                "    print(tracker.rate())",
-               "def train(loader):\n    tracker = SimpleNamespace(start=time.time(), seen=0)  # with --unsafe-fixes\n"
+               "def train(loader):\n    tracker = SimpleNamespace(start=time.time(), seen=0)  # --unsafe-fixes\n"
                "    for x in loader:\n        tracker.seen += x.shape[0]\n    print(tracker.seen / (time.time() - tracker.start))")],
 )
 def xla_rate_tracker(site, ctx):
