@@ -46,12 +46,7 @@ def audit(
     min_confidence: str = typer.Option("low", "--min-confidence",
                                        help="Drop compatibility findings whose table fact is less sure: high | medium | low."),
 ) -> None:
+    options = dict(locals())  # exactly the parameters: run_audit takes the same names
     from neuron_migrate.cli.audit_run import run_audit
 
-    raise typer.Exit(run_audit(
-        paths=paths, output_format=output_format, output_file=output_file, statistics=statistics,
-        show_fixes=show_fixes, exit_zero=exit_zero, fail_level=fail_level, select=select,
-        extend_select=extend_select, ignore=ignore, exclude=exclude, extend_exclude=extend_exclude,
-        force_exclude=force_exclude, respect_gitignore=respect_gitignore, stdin_filename=stdin_filename,
-        add_noqa=add_noqa, watch=watch, table=table, config=config, jobs=jobs, no_cache=no_cache,
-        max_file_size=max_file_size, quiet=quiet, color=color, no_color=no_color, min_confidence=min_confidence))
+    raise typer.Exit(run_audit(**options))

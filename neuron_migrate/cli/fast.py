@@ -8,7 +8,6 @@ checks that both parsers give the command the same arguments.
 """
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 # option -> (parameter, kind): "flag" sets True, "off" sets False, "str"/"int" take a value, "list" appends one
@@ -91,7 +90,3 @@ def run(argv: list[str]) -> Optional[int]:
         return fn(**kwargs)
     except SystemExit as exc:  # cli.common.fail: the message is written, the code is the exit code
         return exc.code if isinstance(exc.code, int) else 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run(sys.argv[1:]) or 0)

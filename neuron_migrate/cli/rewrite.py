@@ -43,12 +43,7 @@ def rewrite(
     no_color: bool = typer.Option(False, "--no-color", hidden=True, help="Same as --color never."),
     helpers_module: Optional[str] = typer.Option(None, "--helpers-module", help="Put inserted helpers into this one module (a .py path, created or extended) and import them from it, instead of pasting them into each file."),
 ) -> None:
+    options = dict(locals())  # exactly the parameters: run_rewrite takes the same names
     from neuron_migrate.cli.rewrite_run import run_rewrite
 
-    raise typer.Exit(run_rewrite(
-        paths=paths, write=write, check=check, diff=diff, show_fixes=show_fixes, unsafe_fixes=unsafe_fixes,
-        fail_level=fail_level, select=select, extend_select=extend_select, ignore=ignore, exclude=exclude,
-        extend_exclude=extend_exclude, force_exclude=force_exclude, respect_gitignore=respect_gitignore,
-        stdin_filename=stdin_filename, device_style=device_style, watch=watch, config=config, jobs=jobs,
-        quiet=quiet, no_cache=no_cache, max_file_size=max_file_size, color=color, no_color=no_color,
-        helpers_module=helpers_module))
+    raise typer.Exit(run_rewrite(**options))

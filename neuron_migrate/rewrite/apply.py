@@ -8,7 +8,9 @@ lines to the next statement; a block left empty gets `pass`; an `if FLAG:` left 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import sys
 from typing import Optional, Union
 
 import libcst as cst
@@ -434,11 +436,6 @@ def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str]):
     return ra, rb, prefix
 
 
-def _shift(edit: Edit, delta: int) -> Edit:
-    sp = edit.span
-    return Edit(edit.kind, Span(sp.line - delta, sp.col, sp.end_line - delta, sp.end_col), edit.text)
-
-
 def _unshift(k: tuple, delta: int, n: int) -> tuple:
     if k[0] == "unfit":
         return ("unfit", *_unshift(k[1:], delta, n))
@@ -522,48 +519,44 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
 
 # NM_CHECK_SPLICE=1: every spliced region is also run through libcst and must come out the same (the tests and the
 # bench tree use it to prove the text path exact)
-_CHECK_SPLICE = bool(__import__("os").environ.get("NM_CHECK_SPLICE"))
+_CHECK_SPLICE = bool(os.environ.get("NM_CHECK_SPLICE"))
 
 
 class SpliceMismatch(AssertionError):
     pass
 
 
-def _check_splice(spliced: str, chunk: str, a: int, edits: list[Edit], prefix: Optional[str]) -> None:
-    lines = chunk.splitlines(keepends=True)
-    delta, n = a - 1, len(prefix or "")
-    body = "".join(ln[n:] if ln.startswith(prefix or "") else ln for ln in lines)
-    code, keys = _apply_edits(body, [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta,
-                                                        e.span.end_col - n), e.text) for e in edits])
+def _libcst_region(lines: list[str], ra: int, rb: int, prefix: Optional[str], edits: list[Edit]) -> tuple[str, set]:
+    """libcst's rewrite of lines ra..rb (dedented by `prefix` for the parse and indented back; None: a top-level
+    chunk) and the keys of the edits applied, in the file's coordinates."""
+    delta, n = ra - 1, len(prefix or "")
+    body = "".join(ln[n:] if prefix and ln.startswith(prefix) else ln for ln in lines[ra - 1 : rb])
+    shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
+               for e in edits]
+    code, keys = _apply_edits(body, shifted)
     if prefix:
         code = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in code.splitlines(keepends=True))
-    if code != spliced or len(keys) != len(edits):
-        import sys
+    return code, {_unshift(k, delta, n) for k in keys}
 
-        sys.stderr.write(f"SPLICE MISMATCH at line {a}\n--- libcst\n{code}\n--- splice\n{spliced}\n")
-        raise SpliceMismatch(f"text splice differs from libcst at line {a}")
+
+def _splice_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix: Optional[str], edits: list[Edit]) -> Optional[str]:
+    """Lines ra..rb with `edits` spliced in (see _splice), or None when libcst must do them."""
+    stmts = [st for st in tree.body if _stmt_start(st) <= rb and ra <= (st.end_lineno or st.lineno)]
+    spliced = _splice("".join(lines[ra - 1 : rb]), ra, stmts, edits)
+    if spliced is not None and _CHECK_SPLICE:
+        code, keys = _libcst_region(lines, ra, rb, prefix, edits)
+        if code != spliced or len(keys) != len(edits):
+            sys.stderr.write(f"SPLICE MISMATCH at line {ra}\n--- libcst\n{code}\n--- splice\n{spliced}\n")
+            raise SpliceMismatch(f"text splice differs from libcst at line {ra}")
+    return spliced
 
 
 def _rewrite_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix: Optional[str], edits: list[Edit]) -> tuple[str, set]:
-    """Lines ra..rb with `edits` applied (text splice when exact, else libcst; `prefix`: the indentation libcst's
-    copy is dedented by, None for a top-level chunk) and the keys of the edits applied."""
-    text = "".join(lines[ra - 1 : rb])
-    spliced = _splice(text, ra, [st for st in tree.body if _stmt_start(st) <= rb and ra <= (st.end_lineno or st.lineno)], edits)
+    """Lines ra..rb with `edits` applied (text splice when exact, else libcst) and the keys of the edits applied."""
+    spliced = _splice_region(tree, lines, ra, rb, prefix, edits)
     if spliced is not None:
-        if _CHECK_SPLICE:
-            _check_splice(spliced, text, ra, edits, prefix)
         return spliced, {_skey(e.span) for e in edits}
-    delta = ra - 1
-    if prefix is None:
-        code, keys = _apply_edits(text, [_shift(e, delta) for e in edits])
-        return code, {_unshift(k, delta, 0) for k in keys}
-    n = len(prefix)
-    body = "".join(ln[n:] if ln.startswith(prefix) else ln for ln in lines[ra - 1 : rb])
-    shifted = [Edit(e.kind, Span(e.span.line - delta, e.span.col - n, e.span.end_line - delta, e.span.end_col - n), e.text)
-               for e in edits]
-    inner, keys = _apply_edits(body, shifted)
-    inner = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in inner.splitlines(keepends=True))
-    return inner, {_unshift(k, delta, n) for k in keys}
+    return _libcst_region(lines, ra, rb, prefix, edits)
 
 
 def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str]) -> Optional[list[tuple]]:
@@ -595,15 +588,12 @@ def _rewrite_chunk(tree: ast.Module, lines: list[str], a: int, b: int, edits: li
     """Top-level lines a..b with `edits` applied, and the keys of the edits applied. libcst is paid only for the
     innermost functions that hold edits it must do itself; expression edits it would write as their own text are
     spliced in (see _splice)."""
-    whole = "".join(lines[a - 1 : b])
-    spliced = _splice(whole, a, [st for st in tree.body if a <= _stmt_start(st) and (st.end_lineno or st.lineno) <= b], edits)
+    spliced = _splice_region(tree, lines, a, b, None, edits)
     if spliced is not None:
-        if _CHECK_SPLICE:
-            _check_splice(spliced, whole, a, edits, None)
         return spliced, {_skey(e.span) for e in edits}
     regions = _regions(tree, a, b, edits, lines)
     if regions is None:
-        return _rewrite_region(tree, lines, a, b, None, edits)
+        return _libcst_region(lines, a, b, None, edits)
     out: list[str] = []
     keys: set = set()
     pos = a  # next line (1-based) not yet copied
