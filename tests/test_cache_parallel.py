@@ -66,3 +66,40 @@ def test_write_with_warm_cache_writes(tree):
     assert res.returncode in (0, 1), res.stderr
     assert "torch_xla" not in (tree / "copy3" / "single_device.py").read_text()
     assert nm(tree, "rewrite", "--check", ".").stdout.count("0 of") == 1
+
+
+def _age(root: Path, seconds: int = 3600) -> None:
+    """Date every file back, so that the cache trusts their stat signatures (recent files are 'racy')."""
+    import os
+    import time
+
+    past = time.time_ns() - seconds * 1_000_000_000
+    for f in root.rglob("*.py"):
+        os.utime(f, ns=(past, past))
+
+
+def test_warm_audit_report_reads_no_source(tree):
+    """The code frames of a warm run come from the cache: a file whose content changed behind an unchanged stat
+    signature (same size, mtime and inode) still shows the frames of the content the findings are for."""
+    import os
+
+    _age(tree)
+    cold = nm(tree, "audit", "--show-fixes", ".")
+    assert cold.returncode == 1 and " | " in cold.stdout
+    target = tree / "copy0" / "torchrun_ddp.py"
+    st = os.stat(target)
+    data = target.read_bytes()
+    target.write_bytes(bytes(b if b in b"\r\n" else ord("#") for b in data))  # same size, every line a comment
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    warm = nm(tree, "audit", "--show-fixes", ".")
+    assert warm.stdout == cold.stdout
+    assert "copy0/torchrun_ddp.py" in warm.stdout and "####" not in warm.stdout
+
+
+def test_stdin_audit_shows_frames_of_the_input_not_of_a_file(tmp_path):
+    (tmp_path / "train.py").write_text("x = 1\n")  # a different file of the given name must not be shown
+    src = "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n"
+    out = subprocess.run([sys.executable, "-m", "neuron_migrate", "audit", "-", "--stdin-filename", "train.py"],
+                         input=src, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "    2 | device = xm.xla_device()" in out.stdout

@@ -84,6 +84,7 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
     err = console(stderr=True, color=color_mode)
     errors: list[tuple[str, str]] = [("", m) for m in run.messages]
     findings = []
+    frames: dict = {}  # path -> {line: text}: the code frames' lines the results carry
     # a custom table may change without its path changing: no cache then
     if run.stdin is not None:
         from neuron_migrate.cli.stdin import stdin_results
@@ -96,6 +97,8 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
         if res.error:
             errors.append((res.path, res.error))
         findings.extend(res.findings)
+        if res.frames is not None:
+            frames[res.path] = res.frames
     table = sel.table
     if min_confidence != "low" or (table is None and any(f.confidence for f in findings)):
         from neuron_migrate.table import TableError, confidence_rank, default_table_path
@@ -118,7 +121,7 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
     from neuron_migrate.report.audit import emit
 
     emit(fmt, findings, errors, run, statistics=statistics, output_file=output_file, quiet=quiet, color=color_mode,
-         show_fixes=show_fixes, fail_level=level)
+         show_fixes=show_fixes, fail_level=level, frames=frames)
     if errors:
         return EXIT_ERROR
     failing = [f for f in findings if RANK[f.severity.value] >= RANK[level]]

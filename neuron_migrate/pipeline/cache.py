@@ -70,6 +70,7 @@ def result_to_dict(r: FileResult) -> dict:
         "suppressed": r.suppressed,
         "skipped": r.skipped,
         "error": r.error,
+        **({"frames": list(r.frames.items())} if r.frames is not None else {}),
     }
 
 
@@ -86,6 +87,8 @@ def result_from_dict(path: str, d: dict) -> FileResult:
     r.new_bytes = d["new_bytes"].encode("latin-1") if d["new_bytes"] is not None else None
     r.suppressed, r.skipped = d["suppressed"], d["skipped"]
     r.error = d.get("error")
+    frames = d.get("frames")
+    r.frames = {n: t for n, t in frames} if frames is not None else None
     return r
 
 

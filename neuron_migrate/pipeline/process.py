@@ -29,10 +29,24 @@ class FileResult:
     suppressed: int = 0
     skipped: bool = False  # prefilter said nothing can match
     digest: Optional[str] = None  # content digest of the bytes this result is for (cache key)
+    # audit: the source lines the findings' code frames show, {line: text} (cached with the result, so that a
+    # warm run's report reads no file); None when not kept (notebooks: their frames count lines per cell)
+    frames: Optional[dict] = None
 
     @property
     def changed(self) -> bool:
         return self.new_bytes is not None
+
+
+def frame_lines(text: str, findings: list) -> dict:
+    """{line: text} of the lines the report shows for these findings: each finding's line and its fix's edits'."""
+    wanted = set()
+    for f in findings:
+        wanted.add(f.span.line)
+        if f.fix is not None:
+            wanted.update(e.span.line for e in f.fix.edits)
+    lines = text.splitlines()
+    return {n: lines[n - 1] for n in sorted(wanted) if 0 < n <= len(lines)}
 
 
 def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: Optional[str] = None) -> FileResult:
@@ -87,6 +101,8 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
             from neuron_migrate.files.notebook import name_cells
 
             name_cells(res.findings, text)
+        elif res.findings:
+            res.frames = frame_lines(text, res.findings)
         return res
     from neuron_migrate.rewrite.engine import FixError, fix_text
 

@@ -5,14 +5,15 @@ import sys
 from typing import Optional
 
 
-def _source_lines(findings) -> dict:
-    """File text for code frames (notebooks: the cells joined, as the findings count lines)."""
+def _source_lines(findings, frames: Optional[dict] = None) -> dict:
+    """File text for code frames (notebooks: the cells joined, as the findings count lines); `frames` holds the
+    lines already known per path ({line: text}, from the results), so only the other files are read."""
     from pathlib import Path
 
     from neuron_migrate.files.load import load_for_analysis
 
-    out = {}
-    for path in {f.path for f in findings}:
+    out = dict(frames or {})
+    for path in {f.path for f in findings} - out.keys():
         try:
             _, text, _ = load_for_analysis(Path(path))
         except Exception:  # noqa: BLE001 - a frame is optional
@@ -52,7 +53,8 @@ def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info
 
 
 def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, output_file: Optional[str] = None,
-         quiet: bool = False, color=None, show_fixes: bool = False, fail_level: str = "warning") -> None:
+         quiet: bool = False, color=None, show_fixes: bool = False, fail_level: str = "warning",
+         frames: Optional[dict] = None) -> None:
     from neuron_migrate.report.text import console
 
     err = console(stderr=True, color=color)
@@ -105,9 +107,9 @@ def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, 
     if statistics:
         print_statistics(con, stats(findings))
     elif fmt == "concise":
-        print_findings(con, findings, _source_lines(findings) if show_fixes else None, concise=True, show_fixes=show_fixes)
+        print_findings(con, findings, _source_lines(findings, frames) if show_fixes else None, concise=True, show_fixes=show_fixes)
     else:
-        print_grouped(con, findings, None if quiet and not show_fixes else _source_lines(findings), concise=quiet,
+        print_grouped(con, findings, None if quiet and not show_fixes else _source_lines(findings, frames), concise=quiet,
                       show_fixes=show_fixes)
         if findings:
             con.print()

@@ -160,14 +160,25 @@ def fix_label(f: Finding) -> str:
     return "[*] " if f.fix.safety == FixSafety.SAFE else "[unsafe fix] "
 
 
-def fix_preview(f: Finding, lines: Optional[list]) -> list:
+def line_at(lines, n: int) -> Optional[str]:
+    """Line `n` (1-based) of a file's lines: a list of every line, or a {line: text} map of the lines the findings
+    show (what the results cache keeps, so that a warm run reads no source); None when unknown."""
+    if not lines or n < 1:
+        return None
+    if type(lines) is dict:
+        return lines.get(n)
+    return lines[n - 1] if n <= len(lines) else None
+
+
+def fix_preview(f: Finding, lines) -> list:
     """--show-fixes: the lines a finding's fix changes, before and after (edits on one line), or its edits."""
     if f.fix is None:
         return []
     out = [StyledText(f"        = fix ({f.fix.safety.value}): {f.fix.description or 'edit'}", style="dim")]
     for e in f.fix.edits:
-        if lines and e.span.line == e.span.end_line and 0 < e.span.line <= len(lines) and e.kind != "delete_stmt":
-            old = lines[e.span.line - 1].rstrip("\r\n")
+        old = line_at(lines, e.span.line) if e.span.line == e.span.end_line and e.kind != "delete_stmt" else None
+        if old is not None:
+            old = old.rstrip("\r\n")
             new = old[: e.span.col] + e.text + old[e.span.end_col:] if e.kind == "replace_expr" or e.kind == "replace_comment" else e.text
             out.append(StyledText(f"        - {old.strip()}", style="red"))
             out.append(StyledText(f"        + {new.strip()}", style="green"))
@@ -206,8 +217,9 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
             if show_fixes:
                 out += fix_preview(f, lines)
             continue
-        if lines and 0 < f.span.line <= len(lines):
-            text = lines[f.span.line - 1].rstrip("\r\n")
+        text = line_at(lines, f.span.line)
+        if text is not None:
+            text = text.rstrip("\r\n")
             out.append(StyledText(f"  {f.span.line:>5} | {text}", style="dim"))
             width = max(1, (f.span.end_col if f.span.end_line == f.span.line else len(text)) - f.span.col)
             out.append(StyledText("        | " + " " * f.span.col + "^" * width, style=SEVERITY_STYLE.get(f.severity.value, "")))
