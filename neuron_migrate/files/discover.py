@@ -263,10 +263,11 @@ def _ignored(path: Path, is_dir: bool, ignores: list[IgnoreFile]) -> bool:
 def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, messages, visited, base=None, stats=None) -> None:
     stats = stats if stats is not None else {}
     try:
-        real = folder.resolve()
+        st = os.stat(folder)  # the folder's identity: one system call (resolve() costs one per path component)
     except (OSError, RuntimeError):
         messages.append(f"{folder}: cannot resolve (symlink loop?)")
         return
+    real = (st.st_dev, st.st_ino)
     if real in visited:
         return  # symlink cycle
     visited.add(real)
@@ -279,33 +280,32 @@ def _walk(folder: Path, root: Path, ignores, exclude, respect_gitignore, add, me
     except OSError as exc:
         messages.append(f"{folder}: cannot list: {exc.strerror}")
         return
+    check_ignores = respect_gitignore and bool(ignores)
     for entry in entries:
-        path = Path(entry.path)
-        rel = path.relative_to(root).as_posix()
+        name = entry.name
         try:
             is_dir = entry.is_dir()
         except OSError as exc:  # e.g. ELOOP on a symlink cycle
-            if _wanted(entry.name):
-                messages.append(f"{path}: cannot access ({exc.strerror or exc}; symlink loop?)")
+            if _wanted(name):
+                messages.append(f"{Path(entry.path)}: cannot access ({exc.strerror or exc}; symlink loop?)")
             continue
         if is_dir:
-            if entry.name in ALWAYS_SKIP:
+            if name in ALWAYS_SKIP:
                 continue
-            if exclude and _excluded(rel, entry.name, exclude, _rel_to(path, base)):
-                _count(stats, "exclude-dirs")
+        elif not _wanted(name):
+            continue  # most entries of a source tree: no Path is made for them
+        path = Path(entry.path)
+        if exclude:
+            rel = path.relative_to(root).as_posix()
+            if _excluded(rel, name, exclude, _rel_to(path, base)):
+                _count(stats, "exclude-dirs" if is_dir else "exclude")
                 continue
-            if respect_gitignore and _ignored(path, True, ignores):
-                _count(stats, "gitignore-dirs")
-                continue
+        if check_ignores and _ignored(path, is_dir, ignores):
+            _count(stats, "gitignore-dirs" if is_dir else "gitignore")
+            continue
+        if is_dir:
             _walk(path, root, ignores, exclude, respect_gitignore, add, messages, visited, base, stats)
-        elif _wanted(entry.name):
-            if exclude and _excluded(rel, entry.name, exclude, _rel_to(path, base)):
-                _count(stats, "exclude")
-                continue
-            if respect_gitignore and _ignored(path, False, ignores):
-                _count(stats, "gitignore")
-                continue
-            if entry.is_symlink() and not path.exists():
-                messages.append(f"{path}: broken symlink or symlink loop")
-                continue
+        elif entry.is_symlink() and not path.exists():
+            messages.append(f"{path}: broken symlink or symlink loop")
+        else:
             add(path)

@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from neuron_migrate.files.load import load_for_analysis
-from neuron_migrate.files.source import SourceError
-from neuron_migrate.names.analysis import AnalysisError
 
 
 @dataclass
@@ -51,6 +48,10 @@ def frame_lines(text: str, findings: list) -> dict:
 
 def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: Optional[str] = None) -> FileResult:
     """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error."""
+    # imported here, not at the top: a warm run needs FileResult (the cache's results) but none of these
+    from neuron_migrate.files.load import load_for_analysis
+    from neuron_migrate.files.source import SourceError
+    from neuron_migrate.names.analysis import AnalysisError
     from neuron_migrate.rules.runner import check_text
 
     shown = display or path

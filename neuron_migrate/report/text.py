@@ -1,7 +1,6 @@
 """Human output: findings grouped by file with a code frame, unified diffs, and the run summary."""
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Iterable, Optional
 
@@ -127,6 +126,8 @@ def console(stderr: bool = False, color=None):
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
+    import difflib  # only diffs need it
+
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
