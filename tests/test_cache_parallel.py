@@ -103,3 +103,57 @@ def test_stdin_audit_shows_frames_of_the_input_not_of_a_file(tmp_path):
                          input=src, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 1, out.stderr
     assert "    2 | device = xm.xla_device()" in out.stdout
+
+
+def _imports_rules(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run the CLI in a fresh interpreter: (the run, whether any rule module was imported)."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('RULES-IMPORTED %s\\n' % any(m.startswith('neuron_migrate.rules.builtin.') for m in sys.modules)))\n"
+            f"sys.argv = ['neuron-migrate', *{list(args)!r}]\n"
+            "from neuron_migrate.cli.app import main\nmain()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    flag = [ln for ln in out.stderr.splitlines() if ln.startswith("RULES-IMPORTED ")]
+    assert flag, out.stderr[-2000:]
+    return out, flag[-1].endswith("True")
+
+
+def test_warm_run_selects_and_reports_from_the_rule_catalogue(tree):
+    _age(tree)
+    # (the json audit shares the text audit's results; the rewrite has its own)
+    for args, is_cold in ((["audit", "."], True), (["audit", "--output-format", "json", "."], False),
+                          (["rewrite", "--diff", "."], True)):
+        base = nm(tree, *args, "--no-cache")
+        cold, cold_imported = _imports_rules(tree, *args)
+        warm, warm_imported = _imports_rules(tree, *args)
+        assert cold_imported == is_cold and not warm_imported, args  # the warm run imported no rule module
+        assert base.stdout == cold.stdout == warm.stdout and warm.returncode == base.returncode == 1, args
+    assert list((tree / ".neuron-migrate-cache").glob("rules-*.json"))
+    # a changed file is checked: the rules are imported then, and the report is the uncached one
+    target = tree / "copy5" / "new_style.py"
+    target.write_text(target.read_text() + "\nimport torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    again, imported = _imports_rules(tree, "audit", ".")
+    assert imported and again.stdout == nm(tree, "audit", "--no-cache", ".").stdout
+    # the catalogue's codes and names validate selectors as the rules do
+    bad, _ = _imports_rules(tree, "audit", "--select", "NM9999", ".")
+    assert bad.returncode == 2 and "unknown rule selector 'NM9999'" in bad.stderr
+    only, only_imported = _imports_rules(tree, "audit", "--select", "NM101", ".")
+    assert only.stdout == nm(tree, "audit", "--no-cache", "--select", "NM101", ".").stdout
+
+
+def test_unreadable_rule_catalogue_only_costs_the_import(tree):
+    _age(tree)
+    first = nm(tree, "audit", ".")
+    for f in (tree / ".neuron-migrate-cache").glob("rules-*.json"):
+        f.write_text('{"rules": [{"code": "NM101"}]}')
+    again, imported = _imports_rules(tree, "audit", ".")
+    assert imported and again.stdout == first.stdout and again.returncode == first.returncode
+
+
+def test_catalogued_rules_report_what_the_rules_do():
+    from neuron_migrate.rules.model import CataloguedRule
+    from neuron_migrate.rules.registry import all_rules
+
+    for r in all_rules():
+        c = CataloguedRule(CataloguedRule.entry(r))
+        for attr in (*CataloguedRule.FIELDS, "category", "url", "docs", "examples", "trigger_words"):
+            assert getattr(c, attr) == getattr(r, attr), (r.code, attr)

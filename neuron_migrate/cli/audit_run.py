@@ -78,7 +78,7 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, RANK, iterate, prepare, report_no_files
     from neuron_migrate.report.text import console
 
-    run = prepare(paths or [], sel, stdin_filename)
+    run = prepare(paths or [], sel, stdin_filename, cached=not no_cache)
     if not run.items and not run.messages:
         return report_no_files(run, paths)
     err = console(stderr=True, color=color_mode)

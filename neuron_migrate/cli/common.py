@@ -121,8 +121,9 @@ def check_jobs(jobs: Optional[int]) -> Optional[int]:
     return jobs
 
 
-def prepare(paths: list[str], sel: Selection, stdin_filename: Optional[str] = None) -> Run:
-    """Load configuration(s), select rules, discover files. Exits 2 on bad options or configuration."""
+def prepare(paths: list[str], sel: Selection, stdin_filename: Optional[str] = None, cached: bool = False) -> Run:
+    """Load configuration(s), select rules, discover files. Exits 2 on bad options or configuration.
+    `cached`: the run uses the results cache, so rules may be selected from its rule catalogue (warm runs)."""
     from neuron_migrate.files.config import ConfigError, load_config, load_file
 
     paths = list(paths or []) or ["."]  # as Ruff: no path means the current folder
@@ -138,6 +139,10 @@ def prepare(paths: list[str], sel: Selection, stdin_filename: Optional[str] = No
         root_cfg = load_config(paths, sel.config)
     except ConfigError as exc:
         fail(str(exc))
+    if cached and root_cfg.cache and stdin is None:
+        from neuron_migrate.pipeline.cache import cache_folder, load_catalogue
+
+        load_catalogue(cache_folder(root_cfg.source))
     base = root_cfg.root or Path.cwd()
     cfg_by_file: dict = {}  # pyproject path -> Config
     default_cfg = _default_config()
@@ -335,6 +340,10 @@ def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_pr
                 problem = cache.save()  # a cache that cannot be written only costs time
                 if problem:
                     err.print(f"[yellow]warning[/yellow]: {problem}")
+                else:
+                    from neuron_migrate.pipeline.cache import save_catalogue
+
+                    save_catalogue(cache.folder)
     finally:
         if progress is not None:
             progress.stop()

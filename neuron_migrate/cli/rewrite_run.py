@@ -60,7 +60,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, RANK, iterate, prepare, report_no_files
     from neuron_migrate.report.text import console, print_diff, unified_diff
 
-    run = prepare(paths or [], sel, stdin_filename)
+    run = prepare(paths or [], sel, stdin_filename, cached=not no_cache)
     if not run.items and not run.messages:
         if run.stdin is not None:  # an excluded stdin file comes back unchanged
             import sys

@@ -24,8 +24,17 @@ FOLDER = ".neuron-migrate-cache"
 KEEP = 32  # cache files (one per key) kept; older ones are pruned
 
 
+_FINGERPRINT: list = []
+
+
 def _code_fingerprint() -> str:
-    """Changes whenever rule code, rule data or table data changes (stat-based: cheap)."""
+    """Changes whenever rule code, rule data or table data changes (stat-based: cheap; once per run)."""
+    if not _FINGERPRINT:
+        _FINGERPRINT.append(_compute_fingerprint())
+    return _FINGERPRINT[0]
+
+
+def _compute_fingerprint() -> str:
     import neuron_migrate
     from neuron_migrate._data import data_dir
 
@@ -165,6 +174,44 @@ class ResultCache:
         except OSError as exc:
             return f"could not write cache {self.folder}: {exc}"
         return None
+
+
+def _catalogue_file(folder: Path) -> Path:
+    return folder / f"rules-{_code_fingerprint()[:24]}.json"
+
+
+def load_catalogue(folder: Path) -> bool:
+    """Use the rule catalogue this folder keeps for the installed rule sources, if any (see rules/registry.py):
+    True when one is in use. A missing or unreadable catalogue only means the rules get imported."""
+    from neuron_migrate.rules.registry import use_catalogue
+
+    try:
+        data = json.loads(_catalogue_file(folder).read_text(encoding="utf-8"))
+        use_catalogue(data["rules"])
+    except (OSError, ValueError, KeyError, TypeError):
+        use_catalogue(None)
+        return False
+    return True
+
+
+def save_catalogue(folder: Path) -> None:
+    """Write the catalogue once the rules are imported (a cold run) and none exists for their fingerprint."""
+    from neuron_migrate.rules.registry import catalogue, rules_loaded
+
+    target = _catalogue_file(folder)
+    if not rules_loaded() or target.exists() or not folder.is_dir():
+        return
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rules-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"rules": catalogue()}, fh, separators=(",", ":"))
+        os.replace(tmp, target)
+        for old in sorted(folder.glob("rules-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass  # a catalogue that cannot be written only costs the next run the rules' import
 
 
 def cache_folder(config_source: Optional[Path]) -> Path:

@@ -25,6 +25,8 @@ class Severity(str, Enum):
 
 
 DOCS_URL = "https://github.com/neuron-migrate/neuron-migrate/blob/main/docs/rules.md#{code}"
+_CATEGORIES = {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.compile", "5": "launchers",
+               "6": "dependencies"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,7 @@ class Rule:
 
     @property
     def category(self) -> str:
-        return {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.compile", "5": "launchers",
-                "6": "dependencies"}.get(self.code[2:3], "other")
+        return _CATEGORIES.get(self.code[2:3], "other")
 
     @property
     def url(self) -> str:
@@ -65,6 +66,48 @@ class Rule:
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
         return (_rule_by_code, (self.code,))
+
+
+class CataloguedRule:
+    """A rule as the rule catalogue knows it (pipeline/cache.py keeps one per rule-source fingerprint): the fields a
+    report of cached findings reads, without importing the rule modules. Anything else (docs, examples, triggers,
+    check) loads the rule itself."""
+
+    FIELDS = ("code", "name", "summary", "fix_safety", "severity", "opt_in", "language", "origin")
+    __slots__ = FIELDS
+
+    def __init__(self, entry: dict):
+        for k in self.FIELDS:
+            setattr(self, k, entry[k])
+        self.fix_safety = FixSafety(self.fix_safety)
+        self.severity = Severity(self.severity)
+
+    @staticmethod
+    def entry(rule: "Rule") -> dict:
+        """The catalogue's plain-data form of a rule."""
+        return {k: getattr(rule, k).value if k in ("fix_safety", "severity") else getattr(rule, k)
+                for k in CataloguedRule.FIELDS}
+
+    @property
+    def category(self) -> str:
+        return _CATEGORIES.get(self.code[2:3], "other")
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code.lower())
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        from neuron_migrate.rules.registry import get_rule
+
+        return getattr(get_rule(self.code), attr)
+
+    def __reduce__(self):
+        return (_rule_by_code, (self.code,))
+
+    def __repr__(self) -> str:
+        return f"CataloguedRule({self.code})"
 
 
 @dataclass(frozen=True)
@@ -137,9 +180,9 @@ class Finding:
 
 # -- plain-data forms (cache, process boundaries, JSON output) -------------------------------------
 def _rule_by_code(code: str) -> Rule:
-    from neuron_migrate.rules.registry import get_rule
+    from neuron_migrate.rules.registry import rule_for_findings
 
-    r = get_rule(code)
+    r = rule_for_findings(code)
     if r is None:
         raise KeyError(f"unknown rule {code}")
     return r

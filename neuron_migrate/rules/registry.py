@@ -6,7 +6,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Iterable, Optional
 
-from neuron_migrate.rules.model import Rule
+from neuron_migrate.rules.model import CataloguedRule, Rule
 
 
 class RuleError(Exception):
@@ -37,6 +37,47 @@ def all_rules() -> tuple[Rule, ...]:
         seen_codes[r.code] = r.origin
         seen_names[r.name] = r.origin
     return tuple(sorted(rules, key=lambda r: r.code))
+
+
+# -- the rule catalogue: what selection and reports of cached findings need, without importing the rules ----------
+# A warm run answers every file from the results cache; importing ~30 rule modules only to select codes and to name
+# the cached findings' rules would be a large part of its time. The catalogue (one plain-data entry per rule, see
+# CataloguedRule) is written by a run that imported the rules and read back by the next one, keyed by the rule
+# sources' fingerprint (pipeline/cache.py); the rules are imported as soon as a file has to be checked.
+_CATALOGUE: dict[str, CataloguedRule] = {}
+
+
+def rules_loaded() -> bool:
+    return all_rules.cache_info().currsize > 0
+
+
+def catalogue() -> list[dict]:
+    """Every rule's catalogue entry (imports the rules)."""
+    return [CataloguedRule.entry(r) for r in all_rules()]
+
+
+def use_catalogue(entries: Optional[list]) -> None:
+    """Select from, and name cached findings' rules by, these entries until the rules are imported (None: stop)."""
+    _CATALOGUE.clear()
+    for e in entries or ():
+        r = CataloguedRule(e)
+        _CATALOGUE[r.code] = r
+
+
+def _known() -> tuple:
+    """The rules to select from: the rules themselves once imported, else the catalogue's entries when one is in use."""
+    if _CATALOGUE and not rules_loaded():
+        return tuple(_CATALOGUE.values())
+    return all_rules()
+
+
+def rule_for_findings(code: str):
+    """The rule a finding from plain data names: the catalogue's entry while the rules are not imported."""
+    if _CATALOGUE and not rules_loaded():
+        r = _CATALOGUE.get(code)
+        if r is not None:
+            return r
+    return get_rule(code)
 
 
 @lru_cache(maxsize=1)
@@ -71,7 +112,7 @@ def _matches(rule: Rule, selectors: Iterable[str], selecting: bool = False) -> b
 
 def known_selector(s: str) -> bool:
     s = s.strip()
-    return not s or s.upper() == "ALL" or any(_matches(r, [s]) for r in all_rules())
+    return not s or s.upper() == "ALL" or any(_matches(r, [s]) for r in _known())
 
 
 class RuleSet:
@@ -129,8 +170,12 @@ class RuleSet:
         for s in [*select, *ignore]:
             if not known_selector(s):
                 raise RuleError(f"unknown rule selector {s!r} (see `neuron-migrate rules`)")
-        ignored = [r.code for r in all_rules() if _matches(r, ignore)]
-        return cls((r for r in all_rules() if _matches(r, select, selecting=True) and r.code not in ignored), ignored)
+        known = _known()
+        ignored = [r.code for r in known if _matches(r, ignore)]
+        chosen = [r for r in known if _matches(r, select, selecting=True) and r.code not in ignored]
+        if known and type(known[0]) is CataloguedRule:
+            return DeferredRuleSet(tuple(r.code for r in chosen), tuple(sorted(set(ignored))))
+        return cls(chosen, ignored)
 
     @classmethod
     def from_codes(cls, codes: Iterable[str], ignored: Iterable[str] = ()) -> "RuleSet":
@@ -152,3 +197,26 @@ class RuleSet:
 
     def fingerprint(self) -> str:
         return ",".join(r.code for r in self.rules)
+
+
+class DeferredRuleSet:
+    """A selection known by its codes (chosen from the catalogue): the rules are imported, and the RuleSet built, only
+    when something needs more than the codes (a file to check, a SARIF driver), so that a warm run imports none."""
+
+    def __init__(self, codes: tuple, ignored_codes: tuple):
+        self.codes, self.ignored_codes = codes, ignored_codes
+        self._built: Optional[RuleSet] = None
+
+    @property
+    def spec(self) -> tuple:
+        return (self.codes, self.ignored_codes)
+
+    def fingerprint(self) -> str:
+        return ",".join(self.codes)
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self._built is None:
+            self._built = RuleSet.from_codes(self.codes, self.ignored_codes)
+        return getattr(self._built, attr)
