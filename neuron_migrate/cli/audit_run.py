@@ -101,7 +101,7 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
             frames[res.path] = res.frames
     table = sel.table
     if min_confidence != "low" or (table is None and any(f.confidence for f in findings)):
-        from neuron_migrate.table import TableError, confidence_rank, default_table_path
+        from neuron_migrate.table.choice import TableError, confidence_rank, default_table_path
 
         floor = confidence_rank(min_confidence)
         findings = [f for f in findings if not f.confidence or confidence_rank(f.confidence) >= floor]

@@ -12,10 +12,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10
-    import tomli as tomllib
+
+
+def _toml():
+    """tomllib (tomli on 3.10), imported when a pyproject.toml names this tool: most runs read none."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10
+        import tomli as tomllib
+    return tomllib
 
 KEYS = {"select", "extend-select", "ignore", "extend-ignore", "per-file-ignores", "exclude", "extend-exclude",
         "force-exclude", "unsafe-fixes", "device-style", "table", "respect-gitignore", "cache", "max-file-size"}
@@ -58,6 +63,7 @@ def _has_section(p: Path) -> bool:
         return False
     if "neuron-migrate" not in text:
         return False
+    tomllib = _toml()
     try:
         return SECTION in tomllib.loads(text).get("tool", {})
     except tomllib.TOMLDecodeError:
@@ -89,6 +95,7 @@ def load_config(paths: list[str], explicit: Optional[str] = None) -> Config:
 
 def load_file(pyproject: Path) -> Config:
     cfg = Config()
+    tomllib = _toml()
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -40,23 +40,35 @@ def _compute_fingerprint() -> str:
 
     # the sources' sizes and times below change with every release; the version (importlib.metadata,
     # slow to import) adds nothing
-    h = blake2b(b"neuron-migrate results v2", digest_size=16)
-    pkg = Path(neuron_migrate.__file__).parent
-    roots = [pkg / "rules", pkg / "rewrite", pkg / "files", pkg / "names", pkg / "program", pkg / "shell", pkg / "deps", data_dir("rules"), data_dir("compat_table")]
-    for root in roots:
-        if not root.is_dir():
-            continue
-        for p in sorted(root.rglob("*")):
-            if p.suffix in (".py", ".yaml", ".yml", ".json"):
-                st = p.stat()
-                h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h = blake2b(b"neuron-migrate results v3", digest_size=16)
+    pkg = os.path.dirname(neuron_migrate.__file__)
+    roots = [os.path.join(pkg, d) for d in ("rules", "rewrite", "files", "names", "program", "shell", "deps", "table")]
+    found: list = []
+    for root in [*roots, str(data_dir("rules")), str(data_dir("compat_table"))]:
+        _sources_under(root, found)
+    for path, st in sorted(found):
+        h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode())
     try:  # the default table follows the installed torch family (importlib.metadata, no torch import)
-        from neuron_migrate.table import default_table_path
+        from neuron_migrate.table.choice import default_table_path
 
         h.update(default_table_path()[0].name.encode())
     except Exception:  # noqa: BLE001 - no table: the NM3xx rules say so themselves
         pass
     return h.hexdigest()
+
+
+def _sources_under(folder: str, out: list) -> None:
+    """(path, stat) of the .py, .yaml, .yml and .json files under a folder (bytecode folders skipped)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        if e.is_dir():
+            if e.name != "__pycache__":
+                _sources_under(e.path, out)
+        elif e.name.endswith((".py", ".yaml", ".yml", ".json")):
+            out.append((e.path, e.stat()))
 
 
 def cache_key(codes, settings_kw: dict, fix: bool) -> str:

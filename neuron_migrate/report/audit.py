@@ -8,12 +8,12 @@ from typing import Optional
 def _source_lines(findings, frames: Optional[dict] = None) -> dict:
     """File text for code frames (notebooks: the cells joined, as the findings count lines); `frames` holds the
     lines already known per path ({line: text}, from the results), so only the other files are read."""
-    from pathlib import Path
-
-    from neuron_migrate.files.load import load_for_analysis
-
     out = dict(frames or {})
     for path in {f.path for f in findings} - out.keys():
+        from pathlib import Path
+
+        from neuron_migrate.files.load import load_for_analysis
+
         try:
             _, text, _ = load_for_analysis(Path(path))
         except Exception:  # noqa: BLE001 - a frame is optional

@@ -221,11 +221,16 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
         text = line_at(lines, f.span.line)
         if text is not None:
             text = text.rstrip("\r\n")
-            out.append(StyledText(f"  {f.span.line:>5} | {text}", style="dim"))
+            frame = f"  {f.span.line:>5} | {text}"
             width = max(1, (f.span.end_col if f.span.end_line == f.span.line else len(text)) - f.span.col)
-            out.append(StyledText("        | " + " " * f.span.col + "^" * width, style=SEVERITY_STYLE.get(f.severity.value, "")))
+            caret = "        | " + " " * f.span.col + "^" * width
+            if plain:  # strings: what _emit writes for a pipe anyway
+                out += (frame, caret)
+            else:
+                out += (StyledText(frame, style="dim"), StyledText(caret, style=SEVERITY_STYLE.get(f.severity.value, "")))
         if f.note:
-            out.append(StyledText(f"        = note: {f.note}", style="dim"))
+            note = f"        = note: {f.note}"
+            out.append(note if plain else StyledText(note, style="dim"))
         if show_fixes:
             out += fix_preview(f, lines)
     _emit(con, out)
