@@ -3,7 +3,8 @@
 typer and the command tree it builds cost about 0.1 s per start, half of a one-file audit. An argument list made
 only of paths and the options below is parsed here and handed to the same command functions (`cli/audit_run.py`,
 `cli/rewrite_run.py`) typer calls; anything else (help, an unknown or malformed option, `-` for standard input,
-`--watch`, `--add-noqa`, `--`) returns None and typer parses it, with its messages. tests/cli/test_fast_path.py
+`--watch`, `--add-noqa`, `--`) returns None and typer parses it, with its messages. `--version` alone is
+answered here too. tests/cli/test_fast_path.py
 checks that both parsers give the command the same arguments.
 """
 from __future__ import annotations
@@ -78,6 +79,13 @@ def parse(argv: list[str]) -> Optional[tuple[str, dict]]:
 
 def run(argv: list[str]) -> Optional[int]:
     """The exit code of `argv` run through the fast path, or None when it does not apply."""
+    if argv == ["--version"]:  # what scripts and bug reports ask first: typer's start-up would be most of it
+        import sys
+
+        from neuron_migrate import __version__
+
+        sys.stdout.write(f"neuron-migrate {__version__}\n")
+        return 0
     parsed = parse(argv)
     if parsed is None:
         return None

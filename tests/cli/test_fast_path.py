@@ -83,3 +83,14 @@ def test_a_bad_option_value_fails_the_same_way_on_both_paths(tmp_path, capsys):
     result = CliRunner().invoke(app, ["audit", "--output-format", "yaml", str(tmp_path)])
     assert result.exit_code == 2
     assert "--output-format must be one of" in fast_err and "--output-format must be one of" in (result.output + (result.stderr if result.stderr_bytes is not None else ""))
+
+
+def test_version_is_answered_without_typer_and_as_typer_answers_it(capsys):
+    typer_out = CliRunner().invoke(app, ["--version"])
+    assert typer_out.exit_code == 0
+    assert fast.run(["--version"]) == 0
+    assert capsys.readouterr().out == typer_out.output
+    code = ("import sys\nfrom neuron_migrate.cli.app import main\nsys.argv = ['neuron-migrate', '--version']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, 'typer' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "EXIT 0 False", out.stdout + out.stderr
