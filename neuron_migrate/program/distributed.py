@@ -130,12 +130,26 @@ class DistributedFacts:
         return self.analysis.resolve(node, self._scope(node), count_use=False)
 
     def _index(self, tree: ast.Module) -> None:
+        """Calls, value uses and defs by name, in one walk. The walk is breadth-first, so a call is met before its
+        callee (`callees` is complete for every Name or Attribute it reaches); loads of names that may be local
+        functions are kept and filtered once every def is known."""
         a = self.analysis
+        parent_of = a.parent_of
         callees = set()  # ids of Call.func nodes (names.analysis records no parent for a resolved callee)
+        maybe_local: list = []  # Name loads that resolve to no import: local refs if a def of that name exists
         for node in walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            t = type(node)
+            if t is ast.Name or t is ast.Attribute:
+                if type(node.ctx) is not ast.Load or id(node) in callees or type(parent_of.get(node)) is ast.Attribute:
+                    continue
+                q = self.qualname(node)
+                if q is not None:
+                    self.refs.setdefault(q, []).append(node)
+                elif t is ast.Name:
+                    maybe_local.append(node)
+            elif t is ast.FunctionDef or t is ast.AsyncFunctionDef:
                 self.defs.setdefault(node.name, []).append(node)
-            elif isinstance(node, ast.Call):
+            elif t is ast.Call:
                 f = node.func
                 callees.add(id(f))
                 if isinstance(f, (ast.Name, ast.Attribute)):
@@ -144,25 +158,11 @@ class DistributedFacts:
                         self.calls.setdefault(q, []).append(node)
                     elif isinstance(f, ast.Name):
                         self.local_calls.setdefault(f.id, []).append(node)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in TORCHRUN_ENV:
+            elif t is ast.Constant and isinstance(node.value, str) and node.value in TORCHRUN_ENV:
                 self._env_strings = True
-        for node in walk(tree):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                parent = a.parent_of.get(node)
-                if id(node) in callees or isinstance(parent, ast.Attribute):
-                    continue
-                q = self.qualname(node)
-                if q is not None:
-                    self.refs.setdefault(q, []).append(node)
-                elif node.id in self.defs:
-                    self.local_refs.setdefault(node.id, []).append(node)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                parent = a.parent_of.get(node)
-                if id(node) in callees or isinstance(parent, ast.Attribute):
-                    continue
-                q = self.qualname(node)
-                if q is not None:
-                    self.refs.setdefault(q, []).append(node)
+        for node in maybe_local:
+            if node.id in self.defs:
+                self.local_refs.setdefault(node.id, []).append(node)
 
     def _calls_of(self, names: Iterable[str]) -> list[ast.Call]:
         return [c for n in names for c in self.calls.get(n, ())]
