@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -166,21 +167,41 @@ class _Builder:
 
     # -- scopes -----------------------------------------------------------------------------------
     def prepare(self) -> None:
-        tree = self.a.tree
-        for node in walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        """Function names (the first def of each name, breadth-first), each function's local names, and whether
+        the file is a script, in one breadth-first walk. A node's `owner` is the function whose body scan reaches
+        it: a def's body belongs to the def; its other parts, and anything under a class, to no function (a
+        function's locals are its parameters and the names its own body stores, nested defs and classes left out)."""
+        defs = (ast.FunctionDef, ast.AsyncFunctionDef)
+        stores: dict = {}  # id(def) -> names stored in its body scan
+        glob: dict = {}  # id(def) -> names declared global or nonlocal there
+        order: list = []  # the defs, breadth-first
+        todo = deque([(self.a.tree, None)])
+        while todo:
+            node, owner = todo.popleft()
+            t = type(node)
+            if owner is not None:
+                if t is ast.Name:
+                    if type(node.ctx) is ast.Store:
+                        stores[id(owner)].add(node.id)
+                    continue  # a Name's children are its context only
+                if t is ast.Global or t is ast.Nonlocal:
+                    glob[id(owner)].update(node.names)
+            if t in defs:
                 self.functions.setdefault(node.name, node)
-                names = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
-                                         node.args.vararg, node.args.kwarg] if a is not None}
-                glob: set = set()
-                for sub in _walk_function(node):
-                    if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                        names.add(sub.id)
-                    elif isinstance(sub, (ast.Global, ast.Nonlocal)):
-                        glob.update(sub.names)
-                self.locals[id(node)] = names - glob
-            elif isinstance(node, ast.If) and _is_main_guard(node.test):
+                order.append(node)
+                stores[id(node)], glob[id(node)] = set(), set()
+                body = {id(b) for b in node.body}
+                todo.extend((c, node if id(c) in body else None) for c in child_nodes(node))
+                continue
+            if t is ast.If and _is_main_guard(node.test):
                 self.is_script = True
+            inner = None if t is ast.ClassDef else owner
+            todo.extend((c, inner) for c in child_nodes(node))
+        for node in order:
+            args = node.args
+            names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+                     if a is not None}
+            self.locals[id(node)] = (names | stores[id(node)]) - glob[id(node)]
 
     def name_slot(self, name: str, fn) -> str:
         while fn is not None:
