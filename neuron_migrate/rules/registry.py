@@ -151,6 +151,7 @@ class RuleSet:
                     self.exact.setdefault((kind, key), []).append(r)
         self.wanted = Wanted(exact_keys, {k: tuple(sorted(v)) for k, v in prefixes.items()}, any_kinds)
         self.trigger_words = tuple(sorted(words))
+        self._trigger_re = None  # the words as one pattern, compiled on the first file
         # exact triggers of the ignored rules: when one of them would have matched a site, a prefix fallback
         # (NM199 "no automatic migration") must stay silent: the site is known, the user chose not to hear of it
         active = set(self.codes)
@@ -193,7 +194,15 @@ class RuleSet:
 
     def could_match(self, text: str) -> bool:
         """Cheap text prefilter: a file with none of the trigger words cannot produce a finding."""
-        return any(w in text for w in self.trigger_words)
+        rx = self._trigger_re
+        if rx is None:
+            if not self.trigger_words:
+                return False
+            import re
+
+            # one scan of the text for all the words (about twice as fast as one `in` per word)
+            rx = self._trigger_re = re.compile("|".join(map(re.escape, self.trigger_words)))
+        return rx.search(text) is not None
 
     def fingerprint(self) -> str:
         return ",".join(r.code for r in self.rules)
