@@ -460,7 +460,11 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
     if not chunk.isascii() or _ODD_BREAKS.search(chunk):
         return None
     want: dict[tuple, Edit] = {}
+    deletes: dict[tuple, Edit] = {}
     for e in edits:
+        if e.kind == "delete_stmt":
+            deletes[_skey(e.span)] = e
+            continue
         if e.kind != "replace_expr" or e.text[:1] == "(" or e.text != e.text.strip() or not e.text or "\n" in e.text:
             return None
         want[_skey(e.span)] = e
@@ -487,21 +491,75 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
             stack.append((child, inner_blocked))
     if len(found) != len(want):
         return None
+    chunk_lines = chunk.splitlines(keepends=True)
     starts = [0]
-    for ln in chunk.splitlines(keepends=True):
+    for ln in chunk_lines:
         starts.append(starts[-1] + len(ln))
+    ranges = []  # (start, end, text) in chunk offsets
+    for e in want.values():
+        ranges.append((starts[e.span.line - first_line] + e.span.col, starts[e.span.end_line - first_line] + e.span.end_col, e.text))
+    if deletes:
+        cut = _deleted_lines(chunk_lines, first_line, stmts, deletes)
+        if cut is None:
+            return None
+        for la, lb in cut:  # whole lines
+            ranges.append((starts[la - first_line], starts[lb - first_line + 1], ""))
     out, pos = [], 0
-    for k in sorted(want):
-        e = want[k]
-        a = starts[e.span.line - first_line] + e.span.col
-        b = starts[e.span.end_line - first_line] + e.span.end_col
+    for a, b, text in sorted(ranges):
         if a < pos:
             return None  # overlapping edits (select_compatible keeps them apart; libcst decides if not)
         out.append(chunk[pos:a])
-        out.append(e.text)
+        out.append(text)
         pos = b
     out.append(chunk[pos:])
     return "".join(out)
+
+
+_SIMPLE_STMTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass, ast.Import, ast.ImportFrom, ast.Assert,
+                 ast.Delete, ast.Raise, ast.Return, ast.Global, ast.Nonlocal, ast.Break, ast.Continue)
+_LINE_REST = re.compile(r"[ \t]*(?:#[^\r\n]*)?\r?\n?\Z")  # what may follow a statement on its last line
+
+
+def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt], deletes: dict) -> Optional[list]:
+    """The line ranges `delete_stmt` edits remove, where libcst's removal is exactly those lines, or None.
+
+    The applier drops the statement's line node, trailing comment included; what it does around it (blank and
+    comment lines above carried or dropped, a block left empty given `pass`, an emptied `else:` removed) only
+    happens when lines separate the statement from the one before it, when it opens its block, or when nothing else
+    is left in the block. So: a simple statement alone on its lines, directly after a sibling that stays (or a
+    top-level statement that is the whole chunk, which libcst turns into nothing)."""
+    last_line = first_line + len(chunk_lines) - 1
+    cut: dict = {}
+
+    def whole_lines(st) -> bool:
+        head = chunk_lines[st.lineno - first_line][: st.col_offset]
+        tail = chunk_lines[st.end_lineno - first_line][st.end_col_offset:]
+        return not head.strip(" \t") and _LINE_REST.match(tail) is not None
+
+    def key(st) -> tuple:
+        return (st.lineno, st.col_offset, st.end_lineno, st.end_col_offset)
+
+    for st in stmts:
+        if key(st) in deletes:
+            if not (isinstance(st, _SIMPLE_STMTS) and st.lineno == first_line and st.end_lineno == last_line and whole_lines(st)):
+                return None
+            cut[key(st)] = (st.lineno, st.end_lineno)
+    todo = [st for st in stmts if not isinstance(st, _SIMPLE_STMTS)]
+    while todo:
+        node = todo.pop()
+        for block in _child_blocks(node):
+            for i, st in enumerate(block):
+                if key(st) in deletes:
+                    prev = block[i - 1] if i else None
+                    if (prev is None or key(prev) in deletes or prev.end_lineno != st.lineno - 1 or not isinstance(st, _SIMPLE_STMTS)
+                            or st.lineno < first_line or st.end_lineno > last_line or not whole_lines(st)):
+                        return None
+                    cut[key(st)] = (st.lineno, st.end_lineno)
+                elif not isinstance(st, _SIMPLE_STMTS):
+                    todo.append(st)
+    if len(cut) != len(deletes):
+        return None
+    return sorted(cut.values())
 
 
 def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
