@@ -551,10 +551,13 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
             for i, st in enumerate(block):
                 if key(st) in deletes:
                     prev = block[i - 1] if i else None
-                    if (prev is None or key(prev) in deletes or prev.end_lineno != st.lineno - 1 or not isinstance(st, _SIMPLE_STMTS)
-                            or st.lineno < first_line or st.end_lineno > last_line or not whole_lines(st)):
+                    if (prev is None or key(prev) in deletes or not isinstance(st, _SIMPLE_STMTS)
+                            or prev.end_lineno < first_line or st.end_lineno > last_line or not whole_lines(st)):
                         return None
-                    cut[key(st)] = (st.lineno, st.end_lineno)
+                    gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
+                    if any(ln.strip() for ln in gap):
+                        return None  # comment lines above: libcst carries them to the next statement
+                    cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)  # blank lines above go with it
                 elif not isinstance(st, _SIMPLE_STMTS):
                     todo.append(st)
     if len(cut) != len(deletes):

@@ -108,3 +108,33 @@ def test_regions_rewrite_separate_methods_like_one_pass(monkeypatch):
     out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
     assert out == one_pass and len(applied) == 3
     assert len(calls) == 2 and all(c.startswith("def ") for c in calls)  # each method on its own, dedented
+
+
+def _delete(text: str, needle: str) -> Edit:
+    """A delete_stmt edit for the first statement whose source is `needle`."""
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.stmt) and ast.get_source_segment(text, node) == needle:
+            return Edit("delete_stmt", Span(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset))
+    raise AssertionError(needle)
+
+
+@pytest.mark.parametrize("text, needle, spliced", [
+    ("for b in data:\n    step(b)\n    xm.mark_step()\n", "xm.mark_step()", True),  # directly after a sibling
+    ("for b in data:\n    step(b)\n\n    xm.mark_step()  # sync\n    log()\n", "xm.mark_step()", True),  # blank line too
+    ("def f():\n    a = 1\n    xm.mark_step(\n        wait=True)\n    return a\n", "xm.mark_step(\n        wait=True)", True),
+    ("xm.mark_step()\n", "xm.mark_step()", True),  # a whole top-level chunk: libcst leaves nothing
+    ("for b in data:\n    xm.mark_step()\n    step(b)\n", "xm.mark_step()", False),  # opens its block
+    ("for b in data:\n    step(b)\n    # sync\n    xm.mark_step()\n", "xm.mark_step()", False),  # a comment above moves
+    ("for b in data:\n    step(b); xm.mark_step()\n", "xm.mark_step()", False),  # shares its line
+    ("for b in data:\n    step(b)\n    xm.mark_step(); log()\n", "xm.mark_step()", False),
+    ("if x:\n    step()\n    if y:\n        pass\n", "if y:\n        pass", False),  # a compound statement
+])
+def test_statement_deletes_splice_or_refuse_and_agree_with_libcst(text, needle, spliced):
+    e = _delete(text, needle)
+    got = _splice(text, 1, ast.parse(text).body, [e])
+    assert (got is not None) is spliced
+    via_libcst, _ = _apply_edits(text, [e])
+    if got is not None:
+        assert got == via_libcst
+    out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e])])
+    assert out == via_libcst and len(applied) == 1
