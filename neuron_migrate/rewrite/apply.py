@@ -523,11 +523,12 @@ _LINE_REST = re.compile(r"[ \t]*(?:#[^\r\n]*)?\r?\n?\Z")  # what may follow a st
 def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt], deletes: dict) -> Optional[list]:
     """The line ranges `delete_stmt` edits remove, where libcst's removal is exactly those lines, or None.
 
-    The applier drops the statement's line node, trailing comment included; what it does around it (blank and
-    comment lines above carried or dropped, a block left empty given `pass`, an emptied `else:` removed) only
-    happens when lines separate the statement from the one before it, when it opens its block, or when nothing else
-    is left in the block. So: a simple statement alone on its lines, directly after a sibling that stays (or a
-    top-level statement that is the whole chunk, which libcst turns into nothing)."""
+    The applier drops the statement's line node, trailing comment included, with the blank lines above it unless
+    they hold a comment (then all of them are carried to what follows: they stay). It does more (a block left empty
+    gets `pass`, an emptied `else:` goes, the next statement's blank lines are trimmed) when the statement opens its
+    block or is the last one left. So: a simple statement alone on its lines, after a sibling that stays (a simple
+    one when comment lines come between: a block's footer may hold some), or a top-level statement that is the
+    whole chunk (libcst turns it into nothing)."""
     last_line = first_line + len(chunk_lines) - 1
     cut: dict = {}
 
@@ -549,15 +550,31 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
         node = todo.pop()
         for block in _child_blocks(node):
             for i, st in enumerate(block):
-                if key(st) in deletes:
-                    prev = block[i - 1] if i else None
-                    if (prev is None or key(prev) in deletes or not isinstance(st, _SIMPLE_STMTS)
+                if key(st) in deletes and i == 0:
+                    # the block's first statement: libcst also drops the blank lines that would now open the block
+                    nxt = block[1] if len(block) > 1 else None
+                    above = chunk_lines[st.lineno - first_line - 1] if st.lineno > first_line else ""
+                    if (nxt is None or key(nxt) in deletes or not isinstance(st, _SIMPLE_STMTS) or "#" in above
+                            or not above.rstrip().endswith(":") or st.end_lineno >= last_line or not whole_lines(st)):
+                        return None
+                    end = st.end_lineno
+                    while end < last_line and not chunk_lines[end + 1 - first_line].strip():
+                        end += 1
+                    cut[key(st)] = (st.lineno, end)
+                elif key(st) in deletes:
+                    prev = block[i - 1]
+                    if (key(prev) in deletes or not isinstance(st, _SIMPLE_STMTS)
                             or prev.end_lineno < first_line or st.end_lineno > last_line or not whole_lines(st)):
                         return None
                     gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
-                    if any(ln.strip() for ln in gap):
-                        return None  # comment lines above: libcst carries them to the next statement
-                    cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)  # blank lines above go with it
+                    if not any(ln.strip() for ln in gap):
+                        cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)  # blank lines above go with it
+                    elif isinstance(prev, _SIMPLE_STMTS):
+                        # the lines above are all the statement's own and hold a comment: libcst carries them to
+                        # what follows, so they stay where they are (after a block, some could be its footer)
+                        cut[key(st)] = (st.lineno, st.end_lineno)
+                    else:
+                        return None
                 elif not isinstance(st, _SIMPLE_STMTS):
                     todo.append(st)
     if len(cut) != len(deletes):

@@ -123,8 +123,16 @@ def _delete(text: str, needle: str) -> Edit:
     ("for b in data:\n    step(b)\n\n    xm.mark_step()  # sync\n    log()\n", "xm.mark_step()", True),  # blank line too
     ("def f():\n    a = 1\n    xm.mark_step(\n        wait=True)\n    return a\n", "xm.mark_step(\n        wait=True)", True),
     ("xm.mark_step()\n", "xm.mark_step()", True),  # a whole top-level chunk: libcst leaves nothing
-    ("for b in data:\n    xm.mark_step()\n    step(b)\n", "xm.mark_step()", False),  # opens its block
-    ("for b in data:\n    step(b)\n    # sync\n    xm.mark_step()\n", "xm.mark_step()", False),  # a comment above moves
+    ("for b in data:\n    xm.mark_step()\n\n    step(b)\n", "xm.mark_step()", True),  # opens its block: blanks go
+    ("for b in data:\n    xm.mark_step()\n\n    # c\n\n    step(b)\n", "xm.mark_step()", True),
+    ("def f(a,\n      b):\n    xm.mark_step()\n\n\n    return 1\n", "xm.mark_step()", True),
+    ("for b in data:\n    xm.mark_step()\n", "xm.mark_step()", False),  # the block would be empty (libcst: pass)
+    ("for b in data:  # loop\n    xm.mark_step()\n    step(b)\n", "xm.mark_step()", False),  # a header comment
+    ("if x:\n    xm.mark_step()\nelse:\n    y()\n", "xm.mark_step()", False),
+    ("for b in data:\n    step(b)\n    # sync\n    xm.mark_step()\n", "xm.mark_step()", True),  # the comment stays
+    ("for b in data:\n    step(b)\n\n    # sync\n\n    xm.mark_step()\n    log()\n", "xm.mark_step()", True),
+    ("for b in data:\n    if b:\n        step(b)\n\n    xm.mark_step()\n", "xm.mark_step()", True),
+    ("for b in data:\n    if b:\n        step(b)\n        # inner\n\n    xm.mark_step()\n", "xm.mark_step()", False),  # footer
     ("for b in data:\n    step(b); xm.mark_step()\n", "xm.mark_step()", False),  # shares its line
     ("for b in data:\n    step(b)\n    xm.mark_step(); log()\n", "xm.mark_step()", False),
     ("if x:\n    step()\n    if y:\n        pass\n", "if y:\n        pass", False),  # a compound statement
