@@ -447,8 +447,8 @@ _ODD_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
 
 
 def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit]) -> Optional[str]:
-    """`chunk` (source lines from `first_line`, holding `stmts`) with expression edits written in as plain text, or
-    None when only libcst can do them exactly.
+    """`chunk` (source lines from `first_line`, holding `stmts`) with expression edits written in as plain text and
+    deleted statements' lines cut (see _deleted_lines), or None when only libcst can do them exactly.
 
     For a `replace_expr` edit the applier writes libcst's parse of the edit's text, which prints back as that text,
     in place of the node, keeping the node's own parentheses (outside the ast range): the same characters as

@@ -1,5 +1,5 @@
-"""Expression edits are spliced into the text where libcst would write exactly the same characters (apply._splice);
-everything else goes through libcst. These tests prove the two agree, on every fixture and on the cases the splice
+"""Expression edits and statement deletions are spliced into the text where libcst would write exactly the same
+characters (apply._splice); everything else goes through libcst. These tests prove the two agree, on every fixture and on the cases the splice
 must refuse."""
 from __future__ import annotations
 
@@ -90,8 +90,7 @@ def test_regions_rewrite_separate_methods_like_one_pass(monkeypatch):
     whole class."""
     text = ("class T:\n"
             "    def a(self):\n"
-            "        xm.mark_step()\n"
-            "        return 1\n"
+            "        xm.mark_step()\n"  # the method's only statement: libcst writes `pass` (no splice)
             "\n"
             "    def b(self):\n"
             "        # keep me\n"
