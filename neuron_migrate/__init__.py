@@ -3,6 +3,17 @@
 
 def _version() -> str:
     # the version lives in one place, pyproject.toml; releases are tagged v<version> (README: pre-commit)
+    import os
+
+    # a regular install keeps its metadata folder beside the package: its name has the version, and reading it
+    # costs a directory listing, not importlib.metadata's import (most of `neuron-migrate --version`)
+    site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        for name in os.listdir(site):
+            if name.startswith("neuron_migrate-") and name.endswith(".dist-info"):
+                return name[len("neuron_migrate-"):-len(".dist-info")]
+    except OSError:
+        pass
     try:
         from importlib.metadata import PackageNotFoundError, version
 

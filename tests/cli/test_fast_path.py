@@ -3,8 +3,10 @@ typer would, and leave everything else to typer."""
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -94,3 +96,20 @@ def test_version_is_answered_without_typer_and_as_typer_answers_it(capsys):
             "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, 'typer' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "EXIT 0 False", out.stdout + out.stderr
+
+
+def test_version_comes_from_the_metadata_beside_the_package(tmp_path):
+    """A regular install: the version is read from the `.dist-info` folder next to the package (no importlib.metadata
+    import); a source tree without one falls back to importlib.metadata."""
+    import shutil
+
+    import neuron_migrate
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(neuron_migrate.__file__).parent, site / "neuron_migrate",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "neuron_migrate-9.8.7.dist-info").mkdir()
+    code = "import sys, neuron_migrate; print(neuron_migrate.__version__, 'importlib.metadata' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path)
+    assert out.stdout.split() == ["9.8.7", "False"], out.stdout + out.stderr
