@@ -531,17 +531,6 @@ def _build(analysis) -> ValueFacts:
 
 
 # -- small helpers -------------------------------------------------------------------------------------
-def _walk_function(fn):
-    """Nodes of a function body, not descending into nested functions or classes."""
-    stack = list(fn.body)
-    while stack:
-        n = stack.pop()
-        yield n
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        stack.extend(child_nodes(n))
-
-
 def _is_main_guard(test) -> bool:
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
             and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))

@@ -35,8 +35,22 @@ class Example:
     after: Optional[str] = None  # None: report only
 
 
+class _RuleLinks:
+    """What a rule's code says about it: its category and its documentation address (a Rule and a CataloguedRule)."""
+
+    __slots__ = ()
+
+    @property
+    def category(self) -> str:
+        return _CATEGORIES.get(self.code[2:3], "other")
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code.lower())
+
+
 @dataclass
-class Rule:
+class Rule(_RuleLinks):
     code: str  # NM101
     name: str  # kebab-case
     summary: str  # one line
@@ -55,20 +69,12 @@ class Rule:
     # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
     language: str = "python"
 
-    @property
-    def category(self) -> str:
-        return _CATEGORIES.get(self.code[2:3], "other")
-
-    @property
-    def url(self) -> str:
-        return DOCS_URL.format(code=self.code.lower())
-
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
         return (_rule_by_code, (self.code,))
 
 
-class CataloguedRule:
+class CataloguedRule(_RuleLinks):
     """A rule as the rule catalogue knows it (pipeline/cache.py keeps one per rule-source fingerprint): the fields a
     report of cached findings reads, without importing the rule modules. Anything else (docs, examples, triggers,
     check) loads the rule itself."""
@@ -87,14 +93,6 @@ class CataloguedRule:
         """The catalogue's plain-data form of a rule."""
         return {k: getattr(rule, k).value if k in ("fix_safety", "severity") else getattr(rule, k)
                 for k in CataloguedRule.FIELDS}
-
-    @property
-    def category(self) -> str:
-        return _CATEGORIES.get(self.code[2:3], "other")
-
-    @property
-    def url(self) -> str:
-        return DOCS_URL.format(code=self.code.lower())
 
     def __getattr__(self, attr: str):
         if attr.startswith("__"):

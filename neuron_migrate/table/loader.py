@@ -11,18 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
-from neuron_migrate.table.choice import (  # noqa: F401 - re-exported: the table choice is part of this API
-    TABLE_GLOB,
-    TableError,
-    _data_dir,
-    _family,
-    _installed,
-    _table_version,
-    _version_key,
-    available_tables,
-    confidence_rank,
-    default_table_path,
-)
+from neuron_migrate.table.choice import TableError, _data_dir, available_tables, confidence_rank, default_table_path
 
 __all__ = [
     "Entry",

@@ -74,13 +74,17 @@ def _edit(text: str, needle: str, new: str) -> Edit:
     ("w = 'é'; v = a.cuda()\n", "a.cuda()", "a.to(device)", False),  # non-ASCII line: columns are characters
 ])
 def test_splice_takes_or_refuses_and_agrees_with_libcst(text, needle, new, spliced):
-    e = _edit(text, needle, new)
+    _splice_agrees(text, _edit(text, needle, new), spliced)
+
+
+def _splice_agrees(text: str, e: Edit, spliced: bool) -> None:
+    """The splice takes `e` (or refuses it) as expected, writes libcst's text when it takes it, and the public entry
+    point gives libcst's text either way."""
     got = _splice(text, 1, ast.parse(text).body, [e])
     assert (got is not None) is spliced
-    via_libcst, keys = _apply_edits(text, [e])
+    via_libcst, _ = _apply_edits(text, [e])
     if got is not None:
         assert got == via_libcst
-    # and the public entry point gives libcst's text either way
     out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e])])
     assert out == via_libcst and len(applied) == 1
 
@@ -137,11 +141,4 @@ def _delete(text: str, needle: str) -> Edit:
     ("if x:\n    step()\n    if y:\n        pass\n", "if y:\n        pass", False),  # a compound statement
 ])
 def test_statement_deletes_splice_or_refuse_and_agree_with_libcst(text, needle, spliced):
-    e = _delete(text, needle)
-    got = _splice(text, 1, ast.parse(text).body, [e])
-    assert (got is not None) is spliced
-    via_libcst, _ = _apply_edits(text, [e])
-    if got is not None:
-        assert got == via_libcst
-    out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e])])
-    assert out == via_libcst and len(applied) == 1
+    _splice_agrees(text, _delete(text, needle), spliced)
