@@ -1,11 +1,11 @@
 """What the command line imports for the one-file case (pre-commit, the editor): a piped audit needs neither
-rich.console, yaml, libcst nor torch; a rewrite with nothing to fix needs no libcst."""
+rich.console, yaml, libcst, torch, hashlib (OpenSSL) nor tempfile; a rewrite with nothing to fix needs no libcst."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
-WATCHED = ("rich.console", "yaml", "libcst", "torch")
+WATCHED = ("rich.console", "yaml", "libcst", "torch", "hashlib", "tempfile")
 
 
 def _run(tmp_path, command: str, source: str) -> tuple[str, list]:
@@ -25,6 +25,13 @@ def _run(tmp_path, command: str, source: str) -> tuple[str, list]:
 def test_piped_audit_of_one_file_imports_neither_rich_console_nor_yaml(tmp_path):
     out, imported = _run(tmp_path, "audit", "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n")
     assert "NM1" in out  # the audit ran and found the torch_xla use
+    assert imported == []
+
+
+def test_audit_of_a_file_that_touches_the_table_imports_none_of_them(tmp_path):
+    out, imported = _run(tmp_path, "audit", "import torch\n\nmodel = torch.compile(torch.nn.Linear(2, 2), mode='max-autotune')\n"
+                                             "x = torch.ones(3, dtype=torch.float64)\n")
+    assert "NM" in out
     assert imported == []
 
 

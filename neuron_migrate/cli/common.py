@@ -49,6 +49,8 @@ class Group:
 
 @dataclass
 class Run:
+    """What a command runs on: the paths' configuration, the groups of files by settings, and the messages."""
+
     config: object  # the configuration of the first path (cache folder, messages)
     groups: list
     messages: list  # errors (one line each, no traceback)

@@ -34,6 +34,8 @@ class ConfigError(Exception):
 
 @dataclass
 class Config:
+    """The [tool.neuron-migrate] settings of one pyproject.toml (defaults when there is none)."""
+
     select: list[str] = field(default_factory=lambda: ["ALL"])
     extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)

@@ -44,6 +44,8 @@ ALWAYS_SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".
 
 @dataclass
 class IgnoreRule:
+    """One pattern line of an ignore file, compiled."""
+
     regex: re.Pattern
     negate: bool
     dir_only: bool
@@ -85,6 +87,8 @@ def _compile_gitignore_pattern(pat: str) -> tuple[re.Pattern, bool]:
 
 @dataclass
 class IgnoreFile:
+    """The rules of one ignore file, relative to the folder it is in."""
+
     base: Path
     rules: list[IgnoreRule] = field(default_factory=list)
 

@@ -20,6 +20,8 @@ _MAGIC = re.compile(r"^(\s*)([%!?]|.*\?$)")
 
 @dataclass
 class Notebook:
+    """A notebook read for analysis: its JSON, the code cells' joined text, and how to write it back."""
+
     data: dict
     code_cells: list[int]  # indexes into data["cells"]
     text: str  # joined, masked Python text

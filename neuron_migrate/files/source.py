@@ -6,7 +6,6 @@ import functools
 import io
 import os
 import stat
-import tempfile
 import time
 import tokenize
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ class SourceError(Exception):
 
 @dataclass
 class SourceFile:
+    """A file as read: its bytes, decoded text, and what writing it back must keep."""
+
     path: Path
     raw: bytes
     text: str
@@ -125,6 +126,8 @@ def remove_stale_temps(target: Path) -> int:
 
 @dataclass
 class _Entry:
+    """A folder entry with its stat result."""
+
     name: str
     path: str
     st: os.stat_result
@@ -191,6 +194,8 @@ def write_atomic(src: SourceFile, data: bytes, hardlinks: str = "copy-back") -> 
     if st.st_nlink > 1 and hardlinks == "refuse":
         raise SourceError(f"has {st.st_nlink} hard links; not rewritten (writing would break the links)")
     suffix = COPYBACK_SUFFIX if st.st_nlink > 1 else TMP_SUFFIX
+    import tempfile  # here: an audit never writes, and tempfile (with shutil and random) is a tenth of its start-up
+
     fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(target)}{os.getpid()}.", suffix=suffix, dir=str(target.parent))
     try:
         with os.fdopen(fd, "wb") as fh:

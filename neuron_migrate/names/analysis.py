@@ -134,6 +134,8 @@ def string_key(value: str) -> str:
 
 @dataclass(eq=False)
 class Scope:
+    """One scope's bindings: local name -> qualified name (None when shadowed)."""
+
     node: ast.AST
     parent: Optional["Scope"]
     bindings: dict = field(default_factory=dict)  # name -> qualified name, or None when shadowed

@@ -13,12 +13,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from neuron_migrate.files.digests import blake2b
 from neuron_migrate.pipeline.process import FileResult
 
-try:  # hashlib loads OpenSSL at import (~10 ms of a warm run); the builtin BLAKE2 is the same function
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter built without it
-    from hashlib import blake2b
 
 FOLDER = ".neuron-migrate-cache"
 KEEP = 32  # cache files (one per key) kept; older ones are pruned

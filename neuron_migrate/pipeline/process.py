@@ -14,6 +14,8 @@ from typing import Optional
 
 @dataclass
 class FileResult:
+    """What checking or fixing one file gave: plain data, cached and shipped between processes."""
+
     path: str
     findings: list = field(default_factory=list)  # remaining findings (after fixes, in rewrite)
     applied: dict = field(default_factory=dict)  # rule code -> count (rewrite)

@@ -76,6 +76,8 @@ class Member:
 
 @dataclass(eq=False)
 class ValueSet:
+    """The values one variable may hold, in source order, and whether any reaches a device position."""
+
     members: list[Member] = field(default_factory=list)  # in source order
     slots: set = field(default_factory=set)
     sink: bool = False  # some value of the set reaches a torch device position

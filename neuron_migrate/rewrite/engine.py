@@ -24,6 +24,8 @@ class FixError(Exception):
 
 @dataclass
 class FixOutcome:
+    """The rewritten text of a file, the fixes applied, and the findings left."""
+
     text: str
     applied: Counter = field(default_factory=Counter)  # rule code -> fixes applied
     applied_findings: list[Finding] = field(default_factory=list)

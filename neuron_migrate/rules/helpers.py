@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Helper:
+    """A helper function a fix may insert, with the imports its source needs."""
+
     source: str  # {placeholders} are filled with the local spelling of the modules in `imports`
     imports: dict = None  # placeholder -> module, e.g. {"dist": "torch.distributed"}
     requires: tuple[str, ...] = ()

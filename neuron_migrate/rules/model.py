@@ -31,6 +31,8 @@ _CATEGORIES = {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.
 
 @dataclass(frozen=True)
 class Example:
+    """A rule's example: code before and, for a fixable rule, after."""
+
     before: str
     after: Optional[str] = None  # None: report only
 
@@ -51,6 +53,8 @@ class _RuleLinks:
 
 @dataclass
 class Rule(_RuleLinks):
+    """One rule: what rewrite, audit, explain, the editor server and every report say about it."""
+
     code: str  # NM101
     name: str  # kebab-case
     summary: str  # one line
@@ -143,6 +147,8 @@ class ImportReq:
 
 @dataclass
 class Fix:
+    """The edits that fix a finding, with the imports and helpers they need."""
+
     safety: FixSafety
     edits: list[Edit]
     imports: list[ImportReq] = field(default_factory=list)
@@ -152,6 +158,8 @@ class Fix:
 
 @dataclass
 class Finding:
+    """One finding of a rule at a span of a file."""
+
     rule: Rule
     path: str
     span: Span

@@ -14,6 +14,8 @@ class RuleError(Exception):
 
 
 # rules for files that are not Python (language "shell", "deps"), defined next to their parsers
+SCAN_BEFORE_COMPILE = 100_000  # characters of text prefiltered word by word before the words' pattern is compiled
+
 OTHER_RULE_MODULES = ("neuron_migrate.shell.rules", "neuron_migrate.deps.rules")
 
 
@@ -151,7 +153,8 @@ class RuleSet:
                     self.exact.setdefault((kind, key), []).append(r)
         self.wanted = Wanted(exact_keys, {k: tuple(sorted(v)) for k, v in prefixes.items()}, any_kinds)
         self.trigger_words = tuple(sorted(words))
-        self._trigger_re = None  # the words as one pattern, compiled on the first file
+        self._trigger_re = None  # the words as one pattern, compiled once the process has scanned enough text
+        self._scanned = 0
         # exact triggers of the ignored rules: when one of them would have matched a site, a prefix fallback
         # (NM199 "no automatic migration") must stay silent: the site is known, the user chose not to hear of it
         active = set(self.codes)
@@ -198,9 +201,13 @@ class RuleSet:
         if rx is None:
             if not self.trigger_words:
                 return False
+            # one scan of the text for all the words is about twice as fast as one `in` per word, but compiling the
+            # pattern costs as much as ~40 small files' scans: a process that checks little text never compiles it
+            self._scanned += len(text)
+            if self._scanned < SCAN_BEFORE_COMPILE:
+                return any(w in text for w in self.trigger_words)
             import re
 
-            # one scan of the text for all the words (about twice as fast as one `in` per word)
             rx = self._trigger_re = re.compile("|".join(map(re.escape, self.trigger_words)))
         return rx.search(text) is not None
 

@@ -34,6 +34,8 @@ def normalize_selector(token: str) -> str:
 
 @dataclass
 class Suppressions:
+    """A file's noqa comments and ignore settings, and which of them were used."""
+
     by_line: dict[int, Optional[set]] = field(default_factory=dict)  # None: every code
     file_codes: Optional[set] = None  # from ignore-file; empty set means nothing suppressed file-wide
     file_all: bool = False
@@ -114,6 +116,8 @@ class RuleCrash(AnalysisError):
 
 @dataclass
 class CheckResult:
+    """The findings of one check of a text, with its analysis."""
+
     findings: list[Finding]
     analysis: Optional[Analysis]
     suppressions: Optional[Suppressions] = None

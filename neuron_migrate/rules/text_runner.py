@@ -57,6 +57,8 @@ class TextSite:
 
 @dataclass
 class Doc:
+    """A non-Python file (launcher, job file, dependency list) parsed into sites for the text rules."""
+
     path: str
     kind: str  # shell, dockerfile, env, yaml, requirements, pyproject, setup.py, setup.cfg, conda
     text: str
@@ -147,6 +149,8 @@ def could_match(kind: str, text: str, ruleset) -> bool:
 
 @dataclass
 class TextResult:
+    """The findings of one check of a non-Python file."""
+
     findings: list
     suppressed: int = 0
 

@@ -34,14 +34,15 @@ def compiled_path(path: Path) -> Path:
 def _entries(path: Path) -> list:
     """The entries of one rule file: from its compiled JSON form when that was made from these exact bytes (no
     YAML import or parse on the command line's start), else from the YAML."""
-    import hashlib
     import json
+
+    from neuron_migrate.files.digests import sha256_hex
 
     raw = path.read_bytes()
     cp = compiled_path(path)
     try:
         compiled = json.loads(cp.read_text(encoding="utf-8"))
-        if compiled.get("sha256") == hashlib.sha256(raw).hexdigest():
+        if compiled.get("sha256") == sha256_hex(raw):
             return compiled["entries"]
     except (OSError, ValueError, KeyError, AttributeError):
         pass  # missing or damaged: the YAML decides

@@ -15,6 +15,8 @@ CELL_RE = re.compile(r"^# %%neuron-migrate-cell (\d+)$")
 
 @dataclass
 class FileSetup:
+    """The configuration, rules and settings that apply to one open document."""
+
     config: object
     ruleset: object
     settings: object

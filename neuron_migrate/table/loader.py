@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -64,6 +63,8 @@ STATUS_SEVERITY: dict[Status, int] = {
 
 @dataclass(frozen=True)
 class Entry:
+    """One table entry: an API, op or module, its status on the neuron device, and where that comes from."""
+
     name: str
     kind: str
     status: Status
@@ -762,7 +763,9 @@ def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = Non
 # -- the compiled (JSON) form: same data, no YAML parse
 
 def _sha256(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
+    from neuron_migrate.files.digests import sha256_hex
+
+    return sha256_hex(p.read_bytes())
 
 
 def compiled_path(path: Path) -> Path:
