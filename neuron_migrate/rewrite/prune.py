@@ -27,16 +27,28 @@ def _uses(tree: ast.AST) -> tuple[Counter, str]:
     return names, "\n".join(strings)
 
 
-def _imports_outside_try(tree: ast.AST):
+def _survey(tree: ast.AST) -> tuple[Counter, str, list]:
+    """`_uses` of the tree and its imports outside `try:`, in one walk (import statements hold no Name)."""
+    names: Counter = Counter()
+    strings = []
+    imports = []
+    trys = (ast.Try, getattr(ast, "TryStar", ast.Try))
     stack = [(tree, False)]
     while stack:
         node, in_try = stack.pop()
         for child in child_nodes(node):
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
+            t = type(child)
+            if t is ast.Import or t is ast.ImportFrom:
                 if not in_try:
-                    yield child
+                    imports.append(child)
                 continue
-            stack.append((child, in_try or isinstance(child, (ast.Try, getattr(ast, "TryStar", ast.Try)))))
+            if t is ast.Name:
+                if type(child.ctx) is not ast.Store:
+                    names[child.id] += 1
+            elif t is ast.Constant and type(child.value) is str:
+                strings.append(child.value)
+            stack.append((child, in_try or isinstance(child, trys)))
+    return names, "\n".join(strings), imports
 
 
 def _bound(alias: ast.alias, is_from: bool) -> str:
@@ -60,19 +72,25 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
         new_tree = after_tree or ast.parse(after)
     except (SyntaxError, ValueError, RecursionError):
         return []
-    old_uses, _ = _uses(old_tree)
-    new_uses, strings = _uses(new_tree)
-    lines = after.splitlines(keepends=True)
-    fixes = []
-    for stmt in _imports_outside_try(new_tree):
+    new_uses, strings, imports = _survey(new_tree)
+    # the names the rewritten text imports and no longer uses; the original text's uses are counted only when there
+    # are some (one walk of the original tree saved for most files)
+    unused = []
+    for stmt in imports:
         is_from = isinstance(stmt, ast.ImportFrom)
         if is_from and (stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)):
             continue
-        gone = []
-        for a in stmt.names:
-            name = _bound(a, is_from)
-            if old_uses[name] and not new_uses[name] and not re.search(rf"\b{re.escape(name)}\b", strings):
-                gone.append(a)
+        candidates = [a for a in stmt.names if not new_uses[_bound(a, is_from)]
+                      and not re.search(rf"\b{re.escape(_bound(a, is_from))}\b", strings)]
+        if candidates:
+            unused.append((stmt, is_from, candidates))
+    if not unused:
+        return []
+    old_uses, _ = _uses(old_tree)
+    lines = after.splitlines(keepends=True)
+    fixes = []
+    for stmt, is_from, candidates in unused:
+        gone = [a for a in candidates if old_uses[_bound(a, is_from)]]
         if not gone:
             continue
         seg = "".join(lines[stmt.lineno - 1 : stmt.end_lineno])

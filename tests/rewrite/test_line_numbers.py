@@ -116,3 +116,40 @@ def test_launcher_fixes_point_into_the_rewritten_script(tmp_path, monkeypatch):
     launch = (tmp_path / "run.sh").read_text().splitlines()
     assert launch[1] == "torchrun --nproc_per_node=2 train.py --epochs 3"
     assert "run.sh:2: NM505 (safe)" in r.output  # line 5 before the three exports went
+
+
+def test_line_opcodes_are_a_diff_of_the_lines():
+    """The prefix/suffix-trimmed opcodes cover both texts in order, and rebuild `b` from `a`: on the shapes that
+    matter (changes at either end, in the middle, everything, nothing, texts that are prefixes of each other)."""
+    from neuron_migrate.rules.lines import _line_opcodes
+
+    base = [f"line {i}" for i in range(30)] + ["", "x", "", "x", ""]
+    cases = [
+        (base, base),
+        (base, ["new"] + base),
+        (base, base + ["new"]),
+        (base, base[:10] + ["a", "b"] + base[12:]),
+        (base, base[:10] + base[11:]),
+        (base, []),
+        ([], base),
+        (base, base[:5]),
+        (base[:5], base),
+        (["x", "", "x"], ["x", "", "", "x"]),
+        (base, list(reversed(base))),
+    ]
+    for a, b in cases:
+        ops = _line_opcodes(a, b)
+        assert [o[1] for o in ops[1:]] == [o[2] for o in ops[:-1]] and [o[3] for o in ops[1:]] == [o[4] for o in ops[:-1]]
+        if ops:
+            assert (ops[0][1], ops[0][3], ops[-1][2], ops[-1][4]) == (0, 0, len(a), len(b))
+        else:
+            assert not a and not b
+        rebuilt = []
+        for tag, i1, i2, j1, j2 in ops:
+            if tag == "equal":
+                assert a[i1:i2] == b[j1:j2]
+                rebuilt += a[i1:i2]
+            else:
+                rebuilt += b[j1:j2]
+        assert rebuilt == b
+        assert all(x[0] != "equal" or y[0] != "equal" for x, y in zip(ops, ops[1:]))  # equal blocks merged
