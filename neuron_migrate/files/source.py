@@ -194,7 +194,7 @@ def write_atomic(src: SourceFile, data: bytes, hardlinks: str = "copy-back") -> 
     if st.st_nlink > 1 and hardlinks == "refuse":
         raise SourceError(f"has {st.st_nlink} hard links; not rewritten (writing would break the links)")
     suffix = COPYBACK_SUFFIX if st.st_nlink > 1 else TMP_SUFFIX
-    import tempfile  # here: an audit never writes, and tempfile (with shutil and random) is a tenth of its start-up
+    import tempfile  # here: an audit never writes, and tempfile brings shutil and random (milliseconds of start-up)
 
     fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(target)}{os.getpid()}.", suffix=suffix, dir=str(target.parent))
     try:
