@@ -207,3 +207,23 @@ def test_fail_level_decides_which_findings_fail(tmp_path):
     assert run("--fail-level", "warning").exit_code == 1
     assert run("--fail-level", "error").exit_code == 0
     assert run("--fail-level", "loud").exit_code == 2
+
+
+@pytest.mark.parametrize("wrap, imports", [
+    ("DDP(model)", "from torch.nn.parallel import DistributedDataParallel as DDP\n"),
+    ("FSDP(model)", "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"),
+])
+def test_optimizer_step_message_names_no_wrapper_the_model_is_not_in(wrap, imports):
+    """NM110 on a model always wrapped in DDP or FSDP: the step becomes optimizer.step(), and the message says the
+    wrapper averages the gradients without calling an FSDP model DDP."""
+    from neuron_migrate.rules.registry import RuleSet
+    from neuron_migrate.rules.runner import check_text
+
+    text = ("import torch\nimport torch.distributed as dist\nimport torch_xla.core.xla_model as xm\n" + imports +
+            "\n\ndef main():\n    dist.init_process_group('xla')\n    model = torch.nn.Linear(2, 2)\n"
+            f"    model = {wrap}\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    model(torch.ones(2)).sum().backward()\n    xm.optimizer_step(opt)\n")
+    res = check_text(text, "train.py", RuleSet.select())
+    [f] = [f for f in res.findings if f.rule.code == "NM110"]
+    assert f.fix is not None and "always wrapped in DDP/FSDP" in f.message
+    assert "the wrapper averages the gradients" in f.message and "DDP averages" not in f.message

@@ -270,7 +270,7 @@ def optimizer_step(site, ctx):
     if wrapped:
         fx.replace(call, step)
         return [ctx.finding(site, "xm.optimizer_step with the model always wrapped in DDP/FSDP: becomes optimizer.step() "
-                                  "(DDP averages the gradients)" + dropped_words(ctx, drops), fix=fx.build()), *extra]
+                                  "(the wrapper averages the gradients)" + dropped_words(ctx, drops), fix=fx.build()), *extra]
     if state is Group.NONE:
         fx.replace(call, step)
         return [ctx.finding(site, "xm.optimizer_step in a single-device program: becomes optimizer.step()" + dropped_words(ctx, drops),
