@@ -112,7 +112,7 @@ def remove_stale_temps(target: Path) -> int:
         st = entry.st
         if not stat.S_ISREG(st.st_mode):
             continue
-        if pid != os.getpid() and (not _alive(pid) or now - st.st_mtime > STALE_AFTER_S):
+        if _writer_gone(pid, st.st_mtime) or now - st.st_mtime > STALE_AFTER_S:
             try:
                 os.unlink(entry.path)
                 removed += 1
@@ -158,6 +158,36 @@ def _finish_copy_back(target: Path, pending: Path) -> None:
         os.unlink(pending)
     except OSError as exc:
         raise SourceError(f"cannot finish the interrupted in-place write from {pending.name}: {exc.strerror or exc}") from None
+
+
+def _writer_gone(pid: int, mtime: float) -> bool:
+    """Has the process that wrote a temp file (last modified at `mtime`) ended? Its pid may belong to a newer process
+    by now (pids wrap at 32768 on many Linux machines, and a busy one gets there in minutes): the process with that pid
+    is not the writer when it started after the file's last write, or when it is this process, which cleans a file's
+    temps before it writes the file and so has none of its own in flight."""
+    if pid == os.getpid() or not _alive(pid):
+        return True
+    started = _start_time(pid)
+    return started is not None and started > mtime
+
+
+_BOOT_TIME: list = []
+
+
+def _start_time(pid: int) -> float | None:
+    """When the process `pid` started (seconds since the epoch, never later than the truth), from /proc on Linux;
+    None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        ticks = int(fields[19])  # field 22, starttime: clock ticks after boot (fields[0] is field 3)
+        if not _BOOT_TIME:
+            with open("/proc/stat", "rb") as fh:
+                btime = next(ln for ln in fh if ln.startswith(b"btime "))
+            _BOOT_TIME.append(int(btime.split()[1]))  # whole seconds, rounded down: the start is never overstated
+        return _BOOT_TIME[0] + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,28 @@ def test_owner_we_cannot_reproduce_means_in_place(tmp_path, monkeypatch):
     write_atomic(read_source(f), b"print('new')\n")
     assert f.read_bytes() == b"print('new')\n" and os.stat(f).st_ino == ino
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="process start times come from /proc")
+def test_temp_of_a_reused_pid_is_stale(tmp_path):
+    """A temp file whose pid now belongs to a process that started after the file's last write (pids wrap) is
+    stale; one whose pid is a process that was running when the file was written is not; and one with this
+    process's own pid is stale, since a file's temps are cleaned before it is written."""
+    f = tmp_path / "train.py"
+    f.write_text(XLA)
+    newer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reused = tmp_path / f".train.py.{newer.pid}.r3u5e.nm-tmp"
+        reused.write_text("left by a killed run whose pid was handed out again")
+        past = time.time() - 120  # written before `newer` started
+        os.utime(reused, (past, past))
+        older = tmp_path / f".train.py.{os.getppid()}.o1d3r.nm-tmp"  # pytest's parent ran before this was written
+        older.write_text("a run still going")
+        own = tmp_path / f".train.py.{os.getpid()}.s3lf0.nm-tmp"
+        own.write_text("left by an earlier process with this pid")
+        remove_stale_temps(f)
+        assert not reused.exists() and not own.exists()
+        assert older.exists()
+    finally:
+        newer.kill()
+        newer.wait()
