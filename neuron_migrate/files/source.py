@@ -161,31 +161,32 @@ def _finish_copy_back(target: Path, pending: Path) -> None:
 
 
 def _writer_gone(pid: int, mtime: float) -> bool:
-    """Has the process that wrote a temp file (last modified at `mtime`) ended? Its pid may belong to a newer process
-    by now (pids wrap at 32768 on many Linux machines, and a busy one gets there in minutes): the process with that pid
-    is not the writer when it started after the file's last write, or when it is this process, which cleans a file's
-    temps before it writes the file and so has none of its own in flight."""
+    """Has the process that wrote a temp file (last modified at `mtime`) ended? A killed process can linger a moment
+    as a zombie, and its pid may belong to a newer process by now (pids wrap at 32768 on many Linux machines, and a
+    busy one gets there in minutes): the process with that pid is not the writer when it is a zombie, when it started
+    after the file's last write, or when it is this process, which cleans a file's temps before it writes the file
+    and so has none of its own in flight."""
     if pid == os.getpid() or not _alive(pid):
         return True
-    started = _start_time(pid)
-    return started is not None and started > mtime
+    got = _proc_state(pid)
+    return got is not None and (got[0] in (b"Z", b"X") or got[1] > mtime)
 
 
 _BOOT_TIME: list = []
 
 
-def _start_time(pid: int) -> float | None:
-    """When the process `pid` started (seconds since the epoch, never later than the truth), from /proc on Linux;
-    None where that cannot be read."""
+def _proc_state(pid: int) -> tuple[bytes, float] | None:
+    """(state letter, start time in seconds since the epoch, never later than the truth) of the process `pid`, from
+    /proc on Linux; None where that cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        ticks = int(fields[19])  # field 22, starttime: clock ticks after boot (fields[0] is field 3)
+            fields = fh.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
+        ticks = int(fields[19])  # field 22, starttime: clock ticks after boot (fields[0] is field 3, the state)
         if not _BOOT_TIME:
             with open("/proc/stat", "rb") as fh:
                 btime = next(ln for ln in fh if ln.startswith(b"btime "))
             _BOOT_TIME.append(int(btime.split()[1]))  # whole seconds, rounded down: the start is never overstated
-        return _BOOT_TIME[0] + ticks / os.sysconf("SC_CLK_TCK")
+        return fields[0], _BOOT_TIME[0] + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError, StopIteration):
         return None
 

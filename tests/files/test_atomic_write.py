@@ -141,3 +141,23 @@ def test_temp_of_a_reused_pid_is_stale(tmp_path):
     finally:
         newer.kill()
         newer.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="process states come from /proc")
+def test_temp_of_a_killed_process_not_yet_reaped_is_stale(tmp_path):
+    """A run killed a moment ago may still be a zombie (its parent has not collected it): its temps are stale."""
+    f = tmp_path / "train.py"
+    f.write_text(XLA)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    left = tmp_path / f".train.py.{killed.pid}.z0m8i.nm-tmp"
+    try:
+        left.write_text("half a file")
+        past = time.time() + 5  # as if written after the process started, so only its state tells
+        os.utime(left, (past, past))
+        killed.kill()
+        while open(f"/proc/{killed.pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] != b"Z":
+            time.sleep(0.01)  # not collected yet (no wait): a zombie until the wait below
+        remove_stale_temps(f)
+        assert not left.exists()
+    finally:
+        killed.wait()
