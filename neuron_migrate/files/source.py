@@ -172,7 +172,11 @@ def _writer_gone(pid: int, mtime: float) -> bool:
     return got is not None and (got[0] in (b"Z", b"X") or got[1] > mtime)
 
 
-_BOOT_TIME: list = []
+@functools.lru_cache(maxsize=1)
+def _boot_time() -> int:
+    """When the machine booted, in whole seconds since the epoch, rounded down (so a start time is never overstated)."""
+    with open("/proc/stat", "rb") as fh:
+        return int(next(ln for ln in fh if ln.startswith(b"btime ")).split()[1])
 
 
 def _proc_state(pid: int) -> tuple[bytes, float] | None:
@@ -182,11 +186,7 @@ def _proc_state(pid: int) -> tuple[bytes, float] | None:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
         ticks = int(fields[19])  # field 22, starttime: clock ticks after boot (fields[0] is field 3, the state)
-        if not _BOOT_TIME:
-            with open("/proc/stat", "rb") as fh:
-                btime = next(ln for ln in fh if ln.startswith(b"btime "))
-            _BOOT_TIME.append(int(btime.split()[1]))  # whole seconds, rounded down: the start is never overstated
-        return fields[0], _BOOT_TIME[0] + ticks / os.sysconf("SC_CLK_TCK")
+        return fields[0], _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError, StopIteration):
         return None
 

@@ -12,23 +12,13 @@ import re
 from collections import Counter
 from typing import Optional
 
-from neuron_migrate.names.analysis import child_nodes, walk
+from neuron_migrate.names.analysis import child_nodes
 from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
 
 
-def _uses(tree: ast.AST) -> tuple[Counter, str]:
-    names: Counter = Counter()
-    strings = []
-    for n in walk(tree):
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
-            names[n.id] += 1
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-            strings.append(n.value)
-    return names, "\n".join(strings)
-
-
 def _survey(tree: ast.AST) -> tuple[Counter, str, list]:
-    """`_uses` of the tree and its imports outside `try:`, in one walk (import statements hold no Name)."""
+    """The tree's Name loads (and dels) by name, its strings joined, and its imports outside `try:`, in one walk
+    (import statements hold no Name, so the walk need not enter them)."""
     names: Counter = Counter()
     strings = []
     imports = []
@@ -86,7 +76,7 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
             unused.append((stmt, is_from, candidates))
     if not unused:
         return []
-    old_uses, _ = _uses(old_tree)
+    old_uses = _survey(old_tree)[0]
     lines = after.splitlines(keepends=True)
     fixes = []
     for stmt, is_from, candidates in unused:

@@ -13,9 +13,9 @@ class RuleError(Exception):
     pass
 
 
-# rules for files that are not Python (language "shell", "deps"), defined next to their parsers
 SCAN_BEFORE_COMPILE = 100_000  # characters of text prefiltered word by word before the words' pattern is compiled
 
+# rules for files that are not Python (language "shell", "deps"), defined next to their parsers
 OTHER_RULE_MODULES = ("neuron_migrate.shell.rules", "neuron_migrate.deps.rules")
 
 
