@@ -17,7 +17,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from neuron_migrate.names.analysis import child_nodes
-from neuron_migrate.rewrite.insert import InsertError, insert_support
+from neuron_migrate.rewrite.insert import InsertError, bound_up_front, insert_support
 from neuron_migrate.rules.model import Edit, Fix, Span
 
 
@@ -685,6 +685,10 @@ def _rewrite_chunk(tree: ast.Module, lines: list[str], a: int, b: int, edits: li
     return "".join(out), keys
 
 
+def _ends_before(stmt: Optional[ast.stmt], line: int) -> bool:
+    return stmt is not None and (stmt.end_lineno or stmt.lineno) < line
+
+
 def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
                 helper_import: Optional[str] = None) -> tuple[str, list[Fix]]:
     """Apply `fixes` to `text`. Returns the new text and the fixes actually applied.
@@ -740,7 +744,11 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
         raise ApplyError(f"line {e.span.line}: could not locate the code to change ({e.kind})")
     imports = list(dict.fromkeys(req for f in applied for req in f.imports))
     helpers = list(dict.fromkeys(h for f in applied for h in f.helpers))
-    if imports or helpers:
+    # imports the file already has among its leading imports, above every edited line, are there in the new
+    # text too: no need to parse it again to place them
+    first_edit = chunks[min(by_chunk)][0] if by_chunk else len(lines) + 1
+    present = not helpers and all(_ends_before(bound_up_front(tree.body, req), first_edit) for req in imports)
+    if (imports or helpers) and not present:
         try:
             new_text = insert_support(new_text, imports, helpers, helper_import)
         except InsertError as exc:

@@ -341,6 +341,18 @@ def _extend_helper_import(lines: list[str], body: list, module: str, names: list
     return False
 
 
+def bound_up_front(body: list[ast.stmt], req: ImportReq) -> Optional[ast.stmt]:
+    """The import of `req` that only imports and a docstring come before, if the file has one. No statement
+    can use the name before it, so insert_support would not add `req` (see its check of existing bindings)."""
+    for i, s in enumerate(body):
+        if isinstance(s, (ast.Import, ast.ImportFrom)):
+            if _binds_module(s, req):
+                return s
+        elif not (i == 0 and _is_docstring(s)):
+            return None
+    return None
+
+
 def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]],
                    helper_import: Optional[str] = None) -> str:
     """Add `imports` and `helpers` ((name, source), dependencies first) to `text`.
@@ -352,6 +364,8 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
     except (SyntaxError, ValueError, RecursionError) as exc:
         raise InsertError(f"rewrite produced invalid Python before adding imports: {exc}") from None
     body = tree.body
+    if not helpers and all(bound_up_front(body, req) for req in imports):
+        return text  # the common case: `import torch` is already among the file's leading imports
     lines = text.splitlines(keepends=True)
     nl = _nl(text)
     first_use = first_exec_uses(body)

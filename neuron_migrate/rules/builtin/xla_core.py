@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ast
+from typing import Iterator
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import const_value, kwarg, rule
 
 XM = "torch_xla.core.xla_model"
@@ -26,6 +28,35 @@ def value_use_callable(site, ctx, body: str, message: str):
     return ctx.finding(site, message, fix=fx.build())
 
 
+def _annotations(tree: ast.Module) -> Iterator[ast.expr]:
+    """Every annotation in the module: of functions (return and parameters) and of annotated assignments.
+
+    Only statements hold them (lambda parameters have none), so the walk goes from statement to nested
+    statement and never into expressions, a small part of the tree.
+    """
+    stack = list(reversed(tree.body))
+    while stack:
+        s = stack.pop()
+        t = type(s)
+        if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+            a = s.args
+            for arg in [*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg]:
+                if arg is not None and arg.annotation is not None:
+                    yield arg.annotation
+            if s.returns is not None:
+                yield s.returns
+        elif t is ast.AnnAssign:
+            yield s.annotation
+        nested = []
+        for name in ("body", "orelse", "finalbody"):
+            v = getattr(s, name, None)
+            if type(v) is list:
+                nested += v
+        for block in [*getattr(s, "handlers", ()), *getattr(s, "cases", ())]:
+            nested += block.body
+        stack.extend(reversed(nested))
+
+
 def string_annotation_uses(ctx, name: str) -> list[int]:
     """Lines of string annotations (`-> "MpDeviceLoader"`, `x: "Optional[xb.Op]"`) that name `name`.
 
@@ -35,26 +66,17 @@ def string_annotation_uses(ctx, name: str) -> list[int]:
     cache = getattr(ctx.analysis, "_nm_string_annotations", None)
     if cache is None:
         cache = {}
-        for node in ast.walk(ctx.analysis.tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                annotations = [node.returns]
-            elif isinstance(node, ast.arg):
-                annotations = [node.annotation]
-            elif isinstance(node, ast.AnnAssign):
-                annotations = [node.annotation]
-            else:
-                continue
-            for ann in annotations:
-                for c in ast.walk(ann) if ann is not None else ():
-                    if not (isinstance(c, ast.Constant) and isinstance(c.value, str)):
-                        continue
-                    try:
-                        inner = ast.parse(c.value.strip(), mode="eval")
-                    except (SyntaxError, ValueError, RecursionError):
-                        continue
-                    for n in ast.walk(inner):
-                        if isinstance(n, ast.Name):
-                            cache.setdefault(n.id, []).append(c.lineno)
+        for ann in _annotations(ctx.analysis.tree):
+            for c in walk(ann):
+                if not (type(c) is ast.Constant and type(c.value) is str):
+                    continue
+                try:
+                    inner = ast.parse(c.value.strip(), mode="eval")
+                except (SyntaxError, ValueError, RecursionError):
+                    continue
+                for n in ast.walk(inner):
+                    if isinstance(n, ast.Name):
+                        cache.setdefault(n.id, []).append(c.lineno)
         ctx.analysis._nm_string_annotations = cache
     return cache.get(name, [])
 
