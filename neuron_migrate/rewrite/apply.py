@@ -400,18 +400,27 @@ def _child_blocks(stmt: ast.stmt):
         yield c.body
 
 
-def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str]):
-    """The innermost function or class within top-level lines a..b that holds every edit (and is not itself
-    edited), as (first line, last line, indentation), when its lines can be dedented losslessly."""
+# statements with blocks of their own that the applier never removes as a whole when a fix empties a block in
+# them (it writes `pass` there, or drops an emptied `else:`), so its changes stay inside them: each can be
+# rewritten on its own (see _def_region). Not `if`: an `if FLAG:` whose body a fix removed goes too, which empties
+# the block around it in turn.
+_COMPOUND = (*_DEFS, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+             *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.Match)
+
+
+def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND):
+    """The innermost statement of `kinds` (a function or class, or one of _COMPOUND) within top-level lines a..b
+    that holds every edit (and is not itself edited), as (first line, last line, indentation), when its lines can
+    be dedented losslessly (else the next one out)."""
     lo = min(e.span.line for e in edits)
     hi = max(e.span.end_line for e in edits)
     keys = {(e.span.line, e.span.end_line) for e in edits}
     node = next((s for s in top if _stmt_start(s) == a or (s.lineno <= a <= (s.end_lineno or s.lineno))), None)
-    best = None
+    holders = []  # outermost first
     while node is not None:
-        if isinstance(node, _DEFS) and (node.lineno, node.end_lineno) not in keys and node is not None:
+        if isinstance(node, kinds) and (node.lineno, node.end_lineno) not in keys:
             if _stmt_start(node) < lo and hi <= node.end_lineno and (a, b) != (_stmt_start(node), node.end_lineno):
-                best = node
+                holders.append(node)
         child = None
         for block in _child_blocks(node):
             for st in block:
@@ -421,19 +430,14 @@ def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str]):
             if child is not None:
                 break
         node = child
-    if best is None:
-        return None
-    ra, rb = _stmt_start(best), best.end_lineno
-    first = lines[ra - 1]
-    prefix = first[: len(first) - len(first.lstrip(" \t"))]
-    if not prefix:
-        return None
-    for ln in lines[ra - 1 : rb]:
-        body = ln.strip("\r\n")
-        if body and (not ln.startswith(prefix) or not body.strip()):
-            # a less indented line (inside a string, say) or a whitespace-only one: not losslessly dedentable
-            return None
-    return ra, rb, prefix
+    for best in reversed(holders):
+        ra, rb = _stmt_start(best), best.end_lineno
+        first = lines[ra - 1]
+        prefix = first[: len(first) - len(first.lstrip(" \t"))]
+        if prefix and all(not ln.strip("\r\n") or (ln.startswith(prefix) and ln.strip()) for ln in lines[ra - 1 : rb]):
+            return ra, rb, prefix
+        # a less indented line (inside a string, say) or a whitespace-only one: not losslessly dedentable
+    return None
 
 
 def _unshift(k: tuple, delta: int, n: int) -> tuple:
@@ -598,6 +602,9 @@ def _apply_edits(text: str, edits: list[Edit]) -> tuple[str, set]:
 # NM_CHECK_SPLICE=1: every spliced region is also run through libcst and must come out the same (the tests and the
 # bench tree use it to prove the text path exact)
 _CHECK_SPLICE = bool(os.environ.get("NM_CHECK_SPLICE"))
+# NM_CHECK_REGIONS=1: every chunk rewritten one block at a time is also rewritten one function at a time (the
+# larger regions of earlier versions) and must come out the same
+_CHECK_REGIONS = bool(os.environ.get("NM_CHECK_REGIONS"))
 
 
 class SpliceMismatch(AssertionError):
@@ -637,14 +644,15 @@ def _rewrite_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix
     return _libcst_region(lines, ra, rb, prefix, edits)
 
 
-def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str]) -> Optional[list[tuple]]:
+def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str],
+             kinds: tuple = _COMPOUND) -> Optional[list[tuple]]:
     """Disjoint (first line, last line, indentation, edits) regions of top-level lines a..b, each the innermost
-    function or class holding its edits (see _def_region), or None when some edit has no such function. The
-    applier's changes never leave the innermost function holding an edit (comments of a removed statement move
-    within its block, an emptied block gets `pass` there), so each region can be rewritten on its own."""
+    statement of `kinds` holding its edits (see _def_region), or None when some edit has none. The applier's
+    changes never leave such a statement (comments of a removed statement move within its block, an emptied block
+    gets `pass` there), so each region can be rewritten on its own."""
     regions: list[list] = []
     for e in edits:
-        r = _def_region(tree.body, a, b, [e], lines)
+        r = _def_region(tree.body, a, b, [e], lines, kinds)
         if r is None:
             return None
         regions.append([r[0], r[1], r[2], [e]])
@@ -654,7 +662,7 @@ def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[st
         while merged and r[0] <= merged[-1][1]:  # nested or shared: the innermost function holding both
             prev = merged.pop()
             both = prev[3] + r[3]
-            u = _def_region(tree.body, a, b, both, lines)
+            u = _def_region(tree.body, a, b, both, lines, kinds)
             if u is None:
                 return None
             r = [u[0], u[1], u[2], both]
@@ -664,12 +672,23 @@ def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[st
 
 def _rewrite_chunk(tree: ast.Module, lines: list[str], a: int, b: int, edits: list[Edit]) -> tuple[str, set]:
     """Top-level lines a..b with `edits` applied, and the keys of the edits applied. libcst is paid only for the
-    innermost functions that hold edits it must do itself; expression edits it would write as their own text are
-    spliced in (see _splice)."""
+    innermost functions or blocks (_COMPOUND) that hold edits it must do itself; expression edits it would write
+    as their own text are spliced in (see _splice)."""
     spliced = _splice_region(tree, lines, a, b, None, edits)
     if spliced is not None:
         return spliced, {_skey(e.span) for e in edits}
-    regions = _regions(tree, a, b, edits, lines)
+    code, keys = _rewrite_regions(tree, lines, a, b, edits, _COMPOUND)
+    if _CHECK_REGIONS:
+        wide = _rewrite_regions(tree, lines, a, b, edits, _DEFS)
+        if wide != (code, keys):
+            sys.stderr.write(f"REGION MISMATCH at line {a}\n--- functions\n{wide[0]}\n--- blocks\n{code}\n")
+            raise SpliceMismatch(f"rewriting blocks differs from rewriting functions at line {a}")
+    return code, keys
+
+
+def _rewrite_regions(tree: ast.Module, lines: list[str], a: int, b: int, edits: list[Edit], kinds: tuple) -> tuple[str, set]:
+    """_rewrite_chunk's libcst part, one region (innermost statement of `kinds` holding edits) at a time."""
+    regions = _regions(tree, a, b, edits, lines, kinds)
     if regions is None:
         return _libcst_region(lines, a, b, None, edits)
     out: list[str] = []

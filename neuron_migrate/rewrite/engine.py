@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
@@ -47,6 +48,30 @@ def _release(result) -> None:
     """The round's analysis is done with: free its tree now (see Analysis.release), not at the next GC pass."""
     if result.analysis is not None:
         result.analysis.release()
+
+
+_LINE_NUMBER = re.compile(r"\blines? \d")
+
+
+def _left_after_import_removal(findings: list[Finding], todo: list[Finding], chosen: list, applied: list) -> Optional[list[Finding]]:
+    """The findings left once this round's fixes are applied, when those fixes only removed unused imports and
+    re-analysing the result could not tell more; None when it must be analysed again. That is so when every
+    fix found was applied, none had a helper or import to add, and no finding left lies in an edited statement
+    (it would be gone or changed) or names a line by number in its message (the number may have moved). The
+    fixes of the findings left (comment edits, unsafe fixes) move with them."""
+    if not chosen or len(applied) != len(chosen) or len(chosen) != len(todo):
+        return None
+    if not all(f.unused_import_only and not f.imports and not f.helpers for f in chosen):
+        return None
+    edited = [e.span for f in chosen for e in f.edits]
+    done = {id(f) for f in applied}
+    left = [f for f in findings if f.fix is None or id(f.fix) not in done]
+    for f in left:
+        if _LINE_NUMBER.search(f.message) or _LINE_NUMBER.search(f.note or ""):
+            return None
+        if any(sp.line <= f.span.end_line and f.span.line <= sp.end_line for sp in edited):
+            return None
+    return left
 
 
 def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> FixOutcome:
@@ -105,6 +130,18 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         if new_text == current:
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
+            break
+        left = _left_after_import_removal(result.findings, todo, chosen, applied)
+        if left is not None:
+            # removing imports nothing used changes no other finding: the text is only parsed, to validate it,
+            # and the findings left move onto it (what the import pruning below does too)
+            try:
+                last_tree = (new_text, ast.parse(new_text))
+            except (SyntaxError, ValueError, RecursionError) as exc:
+                raise FixError(f"rewrite by {last_codes} would produce invalid Python ({exc}); file left unchanged") from None
+            outcome.remaining = move_findings(left, current, new_text, fixes=True)
+            outcome.suppressed = result.suppressed
+            current = new_text
             break
         current = new_text
     else:

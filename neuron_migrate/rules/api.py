@@ -251,13 +251,14 @@ class FixBuilder:
         self.edits.append(Edit("insert_before_stmt", self.ctx.analysis.span(stmt), text))
         return self
 
-    def build(self, safety: Optional[str] = None, description: str = "") -> Fix:
+    def build(self, safety: Optional[str] = None, description: str = "", unused_import_only: bool = False) -> Fix:
         return Fix(
             safety=FixSafety(safety) if safety else self.safety,
             edits=list(self.edits),
             imports=list(dict.fromkeys(self.imports)),
             helpers=list(self.helpers),
             description=description,
+            unused_import_only=unused_import_only,
         )
 
 

@@ -71,18 +71,25 @@ def line_map(old: str, new: str) -> Callable[[int], int]:
     return to_new
 
 
-def move_findings(findings: list, old: str, new: str) -> list:
-    """`findings` (spans in `old`) with their spans in `new`; the same objects when nothing moved."""
+def move_findings(findings: list, old: str, new: str, fixes: bool = False) -> list:
+    """`findings` (spans in `old`) with their spans in `new`; the same objects when nothing moved. With `fixes`,
+    their fixes' edits move too (for findings whose fixes may still be applied to `new`)."""
     if old == new or not findings:
         return findings
     to_new = line_map(old, new)
-    out = []
-    for f in findings:
-        s = f.span
+
+    def moved(s: Span) -> Span:
         line = to_new(s.line)
         end = max(line, to_new(s.end_line)) if s.end_line != s.line else line
-        if line == s.line and end == s.end_line:
-            out.append(f)
-            continue
-        out.append(replace(f, span=Span(line, s.col, end, s.end_col)))
+        return s if (line, end) == (s.line, s.end_line) else Span(line, s.col, end, s.end_col)
+
+    out = []
+    for f in findings:
+        span = moved(f.span)
+        fix = f.fix
+        if fixes and fix is not None:
+            edits = [replace(e, span=moved(e.span)) for e in fix.edits]
+            if any(a is not b for a, b in zip(edits, fix.edits)):
+                fix = replace(fix, edits=edits)
+        out.append(f if span is f.span and fix is f.fix else replace(f, span=span, fix=fix))
     return out

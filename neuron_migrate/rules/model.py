@@ -154,6 +154,9 @@ class Fix:
     imports: list[ImportReq] = field(default_factory=list)
     helpers: list[tuple[str, str]] = field(default_factory=list)  # (name, source) of inserted helpers
     description: str = ""
+    # the edits only remove imports nothing in the file uses: no other finding can change with them, so a round
+    # of only such fixes is not analysed again (rewrite.engine)
+    unused_import_only: bool = False
 
 
 @dataclass

@@ -21,8 +21,10 @@ INPUTS = sorted(FIXTURES.glob("*/*.in.py"))
 
 @pytest.fixture
 def checked(monkeypatch):
-    """Every splice is also done by libcst and must match (SpliceMismatch otherwise); counts the splices."""
+    """Every splice is also done by libcst and must match, and every chunk rewritten one block at a time is also
+    rewritten one function at a time and must match (SpliceMismatch otherwise); counts the splices."""
     monkeypatch.setattr(apply, "_CHECK_SPLICE", True)
+    monkeypatch.setattr(apply, "_CHECK_REGIONS", True)
     calls = {"spliced": 0}
     real = apply._splice
 
@@ -107,10 +109,46 @@ def test_regions_rewrite_separate_methods_like_one_pass(monkeypatch):
     one_pass, _ = _apply_edits(text, edits)
     calls = []
     real = apply._apply_edits
+    monkeypatch.setattr(apply, "_CHECK_REGIONS", False)  # count only the regions rewrite uses
     monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
     out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
     assert out == one_pass and len(applied) == 3
     assert len(calls) == 2 and all(c.startswith("def ") for c in calls)  # each method on its own, dedented
+
+
+BLOCKS = (
+    "class Trainer:\n"
+    "    def train(self, data):\n"
+    "        setup()\n"
+    "        for b in data:\n"
+    "            with ctx():\n"
+    "                xm.mark_step()\n"  # the with's only statement: libcst writes `pass` (no splice)
+    "            step(b)\n"
+    "\n"
+    "    def save(self, flag):\n"
+    "        if flag:\n"
+    "            # sync first\n"
+    "            xm.mark_step()\n"  # an `if FLAG:` emptied by a fix goes as a whole, with its comment
+    "\n"
+    "        # then save\n"
+    "        save()\n"
+)
+
+
+def test_regions_are_the_innermost_block_that_keeps_the_change_inside(monkeypatch):
+    """libcst gets the innermost `for`/`with`/`try`/... holding an edit, never an `if` (an emptied `if FLAG:` is
+    removed, which changes the block around it); the text equals one pass over the whole function."""
+    tree = ast.parse(BLOCKS)
+    edits = [Edit("delete_stmt", Span(6, 16, 6, 30)), Edit("delete_stmt", Span(12, 12, 12, 26))]
+    one_pass, _ = _apply_edits(BLOCKS, edits)
+    assert "if flag" not in one_pass and "sync first" not in one_pass and "# then save" in one_pass
+    calls = []
+    real = apply._apply_edits
+    monkeypatch.setattr(apply, "_CHECK_REGIONS", True)  # also rewritten one function at a time: must be the same
+    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    out, applied = apply_fixes(BLOCKS, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
+    assert out == one_pass and len(applied) == 2
+    assert calls[0].startswith("with ctx():\n") and calls[1].startswith("def save(")  # the with; the if's function
 
 
 def _delete(text: str, needle: str) -> Edit:

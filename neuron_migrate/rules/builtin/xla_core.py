@@ -108,7 +108,7 @@ def remove_unused_import(site, ctx, prefix: str, what: str):
         names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in rest)
         text = f"import {names}" if isinstance(stmt, ast.Import) else f"from {stmt.module} import {names}"
         fx.replace(stmt, text)
-    return ctx.finding(site, f"unused {what} import `{site.key}`: remove it", fix=fx.build())
+    return ctx.finding(site, f"unused {what} import `{site.key}`: remove it", fix=fx.build(unused_import_only=True))
 
 
 @rule(
@@ -136,7 +136,8 @@ def torch_xla_import(site, ctx):
             return None  # the guard is removed by the finding for its first import
         fx = ctx.fixer()
         fx.delete(guard)
-        return ctx.finding(site, f"unused torch_xla import `{site.key}`: remove it (with the try/except ImportError around it)", fix=fx.build())
+        return ctx.finding(site, f"unused torch_xla import `{site.key}`: remove it (with the try/except ImportError around it)",
+                           fix=fx.build(unused_import_only=True))
     return remove_unused_import(site, ctx, "torch_xla", "torch_xla")
 
 
