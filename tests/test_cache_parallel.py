@@ -157,3 +157,30 @@ def test_catalogued_rules_report_what_the_rules_do():
         c = CataloguedRule(CataloguedRule.entry(r))
         for attr in (*CataloguedRule.FIELDS, "category", "url", "docs", "examples", "trigger_words"):
             assert getattr(c, attr) == getattr(r, attr), (r.code, attr)
+
+
+def test_workers_take_the_largest_files_first_and_results_keep_the_input_order(tmp_path, monkeypatch):
+    from concurrent.futures import ProcessPoolExecutor
+
+    from neuron_migrate.pipeline import parallel
+    from neuron_migrate.rules.registry import RuleSet, all_rules
+
+    paths = []
+    for i in range(30):  # sizes out of order; enough files for the process pool
+        p = tmp_path / f"f{i:02d}.py"
+        p.write_text("import torch_xla.core.xla_model as xm\n" + "x = 1\n" * ((i * 7) % 30) + "xm.mark_step()\n")
+        paths.append(str(p))
+    sent = []
+    original = ProcessPoolExecutor.map
+
+    def spy(self, fn, iterable, chunksize=1):
+        batch = list(iterable)
+        sent.extend(path for path, _ in batch)
+        return original(self, fn, batch, chunksize=chunksize)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "map", spy)
+    results = list(parallel._run([(p, p) for p in paths], RuleSet(all_rules()).spec, {}, False, False, 2))
+    assert [r.path for r in results] == paths
+    assert [r.findings[-1].span.line for r in results] == [2 + (i * 7) % 30 for i in range(30)]
+    sizes = [Path(p).stat().st_size for p in sent]
+    assert sizes == sorted(sizes, reverse=True) and sorted(sent) == sorted(paths)

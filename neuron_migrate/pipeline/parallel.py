@@ -51,6 +51,13 @@ def _one(item):
     return process_file(path, _STATE["ruleset"], _STATE["settings"], _STATE["fix"], _STATE["write"], display)
 
 
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def default_jobs() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -127,7 +134,16 @@ def _run(items, codes, settings_kw, fix, write, jobs) -> Iterator:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    chunk = max(1, min(64, len(items) // (jobs * 8)))
     ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
+    # the largest files first (in small chunks), so that no worker is left alone with a big file at the end while
+    # the others idle; results are handed back in the order of `items`
+    order = sorted(range(len(items)), key=lambda i: -_size(items[i][0]))
+    chunk = max(1, min(8, len(items) // (jobs * 32)))
+    done: dict[int, object] = {}
+    nxt = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(codes, settings_kw, fix, write)) as pool:
-        yield from pool.map(_one, items, chunksize=chunk)
+        for i, res in zip(order, pool.map(_one, [items[i] for i in order], chunksize=chunk)):
+            done[i] = res
+            while nxt in done:
+                yield done.pop(nxt)
+                nxt += 1
