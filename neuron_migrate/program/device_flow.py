@@ -262,10 +262,11 @@ class DeviceFlow:
         fn_of = self._fn_of
         for node, fn in nodes_with_function(self.a):
             fn_of[id(node)] = fn
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            t = type(node)
+            if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
                 self._params(node)
-                continue
-            self._visit(node, fn)
+            elif t is ast.Assign or t is ast.AnnAssign or t is ast.Call or t is ast.Dict:  # what _visit looks at
+                self._visit(node, fn)
         # value sets whose strings name several accelerators: the functions holding them dispatch
         for vs in _values.facts(self.a).sets:
             if vs.multi_backend:

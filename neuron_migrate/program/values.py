@@ -108,6 +108,10 @@ class ValueSet:
         return "keep" if self.external else "free"
 
 
+# the node kinds _Builder.visit looks at: the walk skips the rest (most of a tree: names, constants, attributes)
+_VISITED = frozenset({ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Return, ast.Compare, ast.Call, ast.Dict, ast.Subscript})
+
+
 class ValueFacts:
     def __init__(self) -> None:
         self._set_of: dict[int, ValueSet] = {}
@@ -308,12 +312,14 @@ class _Builder:
 
     # -- the walk ---------------------------------------------------------------------------------------
     def walk(self) -> None:
+        visited = _VISITED
         for node, fn in nodes_with_function(self.a):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            t = type(node)
+            if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
                 self.outer[id(node)] = fn
                 self.visit_def(node, fn)
-                continue
-            self.visit(node, fn)
+            elif t in visited:
+                self.visit(node, fn)
 
     def visit_def(self, node, fn) -> None:
         args = node.args
@@ -325,6 +331,7 @@ class _Builder:
                 self.flow(default, self.param_slot(node, arg.arg), fn, "default", "device" in arg.arg.lower())
 
     def visit(self, node, fn) -> None:
+        """The node kinds of _VISITED (the walk offers no others)."""
         if isinstance(node, ast.ClassDef):
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:

@@ -119,6 +119,21 @@ def _all_names(node: ast.AST) -> tuple[set[str], set[str]]:
     return loads, calls
 
 
+def _loaded(body: list[ast.stmt], names: set[str]) -> set[str]:
+    """Which of `names` the statements load somewhere; the walk stops once it has seen them all (the names a fix
+    imports are mostly used near the top of the file)."""
+    found: set[str] = set()
+    if not names:
+        return found
+    for stmt in body:
+        for n in walk(stmt):
+            if type(n) is ast.Name and n.id in names and type(n.ctx) is ast.Load and n.id not in found:
+                found.add(n.id)
+                if len(found) == len(names):
+                    return found
+    return found
+
+
 def first_exec_uses(body: list[ast.stmt]) -> dict[str, int]:
     """name -> index of the first top-level statement that needs it bound when it runs."""
     defs = {}
@@ -378,7 +393,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
     helper_reqs: list[ImportReq] = []
     if helper_import and new_helpers:
         # only the helpers the file itself calls; their own dependencies live in the shared module
-        loaded = set().union(*(_all_names(s)[0] for s in body)) if body else set()
+        loaded = _loaded(body, {n for n, _ in new_helpers})
         direct = [n for n, _ in new_helpers if n in loaded]
         if direct and not _extend_helper_import(lines, body, helper_import, direct):
             helper_reqs = [ImportReq(f"{helper_import}.{n}", n) for n in direct]
@@ -395,9 +410,10 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
             needed_at[dep] = min(needed_at.get(dep, INF), at)
 
     # an import nothing will use (a helper's own import when the helper lives in a shared module) is not added
-    used = set().union(*(_all_names(s)[0] for s in body)) if body else set()
+    used: set[str] = set()
     for _name, src in new_helpers:
         used |= _helper_names(src)
+    used |= _loaded(body, {_bound_name(r) for r in imports} - used)
     imports = [r for r in imports if _bound_name(r) in used]
     inserts: list[tuple] = []  # (line index, 0 import | 1 helpers, sort key, lines)
     entries: dict[int, list] = {}  # line -> [(category, key, statement, mode)]
