@@ -315,6 +315,7 @@ class Analysis:
                     self.defined_names.add(a.arg)
         body = node.body if isinstance(node.body, list) else [node.body]
         stack = list(reversed(body))
+        children_of = _CHILDREN
         assigned: set[str] = set()
         while stack:
             n = stack.pop()
@@ -358,9 +359,9 @@ class Analysis:
                 if t is ast.ClassDef:
                     stack.extend(reversed(n.body))  # class-body imports bind in the enclosing scope here
                 continue
-            if t is ast.Lambda:
+            if t is ast.Lambda or t is ast.Constant:
                 continue
-            stack.extend(reversed(child_nodes(n)))
+            stack.extend(reversed(children_of[t](n)))  # a tree from ast.parse (see _walk)
         if is_function:
             for name in assigned - scope.imported:
                 scope.bindings[name] = None
@@ -375,8 +376,10 @@ class Analysis:
         self._collect_scope(self.module_scope)
         parent_of = self.parent_of
         sites = self.sites
+        children_of = _CHILDREN
         # (node, scope) stack; children are pushed reversed so sites come out in source order
         stack: list[tuple[ast.AST, Scope]] = [(self.tree, self.module_scope)]
+        push = stack.append
         while stack:
             node, scope = stack.pop()
             t = type(node)
@@ -429,14 +432,16 @@ class Analysis:
                         sites.append(Site(kind, q, node, self, scope))
                     self._mark_inner(node)
                     continue  # the chain below resolves to prefixes of q: not separate sites
-                if t is ast.Attribute and wanted.wants("attr", node.attr):
+                if t is ast.Name:
+                    continue  # no children
+                if wanted.wants("attr", node.attr):
                     sites.append(Site("attr", node.attr, node, self, scope))
             elif t is ast.Constant:
-                if type(node.value) is not str:
-                    continue
-                key = string_key(node.value)
-                if wanted.wants("string", key):
-                    sites.append(Site("string", key, node, self, scope))
+                if type(node.value) is str:
+                    key = string_key(node.value)
+                    if wanted.wants("string", key):
+                        sites.append(Site("string", key, node, self, scope))
+                continue  # no children
             elif t is ast.Import:
                 for alias in node.names:
                     q = alias.name
@@ -455,10 +460,10 @@ class Analysis:
             elif t is ast.keyword and node.arg is not None and wanted.wants("keyword", node.arg):
                 sites.append(Site("keyword", node.arg, node, self, scope))
 
-            children = child_nodes(node)
-            for child in reversed(children):
+            # a tree from ast.parse: every node has all its fields (child_nodes' fallback is never needed)
+            for child in reversed(children_of[t](node)):
                 parent_of[child] = node
-                stack.append((child, scope))
+                push((child, scope))
 
     def _mark_inner(self, node: ast.AST) -> None:
         """Record parents along an attribute chain that is not walked further."""
