@@ -179,8 +179,14 @@ def test_workers_take_the_largest_files_first_and_results_keep_the_input_order(t
         return original(self, fn, batch, chunksize=chunksize)
 
     monkeypatch.setattr(ProcessPoolExecutor, "map", spy)
-    results = list(parallel._run([(p, p) for p in paths], RuleSet(all_rules()).spec, {}, False, False, 2))
+    done = []
+    results, done_before = [], []
+    for r in parallel._run([(p, p) for p in paths], RuleSet(all_rules()).spec, {}, False, False, 2, lambda: done.append(1)):
+        done_before.append(len(done))
+        results.append(r)
     assert [r.path for r in results] == paths
+    # the first file is the smallest: it is done last, and the progress callback has counted every file by then
+    assert done_before[0] == len(done) == 30
     assert [r.findings[-1].span.line for r in results] == [2 + (i * 7) % 30 for i in range(30)]
     sizes = [Path(p).stat().st_size for p in sent]
     assert sizes == sorted(sizes, reverse=True) and sorted(sent) == sorted(paths)

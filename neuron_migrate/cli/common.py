@@ -334,10 +334,9 @@ def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_pr
             cache = open_cache(g, fix, no_cache, run.config)
             if cache is not None and cache.warning:
                 err.print(f"[yellow]warning[/yellow]: {cache.warning}")
-            for res in run_files(g.items, g.ruleset.spec, g.settings_kw, fix=fix, write=write, jobs=jobs, cache=cache):
-                if progress is not None:
-                    progress.advance(task)
-                yield res
+            advance = (lambda: progress.advance(task)) if progress is not None else None
+            yield from run_files(g.items, g.ruleset.spec, g.settings_kw, fix=fix, write=write, jobs=jobs, cache=cache,
+                                 on_done=advance)
             if cache is not None:
                 problem = cache.save()  # a cache that cannot be written only costs time
                 if problem:

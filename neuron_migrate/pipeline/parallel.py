@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import os
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 _STATE: dict = {}
 
 DEFAULT_MAX_BYTES = 20_000_000
-PARALLEL_MIN_FILES = 24
-RACY_NS = 2_000_000_000  # stat signatures of files changed less than 2 s ago are not trusted  # below this, a process pool costs more than it saves
+PARALLEL_MIN_FILES = 24  # below this, a process pool costs more than it saves
+RACY_NS = 2_000_000_000  # stat signatures of files changed less than 2 s ago are not trusted
 
 
 def _init(spec, settings_kw, fix, write):
@@ -66,14 +66,16 @@ def default_jobs() -> int:
 
 
 def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
-              jobs: Optional[int] = None, cache=None) -> Iterator:
+              jobs: Optional[int] = None, cache=None, on_done: Optional[Callable[[], None]] = None) -> Iterator:
     """Yield FileResults in input order. `codes` is RuleSet.spec (or the active rule codes, RuleSet.codes).
 
     With a ResultCache, files whose content and key are unchanged are answered from it and never parsed.
     A cached rewrite that changes the file is recomputed when writing (the write needs a fresh read).
+    `on_done` is called as each file is done, which with workers is earlier than its result is yielded (a
+    progress bar follows the work, not the order).
     """
     if cache is None:
-        yield from _run(items, codes, settings_kw, fix, write, jobs)
+        yield from _run(items, codes, settings_kw, fix, write, jobs, on_done)
         return
     from neuron_migrate.pipeline.cache import digest
 
@@ -109,10 +111,12 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
             hits[i] = res
         else:
             misses.append((i, (path, display)))
-    computed = _run([item for _, item in misses], codes, settings_kw, fix, write, jobs)
+    computed = _run([item for _, item in misses], codes, settings_kw, fix, write, jobs, on_done)
     miss_iter = iter(misses)
     for i in range(len(items)):
         if i in hits:
+            if on_done is not None:
+                on_done()
             yield hits[i]
             continue
         j, (path, _display) = next(miss_iter)
@@ -124,12 +128,15 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
         yield res
 
 
-def _run(items, codes, settings_kw, fix, write, jobs) -> Iterator:
+def _run(items, codes, settings_kw, fix, write, jobs, on_done=None) -> Iterator:
+    done_one = on_done or (lambda: None)
     jobs = jobs or default_jobs()
     if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
         _init(codes, settings_kw, fix, write)
         for item in items:
-            yield _one(item)
+            res = _one(item)
+            done_one()
+            yield res
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -143,6 +150,7 @@ def _run(items, codes, settings_kw, fix, write, jobs) -> Iterator:
     nxt = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(codes, settings_kw, fix, write)) as pool:
         for i, res in zip(order, pool.map(_one, [items[i] for i in order], chunksize=chunk)):
+            done_one()
             done[i] = res
             while nxt in done:
                 yield done.pop(nxt)
