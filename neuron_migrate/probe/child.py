@@ -327,25 +327,33 @@ def _make_optimizer(name: str, params):
     return torch.optim.AdamW(params, lr=1e-3)
 
 
-def _load_factory(spec: dict, writer: Writer, rec):
-    """Call the factory (and --inputs) under the recorder (phase 'init': float64 creation sites)."""
+MISSING_INPUTS = "{ref} returned a model without example inputs; return (model, inputs) or pass --inputs module:fn"
+
+
+def call_factory(spec: dict) -> tuple[Any, Any]:
+    """The target factory's model and example inputs (its own, or --inputs'); inputs None when neither gives any.
+    Shared by the probe and the parity run."""
     import torch
 
+    factory = _load_callable(spec["target"]["ref"], spec["cwd"])
+    made = factory()
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
+        model, inputs = made
+    else:
+        model, inputs = made, None
+    if spec.get("inputs"):
+        inputs = _load_callable(spec["inputs"], spec["cwd"])()
+    return model, inputs
+
+
+def _load_factory(spec: dict, writer: Writer, rec):
+    """Call the factory (and --inputs) under the recorder (phase 'init': float64 creation sites)."""
     rec.phase = "init"
     writer.flush(status="running", phase="init")
     with rec:
-        factory = _load_callable(spec["target"]["ref"], spec["cwd"])
-        made = factory()
-        if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
-            model, inputs = made
-        else:
-            model, inputs = made, None
-        if spec.get("inputs"):
-            inputs = _load_callable(spec["inputs"], spec["cwd"])()
+        model, inputs = call_factory(spec)
     if inputs is None:
-        raise ValueError(
-            f"{spec['target']['ref']} returned a model without example inputs; return (model, inputs) or pass --inputs module:fn"
-        )
+        raise ValueError(MISSING_INPUTS.format(ref=spec["target"]["ref"]))
     rec.scan_model(model)
     return model, _split_inputs(inputs)
 

@@ -645,19 +645,11 @@ def localise_ops(model, module_name: str, args, kwargs, kinds: tuple[str, ...], 
 
 
 def _load_target(spec: dict):
-    from neuron_migrate.probe.child import _load_callable, _split_inputs
+    from neuron_migrate.probe.child import MISSING_INPUTS, _split_inputs, call_factory
 
-    factory = _load_callable(spec["target"]["ref"], spec["cwd"])
-    made = factory()
-    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
-        model, inputs = made
-    else:
-        model, inputs = made, None
-    if spec.get("inputs"):
-        inputs = _load_callable(spec["inputs"], spec["cwd"])()
+    model, inputs = call_factory(spec)
     if inputs is None:
-        raise ParityError(f"{spec['target']['ref']} returned a model without example inputs; return (model, inputs) "
-                          "or pass --inputs module:fn")
+        raise ParityError(MISSING_INPUTS.format(ref=spec["target"]["ref"]))
     return model, _split_inputs(inputs)
 
 
