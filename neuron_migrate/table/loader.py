@@ -857,11 +857,19 @@ def load_table(path: str | Path | None = None, env: Mapping[str, str] | None = N
         p = _DEFAULT[0]
     else:
         p = Path(path)
-    return _load(p.resolve(), env)
+    key = p if p.is_absolute() else (os.getcwd(), p)
+    resolved = _RESOLVED.get(key)
+    if resolved is None:  # rules ask for the table thousands of times per run: resolve each path once
+        resolved = _RESOLVED[key] = p.resolve()
+    return _load(resolved, env)
+
+
+_RESOLVED: dict = {}  # path, or (working folder, relative path) -> resolved path
 
 
 def _cache_clear() -> None:
     _TABLES.clear()
+    _RESOLVED.clear()
     _DEFAULT.clear()
     _SELECTION_WARNING.clear()
     _DISPATCH.clear()
