@@ -155,6 +155,8 @@ class RuleSet:
         self.trigger_words = tuple(sorted(words))
         self._trigger_re = None  # the words as one pattern, compiled once the process has scanned enough text
         self._scanned = 0
+        self._last_text: Optional[str] = None  # the text could_match answered last, and its answer
+        self._last_answer = False
         # exact triggers of the ignored rules: when one of them would have matched a site, a prefix fallback
         # (NM199 "no automatic migration") must stay silent: the site is known, the user chose not to hear of it
         active = set(self.codes)
@@ -197,6 +199,12 @@ class RuleSet:
 
     def could_match(self, text: str) -> bool:
         """Cheap text prefilter: a file with none of the trigger words cannot produce a finding."""
+        if text is self._last_text:  # the pipeline asks, then check_text asks again for the same text
+            return self._last_answer
+        self._last_text, self._last_answer = text, self._could_match(text)
+        return self._last_answer
+
+    def _could_match(self, text: str) -> bool:
         rx = self._trigger_re
         if rx is None:
             if not self.trigger_words:
