@@ -115,9 +115,13 @@ def child_nodes(node: ast.AST) -> list[ast.AST]:
 def walk(node: ast.AST) -> Iterator[ast.AST]:
     """Every node under `node` (itself included) in ast.walk's order, without contexts and operators."""
     todo = deque([node])
+    pop, extend, table = todo.popleft, todo.extend, _CHILDREN
     while todo:
-        n = todo.popleft()
-        todo.extend(child_nodes(n))
+        n = pop()
+        try:  # child_nodes, inlined: rules walk a great deal
+            extend(table[type(n)](n))
+        except AttributeError:
+            extend(_generic_children(n))
         yield n
 _DEVICE_STRING = re.compile(r"^(xla|cuda|neuron)(:\d+)?$")
 

@@ -473,13 +473,13 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
             return None
         want[_skey(e.span)] = e
     found: set = set()
-    last_line = first_line + chunk.count("\n")
-    stack: list = [(st, False) for st in stmts]
+    lines_edited = [(e.span.line, e.span.end_line) for e in want.values()]
+    stack: list = [(st, False) for st in stmts] if want else []
     while stack:
         node, blocked = stack.pop()
         end = getattr(node, "end_lineno", None)
-        if end is not None and (end < first_line or node.lineno > last_line):
-            continue  # wholly outside the region (a sibling method of the one being rewritten)
+        if end is not None and not any(a <= end and node.lineno <= b for a, b in lines_edited):
+            continue  # holds no edited line (a sibling method of the one being rewritten, say): nothing to find
         if isinstance(node, ast.expr):
             k = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
             if k in want:
