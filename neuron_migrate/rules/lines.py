@@ -88,8 +88,8 @@ def move_findings(findings: list, old: str, new: str, fixes: bool = False) -> li
         span = moved(f.span)
         fix = f.fix
         if fixes and fix is not None:
-            edits = [replace(e, span=moved(e.span)) for e in fix.edits]
-            if any(a is not b for a, b in zip(edits, fix.edits)):
-                fix = replace(fix, edits=edits)
+            spans = [moved(e.span) for e in fix.edits]
+            if any(sp is not e.span for sp, e in zip(spans, fix.edits)):
+                fix = replace(fix, edits=[replace(e, span=sp) for sp, e in zip(spans, fix.edits)])
         out.append(f if span is f.span and fix is f.fix else replace(f, span=span, fix=fix))
     return out
