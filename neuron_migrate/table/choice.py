@@ -50,15 +50,28 @@ def _installed(dist: str) -> str | None:
     importlib.metadata reads, without its 30-70 ms import)."""
     import sys
 
+    key = (dist, tuple(sys.path))
+    if key not in _INSTALLED:
+        _INSTALLED[key] = _find_installed(dist)
+    return _INSTALLED[key]
+
+
+_INSTALLED: dict[tuple, str | None] = {}  # a process asks for the same distributions again (cache key, warning)
+
+
+def _find_installed(dist: str) -> str | None:
+    import sys
+
     want = re.sub(r"[-_.]+", "_", dist).lower()
+    head = want[:1]
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
         for n in names:
-            if not n.endswith((".dist-info", ".egg-info")):
-                continue
+            if n[:1].lower() != head or not n.endswith((".dist-info", ".egg-info")):
+                continue  # a site-packages folder holds hundreds of names: most differ in the first letter
             name, _, ver = n.rsplit(".", 1)[0].partition("-")
             if ver and re.sub(r"[-_.]+", "_", name).lower() == want:
                 return ver
