@@ -402,13 +402,13 @@ def _child_blocks(stmt: ast.stmt):
 
 # statements with blocks of their own that the applier never removes as a whole when a fix empties a block in
 # them (it writes `pass` there, or drops an emptied `else:`), so its changes stay inside them: each can be
-# rewritten on its own (see _def_region). Not `if`: an `if FLAG:` whose body a fix removed goes too, which empties
+# rewritten on its own (see _holding_region). Not `if`: an `if FLAG:` whose body a fix removed goes too, which empties
 # the block around it in turn.
 _COMPOUND = (*_DEFS, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
              *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.Match)
 
 
-def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND):
+def _holding_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND):
     """The innermost statement of `kinds` (a function or class, or one of _COMPOUND) within top-level lines a..b
     that holds every edit (and is not itself edited), as (first line, last line, indentation), when its lines can
     be dedented losslessly (else the next one out)."""
@@ -434,9 +434,9 @@ def _def_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str], 
         ra, rb = _stmt_start(best), best.end_lineno
         first = lines[ra - 1]
         prefix = first[: len(first) - len(first.lstrip(" \t"))]
+        # not losslessly dedentable: a less indented line (inside a string, say) or a whitespace-only one
         if prefix and all(not ln.strip("\r\n") or (ln.startswith(prefix) and ln.strip()) for ln in lines[ra - 1 : rb]):
             return ra, rb, prefix
-        # a less indented line (inside a string, say) or a whitespace-only one: not losslessly dedentable
     return None
 
 
@@ -647,22 +647,22 @@ def _rewrite_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix
 def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str],
              kinds: tuple = _COMPOUND) -> Optional[list[tuple]]:
     """Disjoint (first line, last line, indentation, edits) regions of top-level lines a..b, each the innermost
-    statement of `kinds` holding its edits (see _def_region), or None when some edit has none. The applier's
+    statement of `kinds` holding its edits (see _holding_region), or None when some edit has none. The applier's
     changes never leave such a statement (comments of a removed statement move within its block, an emptied block
     gets `pass` there), so each region can be rewritten on its own."""
     regions: list[list] = []
     for e in edits:
-        r = _def_region(tree.body, a, b, [e], lines, kinds)
+        r = _holding_region(tree.body, a, b, [e], lines, kinds)
         if r is None:
             return None
         regions.append([r[0], r[1], r[2], [e]])
     regions.sort(key=lambda r: r[0])
     merged: list[list] = []
     for r in regions:
-        while merged and r[0] <= merged[-1][1]:  # nested or shared: the innermost function holding both
+        while merged and r[0] <= merged[-1][1]:  # nested or shared: the innermost region holding both
             prev = merged.pop()
             both = prev[3] + r[3]
-            u = _def_region(tree.body, a, b, both, lines, kinds)
+            u = _holding_region(tree.body, a, b, both, lines, kinds)
             if u is None:
                 return None
             r = [u[0], u[1], u[2], both]
