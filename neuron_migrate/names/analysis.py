@@ -123,6 +123,19 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
         except AttributeError:
             extend(_generic_children(n))
         yield n
+def child_blocks(stmt: ast.stmt) -> Iterator[list]:
+    """The statement blocks directly inside a statement: its body, `else:` and `finally:` blocks, and the bodies of
+    its `except` handlers and `case`s (a walk of statements that never enters expressions)."""
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, field, None)
+        if isinstance(block, list):
+            yield block
+    for h in getattr(stmt, "handlers", []) or []:
+        yield h.body
+    for c in getattr(stmt, "cases", []) or []:
+        yield c.body
+
+
 _DEVICE_STRING = re.compile(r"^(xla|cuda|neuron)(:\d+)?$")
 
 

@@ -16,7 +16,7 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from neuron_migrate.names.analysis import child_nodes
+from neuron_migrate.names.analysis import child_blocks, child_nodes
 from neuron_migrate.rewrite.insert import InsertError, bound_up_front, insert_support
 from neuron_migrate.rules.model import Edit, Fix, Span
 
@@ -389,17 +389,6 @@ def _stmt_start(stmt: ast.stmt) -> int:
     return min([stmt.lineno, *[d.lineno for d in getattr(stmt, "decorator_list", [])]])
 
 
-def _child_blocks(stmt: ast.stmt):
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(stmt, field, None)
-        if isinstance(block, list):
-            yield block
-    for h in getattr(stmt, "handlers", []) or []:
-        yield h.body
-    for c in getattr(stmt, "cases", []) or []:
-        yield c.body
-
-
 # statements with blocks of their own that the applier never removes as a whole when a fix empties a block in
 # them (it writes `pass` there, or drops an emptied `else:`), so its changes stay inside them: each can be
 # rewritten on its own (see _holding_region). Not `if`: an `if FLAG:` whose body a fix removed goes too, which empties
@@ -422,7 +411,7 @@ def _holding_region(top: list, a: int, b: int, edits: list[Edit], lines: list[st
             if _stmt_start(node) < lo and hi <= node.end_lineno and (a, b) != (_stmt_start(node), node.end_lineno):
                 holders.append(node)
         child = None
-        for block in _child_blocks(node):
+        for block in child_blocks(node):
             for st in block:
                 if _stmt_start(st) <= lo and hi <= (st.end_lineno or st.lineno):
                     child = st
@@ -552,7 +541,7 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
     todo = [st for st in stmts if not isinstance(st, _SIMPLE_STMTS)]
     while todo:
         node = todo.pop()
-        for block in _child_blocks(node):
+        for block in child_blocks(node):
             for i, st in enumerate(block):
                 if key(st) in deletes and i == 0:
                     # the block's first statement: libcst also drops the blank lines that would now open the block

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from neuron_migrate.names.analysis import walk
+from neuron_migrate.names.analysis import child_blocks, walk
 from neuron_migrate.rules.api import const_value, kwarg, rule
 
 XM = "torch_xla.core.xla_model"
@@ -47,14 +47,7 @@ def _annotations(tree: ast.Module) -> Iterator[ast.expr]:
                 yield s.returns
         elif t is ast.AnnAssign:
             yield s.annotation
-        nested = []
-        for name in ("body", "orelse", "finalbody"):
-            v = getattr(s, name, None)
-            if type(v) is list:
-                nested += v
-        for block in [*getattr(s, "handlers", ()), *getattr(s, "cases", ())]:
-            nested += block.body
-        stack.extend(reversed(nested))
+        stack.extend(reversed([st for block in child_blocks(s) for st in block]))
 
 
 def string_annotation_uses(ctx, name: str) -> list[int]:
