@@ -1,6 +1,7 @@
 """Output is identical with and without the cache and with one or two worker processes."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -120,8 +121,9 @@ def _imports_rules(root: Path, *args: str) -> tuple[subprocess.CompletedProcess,
 def test_warm_run_selects_and_reports_from_the_rule_catalogue(tree):
     _age(tree)
     # (the json audit shares the text audit's results; the rewrite has its own)
+    # (the rewrite's summary names each rule it applied, and lists the fixes: from the catalogue too)
     for args, is_cold in ((["audit", "."], True), (["audit", "--output-format", "json", "."], False),
-                          (["rewrite", "--diff", "."], True)):
+                          (["rewrite", "--diff", "."], True), (["rewrite", "--show-fixes", "."], False)):
         base = nm(tree, *args, "--no-cache")
         cold, cold_imported = _imports_rules(tree, *args)
         warm, warm_imported = _imports_rules(tree, *args)
@@ -190,3 +192,49 @@ def test_workers_take_the_largest_files_first_and_results_keep_the_input_order(t
     assert [r.findings[-1].span.line for r in results] == [2 + (i * 7) % 30 for i in range(30)]
     sizes = [Path(p).stat().st_size for p in sent]
     assert sizes == sorted(sizes, reverse=True) and sorted(sent) == sorted(paths)
+
+
+def test_cached_rewrite_keeps_the_bytes_of_every_encoding(tmp_path):
+    """A rewrite's cached bytes are marked as the UTF-8 of its text where they are that, and kept where they are
+    not (BOM, CRLF, Latin-1): the warm result gives back exactly the bytes the cold one computed."""
+    from neuron_migrate.pipeline.cache import result_from_dict, result_to_dict
+    from neuron_migrate.pipeline.process import FileResult
+
+    text = "import torch\nd = torch.device('neuron')  # é\n"
+    for data in (text.encode("utf-8"), b"\xef\xbb\xbf" + text.encode("utf-8"), text.replace("\n", "\r\n").encode("utf-8"),
+                 text.encode("latin-1")):
+        r = FileResult("t.py", old_text="old\n", new_text=text, new_bytes=data, digest="d")
+        d = result_to_dict(r)
+        assert ("bytes_are_text" in d) == (data == text.encode("utf-8"))
+        back = result_from_dict("t.py", json.loads(json.dumps(d)))
+        assert back.new_bytes == data and back.new_text == text and back.old_text == "old\n" and back.changed
+    same = result_from_dict("t.py", result_to_dict(FileResult("t.py", digest="d")))
+    assert same.new_bytes is None and not same.changed
+
+
+def test_warm_write_of_crlf_and_bom_files_matches_the_cold_write(tmp_path):
+    """End to end: files with CRLF line ends and a BOM, rewritten from a warm cache, get the bytes a cacheless
+    rewrite writes."""
+    import os
+
+    src = "import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n"
+    variants = {"lf.py": src.encode(), "crlf.py": src.replace("\n", "\r\n").encode(), "bom.py": b"\xef\xbb\xbf" + src.encode()}
+    expected = {}
+    for name, data in variants.items():
+        (tmp_path / "nocache").mkdir(exist_ok=True)
+        (tmp_path / "nocache" / name).write_bytes(data)
+    assert nm(tmp_path / "nocache", "rewrite", "--write", "--no-cache", ".").returncode == 0
+    expected = {name: (tmp_path / "nocache" / name).read_bytes() for name in variants}
+    root = tmp_path / "cached"
+    root.mkdir()
+    for name, data in variants.items():
+        (root / name).write_bytes(data)
+    past = __import__("time").time_ns() - 3600 * 1_000_000_000
+    for f in root.iterdir():
+        os.utime(f, ns=(past, past))
+    assert nm(root, "rewrite", "--diff", ".").returncode == 1  # fills the cache
+    assert nm(root, "rewrite", "--write", ".").returncode == 0
+    for name in variants:
+        assert (root / name).read_bytes() == expected[name], name
+    assert expected["crlf.py"].count(b"\r\n") == expected["crlf.py"].count(b"\n")
+    assert expected["bom.py"].startswith(b"\xef\xbb\xbf")

@@ -319,6 +319,7 @@ def open_cache(group: Group, fix: bool, no_cache: bool, root_config=None):
 def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_progress: bool):
     """Yield FileResults of every group, with a progress bar on a terminal; save caches at the end."""
     from neuron_migrate.pipeline.parallel import run_files
+    from neuron_migrate.report.text import labelled
 
     total = len(run.items)
     progress = None
@@ -333,14 +334,14 @@ def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_pr
         for g in run.groups:
             cache = open_cache(g, fix, no_cache, run.config)
             if cache is not None and cache.warning:
-                err.print(f"[yellow]warning[/yellow]: {cache.warning}")
+                err.print(labelled("warning", "yellow", cache.warning))
             advance = (lambda: progress.advance(task)) if progress is not None else None
             yield from run_files(g.items, g.ruleset.spec, g.settings_kw, fix=fix, write=write, jobs=jobs, cache=cache,
                                  on_done=advance)
             if cache is not None:
                 problem = cache.save()  # a cache that cannot be written only costs time
                 if problem:
-                    err.print(f"[yellow]warning[/yellow]: {problem}")
+                    err.print(labelled("warning", "yellow", problem))
                 else:
                     from neuron_migrate.pipeline.cache import save_catalogue
 

@@ -15,9 +15,10 @@ from neuron_migrate.rules.noqa import add_to_text
 def add_noqa_comments(run, findings, errors, err) -> int:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR
     from neuron_migrate.files.source import SourceError, read_source, write_atomic
+    from neuron_migrate.report.text import labelled
 
     for path, msg in errors:
-        err.print(f"[red]error[/red]: {path + ': ' if path else ''}{msg}", highlight=False)
+        err.print(labelled("error", "red", f"{path + ': ' if path else ''}{msg}"))
     by_path: dict = {}
     display_to_path = {display: path for path, display in run.items}
     for f in findings:
@@ -29,7 +30,7 @@ def add_noqa_comments(run, findings, errors, err) -> int:
     for display, codes_by_line in sorted(by_path.items()):
         real = Path(display_to_path.get(display, display))
         if real.suffix == ".ipynb":
-            err.print(f"[yellow]warning[/yellow]: {display}: notebooks get no noqa comments (add them in the editor)")
+            err.print(labelled("warning", "yellow", f"{display}: notebooks get no noqa comments (add them in the editor)"))
             continue
         try:
             src = read_source(real)
@@ -37,11 +38,11 @@ def add_noqa_comments(run, findings, errors, err) -> int:
             if added:
                 write_atomic(src, src.encode(new_text))
         except (SourceError, OSError, UnicodeEncodeError) as exc:
-            err.print(f"[red]error[/red]: {display}: not changed: {exc}", highlight=False)
+            err.print(labelled("error", "red", f"{display}: not changed: {exc}"))
             failed = True
             continue
         if missed:
-            err.print(f"[yellow]warning[/yellow]: {display}: {missed} finding(s) inside multi-line strings got no comment")
+            err.print(labelled("warning", "yellow", f"{display}: {missed} finding(s) inside multi-line strings got no comment"))
         if added:
             total += added
             files += 1

@@ -58,7 +58,7 @@ def run_rewrite(
 def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filename, jobs, quiet, no_cache, color_mode,
                   helpers_module=None) -> int:
     from neuron_migrate.cli.common import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, RANK, iterate, prepare, report_no_files
-    from neuron_migrate.report.text import console, print_diff, unified_diff
+    from neuron_migrate.report.text import console, labelled, print_diff, unified_diff
 
     run = prepare(paths or [], sel, stdin_filename, cached=not no_cache)
     if not run.items and not run.messages:
@@ -81,7 +81,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
             g.settings_kw["helpers_module"] = module_name(shared)
         no_cache = True  # cached results were made without the shared module
     for m in run.messages:
-        err.print(f"[red]error[/red]: {m}", highlight=False)
+        err.print(labelled("error", "red", m))
     do_write = write and not check and run.stdin is None
     errors = len(run.messages)
     changed = written = 0
@@ -99,7 +99,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
     for res in results:
         if res.error:
             errors += 1
-            err.print(f"[red]error[/red]: {res.path}: {res.error}", highlight=False)
+            err.print(labelled("error", "red", f"{res.path}: {res.error}"))
         if run.stdin is not None and not diff and not check:
             import sys
 
@@ -159,15 +159,15 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
     from neuron_migrate.report.text import StyledText as Text
 
     from neuron_migrate.cli.common import unsafe_source
-    from neuron_migrate.report.text import print_findings
-    from neuron_migrate.rules.registry import get_rule
+    from neuron_migrate.report.text import PLAIN, print_findings
+    from neuron_migrate.rules.registry import rule_for_findings
 
     if fixed_list:
         out.print()
         out.print(Text("Fixed:" if do_write else "Would fix:", style="bold"))
         for path, f in sorted(fixed_list, key=lambda pf: (pf[0], pf[1].span.line, pf[1].rule.code)):
             safety = f.fix.safety.value if f.fix is not None else "safe"
-            out.print(f"  {path}:{f.span.line}: {f.rule.code} ({safety}) {f.message}", highlight=False)
+            out.print(f"  {path}:{f.span.line}: {f.rule.code} ({safety}) {f.message}", **PLAIN)
     if remaining and not quiet:
         out.print()
         out.print(Text("Left for you (not rewritten automatically):", style="bold"))
@@ -184,8 +184,8 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
     out.print(Text(level + ("." if do_write else " (nothing written yet)."), style="yellow" if unsafe_on else "dim"))
     if applied:
         for code, count in sorted(applied.items()):
-            r = get_rule(code)
-            out.print(f"  {code} {r.name if r else ''}: {_plural(count, 'fix', 'fixes')}", highlight=False)
+            r = rule_for_findings(code)  # the catalogue's entry on a warm run: no rule module is imported
+            out.print(f"  {code} {r.name if r else ''}: {_plural(count, 'fix', 'fixes')}", **PLAIN)
     if remaining:
         unsafe = sum(1 for f in remaining if f.fix is not None)
         manual = len(remaining) - unsafe
@@ -201,7 +201,7 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
             shown = ", ".join(p for p, _ in places[:MAX_NOTE_PLACES])
             more = f" and {len(places) - MAX_NOTE_PLACES} more" if len(places) > MAX_NOTE_PLACES else ""
             text = places[0][1] if len({n for _, n in places}) == 1 else key
-            out.print(f"  - {shown}{more}: {text}", highlight=False)
+            out.print(f"  - {shown}{more}: {text}", **PLAIN)
     if changed and (notes or fixed_list or (remaining and not quiet)):
         out.print(Text("Line numbers above are those of the rewritten files" + ("." if do_write else " (the + side of the diff)."),
                        style="dim"))
@@ -213,7 +213,7 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
 
 def _write_helpers_module(shared, fixed_list, do_write, diff, out, err) -> int:
     """Create or extend the --helpers-module file with the helpers the rewritten files import; 1 on error."""
-    from neuron_migrate.report.text import print_diff, unified_diff
+    from neuron_migrate.report.text import labelled, print_diff, unified_diff
     from neuron_migrate.rewrite.helpers_module import module_name, module_text
 
     users: dict = {}
@@ -226,7 +226,7 @@ def _write_helpers_module(shared, fixed_list, do_write, diff, out, err) -> int:
     try:
         new = module_text(old, sorted(users))
     except ValueError as exc:
-        err.print(f"[red]error[/red]: {shared}: {exc}", highlight=False)
+        err.print(labelled("error", "red", f"{shared}: {exc}"))
         return 1
     files = set().union(*users.values())
     msg = (f"{_plural(len(files), 'rewritten file')} {'imports' if len(files) == 1 else 'import'} helpers from the shared module "

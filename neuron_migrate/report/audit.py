@@ -55,12 +55,12 @@ def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info
 def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, output_file: Optional[str] = None,
          quiet: bool = False, color=None, show_fixes: bool = False, fail_level: str = "warning",
          frames: Optional[dict] = None) -> None:
-    from neuron_migrate.report.text import console
+    from neuron_migrate.report.text import console, labelled
 
     err = console(stderr=True, color=color)
     for path, msg in errors:
         # one line per file, never a traceback
-        err.print(f"[red]error[/red]: {path + ': ' if path else ''}{msg}", markup=True, highlight=False)
+        err.print(labelled("error", "red", f"{path + ': ' if path else ''}{msg}"))
 
     text_out: Optional[str] = None
     if fmt == "json":

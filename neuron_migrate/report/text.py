@@ -47,6 +47,16 @@ class StyledText:
         return self.plain
 
 
+# print(..., **PLAIN): the string as it is, for lines of user data (paths, messages): rich would read `[v2]` in a
+# path as a style tag and `file.py:100:` as the :100: emoji
+PLAIN = {"markup": False, "emoji": False, "highlight": False}
+
+
+def labelled(label: str, style: str, text: str) -> "StyledText":
+    """`error: <text>` with the label styled and the text (a path, a message) printed as it is."""
+    return StyledText(label, style).append(f": {text}")
+
+
 # what rich's markup and emoji rendering could change in a string: a tag (`[bold]`, `[/]`) or an emoji code
 # (`:smile:`); a string with neither is printed as it is
 _MAYBE_MARKUP = re.compile(r"\[[a-z#/@]|:\S*?:")
@@ -69,24 +79,25 @@ class PlainConsole:
 
         return sys.stderr if self.stderr else sys.stdout  # looked up per use, like rich (test runners swap it)
 
-    def print(self, *objects, sep: str = " ", end: str = "\n", markup=None, highlight=None, **kwargs) -> None:
+    def print(self, *objects, sep: str = " ", end: str = "\n", markup=None, highlight=None, emoji=None,
+              **kwargs) -> None:
         parts = []
         for obj in objects:
             if isinstance(obj, str):
-                if not _MAYBE_MARKUP.search(obj):
+                if (markup is False and emoji is False) or not _MAYBE_MARKUP.search(obj):
                     parts.append(obj)
                     continue
                 from rich.markup import escape, render
 
-                # rich renders markup unless told not to, and replaces :emoji: codes either way
-                parts.append(render(obj if markup is not False else escape(obj), emoji=True).plain)
+                # rich renders markup unless told not to, and replaces :emoji: codes unless told not to
+                parts.append(render(obj if markup is not False else escape(obj), emoji=emoji is not False).plain)
             elif hasattr(obj, "plain"):
                 parts.append(obj.plain)
             else:
                 from rich.console import Console
 
                 Console(file=self.file, highlight=False, soft_wrap=True, no_color=True, color_system=None).print(
-                    *objects, sep=sep, end=end, markup=markup, highlight=highlight, **kwargs)
+                    *objects, sep=sep, end=end, markup=markup, highlight=highlight, emoji=emoji, **kwargs)
                 return
         self.file.write(sep.join(parts) + end)
 

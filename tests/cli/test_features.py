@@ -156,3 +156,22 @@ def test_watch_reruns_on_change(xla_project):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_paths_and_line_numbers_print_as_they_are(tmp_path, monkeypatch):
+    """Report lines carry user data: rich would read `[v2]` in a folder name as a style tag and `t.py:100:` as the
+    :100: emoji (💯). Fix lists, rule counts, notes and error lines print them as they are."""
+    folder = tmp_path / "runs[v2]"
+    folder.mkdir()
+    (folder / "t.py").write_text("import torch_xla.core.xla_model as xm\n" + "x = 1\n" * 98 + "d = xm.xla_device()\n")
+    (folder / "bad.py").write_text("import torch_xla\ndef broken(:\n")
+    monkeypatch.chdir(tmp_path)
+    r = cli("rewrite", "--no-cache", "--show-fixes", "runs[v2]")
+    out = r.output + (r.stderr if hasattr(r, "stderr") else "")
+    assert "runs[v2]/t.py:100: NM102 (safe)" in out, out
+    assert "error: runs[v2]/bad.py: syntax error" in out, out
+    assert "\U0001f4af" not in out
+    a = cli("audit", "--no-cache", "runs[v2]")
+    out = a.output + (a.stderr if hasattr(a, "stderr") else "")
+    assert "error: runs[v2]/bad.py: syntax error" in out, out
+    assert "runs[v2]/t.py:100:" in out and "\U0001f4af" not in out, out
