@@ -3,36 +3,34 @@ options are parsed (by typer in cli/audit.py, or by cli/fast.py for the common o
 typer: a pre-commit run of a few files must not pay for it."""
 from __future__ import annotations
 
-from typing import List, Optional
-
 FORMATS = ("text", "concise", "json", "json-lines", "sarif", "github", "gitlab", "junit")
 
 
 def run_audit(
-    paths: Optional[List[str]] = None,
+    paths: list[str] | None = None,
     output_format: str = "text",
-    output_file: Optional[str] = None,
+    output_file: str | None = None,
     statistics: bool = False,
     show_fixes: bool = False,
     exit_zero: bool = False,
     fail_level: str = "warning",
-    select: Optional[List[str]] = None,
-    extend_select: Optional[List[str]] = None,
-    ignore: Optional[List[str]] = None,
-    exclude: Optional[List[str]] = None,
-    extend_exclude: Optional[List[str]] = None,
-    force_exclude: Optional[bool] = None,
-    respect_gitignore: Optional[bool] = None,
-    stdin_filename: Optional[str] = None,
+    select: list[str] | None = None,
+    extend_select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    exclude: list[str] | None = None,
+    extend_exclude: list[str] | None = None,
+    force_exclude: bool | None = None,
+    respect_gitignore: bool | None = None,
+    stdin_filename: str | None = None,
     add_noqa: bool = False,
     watch: bool = False,
-    table: Optional[str] = None,
-    config: Optional[str] = None,
-    jobs: Optional[int] = None,
+    table: str | None = None,
+    config: str | None = None,
+    jobs: int | None = None,
     no_cache: bool = False,
-    max_file_size: Optional[int] = None,
+    max_file_size: int | None = None,
     quiet: bool = False,
-    color: Optional[str] = None,
+    color: str | None = None,
     no_color: bool = False,
     min_confidence: str = "low",
 ) -> int:

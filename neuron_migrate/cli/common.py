@@ -5,8 +5,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
-
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 LEVELS = ("info", "warning", "error")
@@ -14,7 +12,7 @@ RANK = {"info": 0, "warning": 1, "error": 2, "none": 3}
 COLOR_MODES = ("auto", "always", "never")
 
 
-def split_codes(values: Optional[list[str]]) -> list[str]:
+def split_codes(values: list[str] | None) -> list[str]:
     out = []
     for v in values or []:
         out += [x.strip() for x in v.split(",") if x.strip()]
@@ -29,13 +27,13 @@ class Selection:
     ignore: list = field(default_factory=list)
     exclude: list = field(default_factory=list)
     extend_exclude: list = field(default_factory=list)
-    force_exclude: Optional[bool] = None
-    respect_gitignore: Optional[bool] = None
-    unsafe_fixes: Optional[bool] = None
-    device_style: Optional[str] = None
-    config: Optional[str] = None
-    table: Optional[str] = None
-    max_file_size: Optional[int] = None
+    force_exclude: bool | None = None
+    respect_gitignore: bool | None = None
+    unsafe_fixes: bool | None = None
+    device_style: str | None = None
+    config: str | None = None
+    table: str | None = None
+    max_file_size: int | None = None
 
 
 @dataclass
@@ -55,7 +53,7 @@ class Run:
     groups: list
     messages: list  # errors (one line each, no traceback)
     skipped: dict = field(default_factory=dict)  # discovery statistics: reason -> count
-    stdin: Optional[tuple] = None  # (display name, bytes) for `-`
+    stdin: tuple | None = None  # (display name, bytes) for `-`
 
     @property
     def items(self) -> list:
@@ -108,7 +106,7 @@ def check_level(name: str, value: str, allowed=LEVELS) -> str:
     return v
 
 
-def check_color(value: Optional[str], no_color: bool) -> str:
+def check_color(value: str | None, no_color: bool) -> str:
     if no_color:
         return "never"
     v = (value or "auto").lower()
@@ -117,13 +115,13 @@ def check_color(value: Optional[str], no_color: bool) -> str:
     return v
 
 
-def check_jobs(jobs: Optional[int]) -> Optional[int]:
+def check_jobs(jobs: int | None) -> int | None:
     if jobs is not None and jobs < 1:
         fail(f"--jobs must be 1 or more, not {jobs}")
     return jobs
 
 
-def prepare(paths: list[str], sel: Selection, stdin_filename: Optional[str] = None, cached: bool = False) -> Run:
+def prepare(paths: list[str], sel: Selection, stdin_filename: str | None = None, cached: bool = False) -> Run:
     """Load configuration(s), select rules, discover files. Exits 2 on bad options or configuration.
     `cached`: the run uses the results cache, so rules may be selected from its rule catalogue (warm runs)."""
     from neuron_migrate.files.config import ConfigError, load_config, load_file

@@ -9,8 +9,6 @@ checks that both parsers give the command the same arguments.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 # option -> (parameter, kind): "flag" sets True, "off" sets False, "str"/"int" take a value, "list" appends one
 _COMMON = {
     "--select": ("select", "list"), "--extend-select": ("extend_select", "list"), "--ignore": ("ignore", "list"),
@@ -33,7 +31,7 @@ OPTIONS = {
 }
 
 
-def parse(argv: list[str]) -> Optional[tuple[str, dict]]:
+def parse(argv: list[str]) -> tuple[str, dict] | None:
     """(command, keyword arguments for its run function), or None when typer must parse `argv`."""
     if not argv or argv[0] not in OPTIONS:
         return None
@@ -77,7 +75,7 @@ def parse(argv: list[str]) -> Optional[tuple[str, dict]]:
     return command, kwargs
 
 
-def run(argv: list[str]) -> Optional[int]:
+def run(argv: list[str]) -> int | None:
     """The exit code of `argv` run through the fast path, or None when it does not apply."""
     if argv == ["--version"]:  # what scripts and bug reports ask first: typer's start-up would be most of it
         import sys

@@ -4,35 +4,34 @@ typer: a pre-commit run of a few files must not pay for it."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import List, Optional
 
 
 def run_rewrite(
-    paths: Optional[List[str]] = None,
+    paths: list[str] | None = None,
     write: bool = False,
     check: bool = False,
     diff: bool = False,
     show_fixes: bool = False,
-    unsafe_fixes: Optional[bool] = None,
+    unsafe_fixes: bool | None = None,
     fail_level: str = "none",
-    select: Optional[List[str]] = None,
-    extend_select: Optional[List[str]] = None,
-    ignore: Optional[List[str]] = None,
-    exclude: Optional[List[str]] = None,
-    extend_exclude: Optional[List[str]] = None,
-    force_exclude: Optional[bool] = None,
-    respect_gitignore: Optional[bool] = None,
-    stdin_filename: Optional[str] = None,
-    device_style: Optional[str] = None,
+    select: list[str] | None = None,
+    extend_select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    exclude: list[str] | None = None,
+    extend_exclude: list[str] | None = None,
+    force_exclude: bool | None = None,
+    respect_gitignore: bool | None = None,
+    stdin_filename: str | None = None,
+    device_style: str | None = None,
     watch: bool = False,
-    config: Optional[str] = None,
-    jobs: Optional[int] = None,
+    config: str | None = None,
+    jobs: int | None = None,
     quiet: bool = False,
     no_cache: bool = False,
-    max_file_size: Optional[int] = None,
-    color: Optional[str] = None,
+    max_file_size: int | None = None,
+    color: str | None = None,
     no_color: bool = False,
-    helpers_module: Optional[str] = None,
+    helpers_module: str | None = None,
 ) -> int:
     """Run the command; returns its exit code."""
     from neuron_migrate.cli.common import Selection, check_color, check_jobs, check_level
@@ -156,10 +155,9 @@ def _plural(n: int, word: str, plural: str = "") -> str:
 
 def _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines,
              fixed_list=None) -> None:
-    from neuron_migrate.report.text import StyledText as Text
-
     from neuron_migrate.cli.common import unsafe_source
     from neuron_migrate.report.text import PLAIN, print_findings
+    from neuron_migrate.report.text import StyledText as Text
     from neuron_migrate.rules.registry import rule_for_findings
 
     if fixed_list:

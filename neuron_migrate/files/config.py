@@ -10,8 +10,6 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
-
 
 
 def _toml():
@@ -44,15 +42,15 @@ class Config:
     force_exclude: bool = False
     unsafe_fixes: bool = False
     device_style: str = "neuron"
-    table: Optional[str] = None
+    table: str | None = None
     respect_gitignore: bool = True
     cache: bool = True
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
-    source: Optional[Path] = None  # the pyproject.toml it came from
+    source: Path | None = None  # the pyproject.toml it came from
     explicit: set = field(default_factory=set)  # keys the file set (for messages: "unsafe-fixes = true in ...")
 
     @property
-    def root(self) -> Optional[Path]:
+    def root(self) -> Path | None:
         """The project folder: exclude and per-file-ignores patterns are relative to it."""
         return self.source.parent if self.source else None
 
@@ -72,7 +70,7 @@ def _has_section(p: Path) -> bool:
         return True  # let load_config report the error with the file name
 
 
-def find_pyproject(start: Path) -> Optional[Path]:
+def find_pyproject(start: Path) -> Path | None:
     """The closest pyproject.toml with a [tool.neuron-migrate] section at or above `start`."""
     try:
         start = start.resolve()
@@ -88,7 +86,7 @@ def find_pyproject(start: Path) -> Optional[Path]:
     return None
 
 
-def load_config(paths: list[str], explicit: Optional[str] = None) -> Config:
+def load_config(paths: list[str], explicit: str | None = None) -> Config:
     pyproject = Path(explicit) if explicit else find_pyproject(Path(paths[0]) if paths and paths[0] != "-" else Path.cwd())
     if pyproject is None:
         return Config()

@@ -11,11 +11,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 from neuron_migrate.files.digests import blake2b
 from neuron_migrate.pipeline.process import FileResult
-
 
 FOLDER = ".neuron-migrate-cache"
 KEEP = 32  # cache files (one per key) kept; older ones are pruned
@@ -126,7 +124,7 @@ class ResultCache:
         self.file = folder / f"results-{key}.json"
         self.entries: dict = {}
         self.dirty = False
-        self.warning: Optional[str] = None
+        self.warning: str | None = None
         try:
             if self.file.exists():
                 data = json.loads(self.file.read_text(encoding="utf-8"))
@@ -137,13 +135,13 @@ class ResultCache:
             self.warning = f"ignoring unreadable cache {self.file}: {exc}"
             self.entries = {}
 
-    def lookup(self, path: str, display: str, dig: str) -> Optional[FileResult]:
+    def lookup(self, path: str, display: str, dig: str) -> FileResult | None:
         e = self.entries.get(path)
         if not e or e.get("digest") != dig:
             return None
         return self._result(display, e)
 
-    def lookup_stat(self, path: str, display: str, sig: list) -> Optional[FileResult]:
+    def lookup_stat(self, path: str, display: str, sig: list) -> FileResult | None:
         """The cached result when the file's size, mtime and inode are those recorded with it (Ruff keys its
         cache by mtime too): a warm run then reads no file at all. Any difference falls back to the digest."""
         e = self.entries.get(path)
@@ -159,18 +157,18 @@ class ResultCache:
             self.dirty = True
 
     @staticmethod
-    def _result(display: str, e: dict) -> Optional[FileResult]:
+    def _result(display: str, e: dict) -> FileResult | None:
         try:
             return result_from_dict(display, e["result"])
         except (KeyError, TypeError, ValueError):
             return None  # an entry from an incompatible layout: recompute
 
-    def store(self, path: str, dig: str, res: FileResult, sig: Optional[list] = None) -> None:
+    def store(self, path: str, dig: str, res: FileResult, sig: list | None = None) -> None:
         """Errors about the content (syntax, nesting, a rule crash) are cached with it and re-reported."""
         self.entries[path] = {"digest": dig, "result": result_to_dict(res), **({"stat": sig} if sig else {})}
         self.dirty = True
 
-    def save(self) -> Optional[str]:
+    def save(self) -> str | None:
         if not self.dirty:
             return None
         try:
@@ -230,6 +228,6 @@ def save_catalogue(folder: Path) -> None:
         pass  # a catalogue that cannot be written only costs the next run the rules' import
 
 
-def cache_folder(config_source: Optional[Path]) -> Path:
+def cache_folder(config_source: Path | None) -> Path:
     root = config_source.parent if config_source else Path.cwd()
     return Path(os.environ.get("NEURON_MIGRATE_CACHE_DIR", root / FOLDER))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 _STATE: dict = {}
 
@@ -66,7 +66,7 @@ def default_jobs() -> int:
 
 
 def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool, write: bool,
-              jobs: Optional[int] = None, cache=None, on_done: Optional[Callable[[], None]] = None) -> Iterator:
+              jobs: int | None = None, cache=None, on_done: Callable[[], None] | None = None) -> Iterator:
     """Yield FileResults in input order. `codes` is RuleSet.spec (or the active rule codes, RuleSet.codes).
 
     With a ResultCache, files whose content and key are unchanged are answered from it and never parsed.
@@ -77,9 +77,9 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
     if cache is None:
         yield from _run(items, codes, settings_kw, fix, write, jobs, on_done)
         return
-    from neuron_migrate.pipeline.cache import digest
-
     import time
+
+    from neuron_migrate.pipeline.cache import digest
 
     now = time.time_ns()
     hits: dict[int, object] = {}

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
-
 
 
 @dataclass
@@ -20,17 +18,17 @@ class FileResult:
     findings: list = field(default_factory=list)  # remaining findings (after fixes, in rewrite)
     applied: dict = field(default_factory=dict)  # rule code -> count (rewrite)
     applied_findings: list = field(default_factory=list)
-    error: Optional[str] = None
-    old_text: Optional[str] = None  # set when the file would change
-    new_text: Optional[str] = None
-    new_bytes: Optional[bytes] = None
+    error: str | None = None
+    old_text: str | None = None  # set when the file would change
+    new_text: str | None = None
+    new_bytes: bytes | None = None
     written: bool = False
     suppressed: int = 0
     skipped: bool = False  # prefilter said nothing can match
-    digest: Optional[str] = None  # content digest of the bytes this result is for (cache key)
+    digest: str | None = None  # content digest of the bytes this result is for (cache key)
     # audit: the source lines the findings' code frames show, {line: text} (cached with the result, so that a
     # warm run's report reads no file); None when not kept (notebooks: their frames count lines per cell)
-    frames: Optional[dict] = None
+    frames: dict | None = None
 
     @property
     def changed(self) -> bool:
@@ -48,7 +46,7 @@ def frame_lines(text: str, findings: list) -> dict:
     return {n: lines[n - 1] for n in sorted(wanted) if 0 < n <= len(lines)}
 
 
-def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: Optional[str] = None) -> FileResult:
+def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: str | None = None) -> FileResult:
     """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error."""
     # imported here, not at the top: a warm run needs FileResult (the cache's results) but none of these
     from neuron_migrate.files.load import load_for_analysis

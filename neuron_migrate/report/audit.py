@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 
-def _source_lines(findings, frames: Optional[dict] = None) -> dict:
+def _source_lines(findings, frames: dict | None = None) -> dict:
     """File text for code frames (notebooks: the cells joined, as the findings count lines); `frames` holds the
     lines already known per path ({line: text}, from the results), so only the other files are read."""
     out = dict(frames or {})
@@ -24,7 +23,6 @@ def _source_lines(findings, frames: Optional[dict] = None) -> dict:
 
 def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info_passes: bool = True) -> None:
     from neuron_migrate.report.text import StyledText as Text
-
     from neuron_migrate.rules.model import FixSafety
 
     n = len(findings)
@@ -52,9 +50,9 @@ def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info
         con.print(Text(f"{n_errors} file{'s' if n_errors != 1 else ''} could not be checked.", style="bold red"))
 
 
-def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, output_file: Optional[str] = None,
+def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, output_file: str | None = None,
          quiet: bool = False, color=None, show_fixes: bool = False, fail_level: str = "warning",
-         frames: Optional[dict] = None) -> None:
+         frames: dict | None = None) -> None:
     from neuron_migrate.report.text import console, labelled
 
     err = console(stderr=True, color=color)
@@ -62,7 +60,7 @@ def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, 
         # one line per file, never a traceback
         err.print(labelled("error", "red", f"{path + ': ' if path else ''}{msg}"))
 
-    text_out: Optional[str] = None
+    text_out: str | None = None
     if fmt == "json":
         from neuron_migrate.report.json_out import findings_json, statistics_json
 
@@ -118,7 +116,7 @@ def emit(fmt: str, findings: list, errors: list, run, statistics: bool = False, 
         _write(buf.getvalue(), output_file)
 
 
-def _write(text: str, output_file: Optional[str]) -> None:
+def _write(text: str, output_file: str | None) -> None:
     if output_file:
         from pathlib import Path
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from neuron_migrate.rules.model import Finding
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from neuron_migrate.rules.model import Finding, FixSafety
 
@@ -172,7 +172,7 @@ def fix_label(f: Finding) -> str:
     return "[*] " if f.fix.safety == FixSafety.SAFE else "[unsafe fix] "
 
 
-def line_at(lines, n: int) -> Optional[str]:
+def line_at(lines, n: int) -> str | None:
     """Line `n` (1-based) of a file's lines: a list of every line, or a {line: text} map of the lines the findings
     show (what the results cache keeps, so that a warm run reads no source); None when unknown."""
     if not lines or n < 1:
@@ -206,7 +206,7 @@ def fix_preview(f: Finding, lines) -> list:
     return out
 
 
-def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False,
+def print_findings(con, findings: Iterable[Finding], source_lines: dict | None = None, concise: bool = False,
                    show_fixes: bool = False) -> None:
     plain = con.color_system is None and not con.is_terminal  # piped: build strings, not rich Text (warm runs)
     out = []
@@ -247,7 +247,7 @@ def print_findings(con, findings: Iterable[Finding], source_lines: Optional[dict
     _emit(con, out)
 
 
-def print_grouped(con, findings: Iterable[Finding], source_lines: Optional[dict] = None, concise: bool = False,
+def print_grouped(con, findings: Iterable[Finding], source_lines: dict | None = None, concise: bool = False,
                   show_fixes: bool = False) -> None:
     """Findings grouped by file: a header per file, then each finding (with its code frame unless concise)."""
     by_file: dict = {}

@@ -5,9 +5,9 @@ re-derives rule metadata.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Optional
 
 from neuron_migrate.files.span import Span  # noqa: F401 - re-exported: part of the rule data model
 
@@ -34,7 +34,7 @@ class Example:
     """A rule's example: code before and, for a fixable rule, after."""
 
     before: str
-    after: Optional[str] = None  # None: report only
+    after: str | None = None  # None: report only
 
 
 class _RuleLinks:
@@ -64,7 +64,7 @@ class Rule(_RuleLinks):
     examples: list[Example] = field(default_factory=list)
     # (site kind, key) pairs the rule subscribes to; key is a qualified name, a method name or "*"
     triggers: list[tuple[str, str]] = field(default_factory=list)
-    check: Optional[Callable] = None  # check(site, ctx) -> Finding | list[Finding] | None
+    check: Callable | None = None  # check(site, ctx) -> Finding | list[Finding] | None
     # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
     trigger_words: tuple[str, ...] = ()
     origin: str = ""  # module or YAML file that defines it
@@ -131,7 +131,7 @@ class ImportReq:
     `package.name` and the import is `from package import name [as alias]` (a class or function under a new alias)."""
 
     module: str
-    alias: Optional[str] = None
+    alias: str | None = None
     member: bool = False
 
     def statement(self) -> str:
@@ -167,13 +167,13 @@ class Finding:
     path: str
     span: Span
     message: str
-    fix: Optional[Fix] = None
+    fix: Fix | None = None
     note: str = ""  # extra guidance shown under the message (launch commands, behaviour changes)
     # how sure the compatibility fact behind the finding is ("high" | "medium" | "low"; "" when not a table fact)
     # and the table source id it comes from; rendered by every output format, filtered by --min-confidence
     confidence: str = ""
     source: str = ""
-    cell: Optional[int] = None  # notebooks: 1-based cell number; span lines then count within that cell
+    cell: int | None = None  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
     def severity(self) -> Severity:

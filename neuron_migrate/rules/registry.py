@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable, Optional
 
 from neuron_migrate.rules.model import CataloguedRule, Rule
 
@@ -21,6 +20,8 @@ OTHER_RULE_MODULES = ("neuron_migrate.shell.rules", "neuron_migrate.deps.rules")
 
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[Rule, ...]:
+    import pkgutil  # (imports typing: not on a warm run's path)
+
     from neuron_migrate.rules import api, builtin
     from neuron_migrate.rules.yaml_rules import load_yaml_rules
 
@@ -58,7 +59,7 @@ def catalogue() -> list[dict]:
     return [CataloguedRule.entry(r) for r in all_rules()]
 
 
-def use_catalogue(entries: Optional[list]) -> None:
+def use_catalogue(entries: list | None) -> None:
     """Select from, and name cached findings' rules by, these entries until the rules are imported (None: stop)."""
     _CATALOGUE.clear()
     for e in entries or ():
@@ -91,7 +92,7 @@ def _rule_index() -> dict:
     return index
 
 
-def get_rule(code_or_name: str) -> Optional[Rule]:
+def get_rule(code_or_name: str) -> Rule | None:
     return _rule_index().get(code_or_name.strip().lower())
 
 
@@ -155,7 +156,7 @@ class RuleSet:
         self.trigger_words = tuple(sorted(words))
         self._trigger_re = None  # the words as one pattern, compiled once the process has scanned enough text
         self._scanned = 0
-        self._last_text: Optional[str] = None  # the text could_match answered last, and its answer
+        self._last_text: str | None = None  # the text could_match answered last, and its answer
         self._last_answer = False
         # exact triggers of the ignored rules: when one of them would have matched a site, a prefix fallback
         # (NM199 "no automatic migration") must stay silent: the site is known, the user chose not to hear of it
@@ -229,7 +230,7 @@ class DeferredRuleSet:
 
     def __init__(self, codes: tuple, ignored_codes: tuple):
         self.codes, self.ignored_codes = codes, ignored_codes
-        self._built: Optional[RuleSet] = None
+        self._built: RuleSet | None = None
 
     @property
     def spec(self) -> tuple:

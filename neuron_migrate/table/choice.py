@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 TABLE_GLOB = "torchneuron-*.yaml"
 
@@ -31,7 +30,7 @@ def _data_dir() -> Path:
 def _version_key(path: Path) -> tuple:
     m = re.match(r"torchneuron-(.+)\.ya?ml$", path.name)
     ver = m.group(1) if m else path.stem
-    parts: list[tuple[int, Any]] = []
+    parts: list[tuple[int, object]] = []
     for piece in re.split(r"[.\-+]", ver):
         parts.append((0, int(piece)) if piece.isdigit() else (1, piece))
     return tuple(parts)
