@@ -69,21 +69,26 @@ def _headline(report: dict) -> str:
 
 def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
-    con = Console(file=file, soft_wrap=False)
+    # what the report shows is data (paths, op names, messages): no emoji codes (`train.py:100:` is not :100:),
+    # and data is escaped or put in Text cells, so that `[v2]` in a path or `[low confidence, ...]` in a note is
+    # printed, not read as a style tag
+    con = Console(file=file, soft_wrap=False, emoji=False)
     if not con.is_terminal or con.width < 120:
         con.width = max(con.width, 140)
-    con.rule(f"[bold]neuron-migrate probe[/]: {_target(report)}")
-    con.print(f"device [bold]{_device_line(report)}[/]: ", end="")
+    con.rule(f"[bold]neuron-migrate probe[/]: {escape(_target(report))}")
+    con.print(f"device [bold]{escape(_device_line(report))}[/]: ", end="")
     con.print(f"{report.get('device_reason') or ''}", markup=False, end="")
     con.print(f"; torch {report.get('torch_version')}; "
               f"table {report.get('table_version') or 'none: ' + str(report.get('table_error'))}; "
               f"ranks {report.get('world_size')}; mode {report.get('mode')}", markup=False)
     if report.get("table_warning"):
-        con.print(f"[yellow]warning:[/] {report['table_warning']}")
+        con.print(f"[yellow]warning:[/] {escape(report['table_warning'])}")
     head = _headline(report)
-    con.print(f"[bold {'green' if report['status'] == 'ok' else 'red'}]{head}[/]", markup=True)
+    con.print(f"[bold {'green' if report['status'] == 'ok' else 'red'}]{escape(head)}[/]", markup=True)
 
     t = Table(title="aten ops by status (model construction excluded)", show_lines=False)
     t.add_column("status")
@@ -105,7 +110,7 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
             note = r.get("note") or ""
             if r.get("confidence") in ("medium", "low"):  # the table is not sure: say so on the row
                 note = f"[{r['confidence']} confidence, {r.get('source') or 'no source'}] {note}"
-            tt.add_row(r["op"], str(r["count"]), _sites(r), note if len(note) <= 110 else note[:107] + "...")
+            tt.add_row(Text(r["op"]), str(r["count"]), Text(_sites(r)), Text(note if len(note) <= 110 else note[:107] + "..."))
         con.print(tt)
 
     fb = report["cpu_fallback"]
@@ -126,8 +131,8 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         tt.add_column("note", ratio=2)
         for u in ns:
             where = "; ".join(f"{x['site']} x{x['count']}" for x in u["sites"][:3])
-            tt.add_row(u["namespace"], f"[{_STATUS_STYLE.get(u['status'], '')}]{u['status']}[/]", str(u["count"]),
-                       where, (u.get("note") or "")[:110])
+            tt.add_row(Text(u["namespace"]), f"[{_STATUS_STYLE.get(u['status'], '')}]{u['status']}[/]", str(u["count"]),
+                       Text(where), Text((u.get("note") or "")[:110]))
         con.print(tt)
 
     f64 = report["float64"]
@@ -138,23 +143,24 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         tt.add_column("detail")
         for x in f64["tensors"]:
             where = f"{x['file']}:{x['line']}" if x.get("file") else "-"
-            tt.add_row(f"{x['kind']} {x['name']}", where, f"{x['dtype']} {x['shape']}")
+            tt.add_row(Text(f"{x['kind']} {x['name']}"), Text(where), Text(f"{x['dtype']} {x['shape']}"))
         for x in f64["sources"]:
-            tt.add_row(f"created by {x['op']}", x["site"], x["phase"])
+            tt.add_row(Text(f"created by {x['op']}"), Text(x["site"]), Text(x["phase"]))
         for x in f64["ops"][:top]:
-            tt.add_row(x["op"], x["site"], f"x{x['count']} {','.join(x['phases'])} {','.join(x['dtypes'])}")
+            tt.add_row(Text(x["op"]), Text(x["site"]), Text(f"x{x['count']} {','.join(x['phases'])} {','.join(x['dtypes'])}"))
         con.print(tt)
     else:
         con.print("[green]no float64 ops, parameters or buffers[/]")
     if report.get("construction"):
-        con.print("model construction used (usually run on CPU before .to('neuron')): " + ", ".join(report["construction"]))
+        con.print("model construction used (usually run on CPU before .to('neuron')): " + ", ".join(report["construction"]),
+                  markup=False)
 
     if "compile" in report:
         c = report["compile"]
         ex = c.get("explain") or {}
-        con.rule(f"torch.compile ({c.get('backend') or 'capturing backend, CPU'})")
+        con.rule(f"torch.compile ({escape(str(c.get('backend') or 'capturing backend, CPU'))})")
         if c.get("explain_error"):
-            con.print(f"[red]dynamo explain failed:[/] {c['explain_error']}")
+            con.print(f"[red]dynamo explain failed:[/] {escape(str(c['explain_error']))}")
         else:
             con.print(f"graphs {ex.get('graph_count')}, graph breaks {ex.get('graph_break_count')}")
             if c.get("calls") == []:
@@ -162,10 +168,10 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
             for b in ex.get("breaks") or []:
                 con.print(f"  break at {b.get('site') or '(no frame outside torch)'}: {b['reason']}", markup=False)
         if c.get("graphs_error"):
-            con.print(f"[red]capture failed:[/] {c['graphs_error']}")
+            con.print(f"[red]capture failed:[/] {escape(str(c['graphs_error']))}")
         for b in c.get("cannot_lower") or []:
-            con.print(f"  [red]cannot lower[/] {b['op']} ({b['status']}) in {b['kind']} graph {b['graph']} "
-                      f"from {b.get('file')}:{b.get('line')}")
+            con.print("  [red]cannot lower[/] " + escape(f"{b['op']} ({b['status']}) in {b['kind']} graph {b['graph']} "
+                                                         f"from {b.get('file')}:{b.get('line')}"))
         for b in c.get("decomposed") or []:
             con.print(f"  decomposed under compile: {b['op']} ({b['status']} in eager) from {b.get('file')}:{b.get('line')}",
                       markup=False)
@@ -180,7 +186,7 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
     if "numerics" in report:
         con.rule("numerics")
         for name, cmp in report["numerics"].items():
-            con.print(f"[bold]{name}[/]: worst relative difference {cmp.get('worst_rel', 0):.3g}"
+            con.print(f"[bold]{escape(name)}[/]: worst relative difference {cmp.get('worst_rel', 0):.3g}"
                       + (f" ({cmp.get('ops_downcast')} op calls downcast)" if "ops_downcast" in cmp else ""))
             if "loss" in cmp:
                 con.print(f"  loss: abs {cmp['loss'].get('max_abs', 0):.3g} rel {cmp['loss'].get('max_rel', 0):.3g}")
@@ -195,16 +201,16 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         con.rule(f"measured on device ({m.get('source', 'torch_neuronx op tracking')}) vs predicted (table)")
         con.print(f"tracked fallbacks: {', '.join(m['fallback_ops']) or 'none'}", markup=False)
         if m.get("unsupported_ops"):
-            con.print(f"[red]unsupported ops called[/]: {', '.join(m['unsupported_ops'])}")
+            con.print(f"[red]unsupported ops called[/]: {escape(', '.join(m['unsupported_ops']))}")
         if m["host_untracked"]:
-            con.print(f"computed on host, not tracked: {', '.join(m['host_untracked'])}")
+            con.print(f"computed on host, not tracked: {', '.join(m['host_untracked'])}", markup=False)
         tt = Table()
         for col in ("op", "predicted", "measured", "agree"):
             tt.add_column(col)
         for r in m["comparison"]:
             if r["predicted"] == "native" and r["measured"] in ("native", "not_tracked"):
                 continue  # as predicted, or a view/copy the device's core kernels do
-            tt.add_row(r["op"], r["predicted"], r["measured"], {True: "yes", False: "[red]NO[/]", None: "-"}[r["agree"]])
+            tt.add_row(Text(r["op"]), Text(r["predicted"]), Text(r["measured"]), {True: "yes", False: "[red]NO[/]", None: "-"}[r["agree"]])
         con.print(tt)
 
     tm = report.get("timing") or {}
@@ -226,7 +232,7 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
                 con.print(f"child {stream}: {s['bytes']} bytes; last lines:", markup=False)
                 con.print("\n".join(s["tail"].splitlines()[-8:])[-1500:], markup=False)
     if report.get("failed_checks"):
-        con.print(f"[red]--fail-on: {', '.join(report['failed_checks'])}[/]")
+        con.print(f"[red]--fail-on: {escape(', '.join(report['failed_checks']))}[/]")
 
 
 def to_markdown(report: dict, *, top: int = 10) -> str:

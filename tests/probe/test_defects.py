@@ -205,3 +205,23 @@ def test_graph_break_inside_a_library_has_its_library_line(tmp_path):
     b = ex["breaks"][0]
     assert b["lib_file"] == "fakelib/layers.py" and b["lib_line"] == 5 and b["site"] == "fakelib/layers.py:5"
     assert rc == 1 and rep["failed_checks"] == ["graph-break"]
+
+
+def test_report_prints_paths_notes_and_line_numbers_as_they_are():
+    """The rich report shows data, not markup: an error at line 100 is `m.py:100:`, not the :100: emoji (💯), a
+    folder named `runs[v2]` keeps its brackets, and a row's `[low confidence, ...]` note is shown, not read as a
+    style tag and dropped."""
+    f64 = dict(in_dtypes=["float64"], out_dtypes=["float64"], float64=True)
+    rep = _report([_doc([_op("aten::mul.Tensor", "forward", 100, count=2, **f64)], status="error",
+                        error={"type": "RuntimeError", "message": "index [0] is out of range", "file": "/x/runs[v2]/m.py",
+                               "line": 100})])
+    rep["cpu_fallback"] = [{"op": "aten::odd.default", "count": 1, "sites": [{"site": "runs[v2]/m.py:100", "count": 1,
+                                                                              "phase": "forward"}],
+                            "note": "slow path", "confidence": "low", "source": "src-7"}]
+    buf = io.StringIO()
+    render.print_rich(rep, file=buf)
+    text = buf.getvalue()
+    assert "\U0001f4af" not in text
+    assert "runs[v2]/m.py:100: index [0] is out of range" in text, text
+    assert "[low confidence, src-7] slow path" in text, text
+    assert "runs[v2]/m.py:100" in text
