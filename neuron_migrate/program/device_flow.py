@@ -379,7 +379,8 @@ def _kw(call, name):
 # every spelling through which a backend enters `_backends` or a value set's kinds, as a lower-case word
 _BACKEND_WORDS = {**{w: w for w in _values.ACCELERATORS}, "gpu": "cuda", "neuronx": "neuron", "habana": "hpu",
                   "gaudi": "hpu", "ipex": "xpu"}
-_LETTERS = re.compile(r"[a-z]+")
+# a backend word as a whole run of letters (`torch_cuda` holds `cuda`, `cudagraph` does not), longest spelling first
+_BACKEND_RUN = re.compile(r"(?<![a-z])(?:%s)(?![a-z])" % "|".join(sorted(map(re.escape, _BACKEND_WORDS), key=len, reverse=True)))
 
 
 def may_dispatch(analysis) -> bool:
@@ -388,8 +389,12 @@ def may_dispatch(analysis) -> bool:
     `{"cuda": ..., "mps": ...}` tables) is spelled as a word of the source, and dispatch needs two. Lets the CUDA
     rules skip building the device flow and the value sets in the many files that name one backend."""
     def build(a) -> bool:
-        found = {_BACKEND_WORDS[w] for w in set(_LETTERS.findall(a.text.lower())) if w in _BACKEND_WORDS}
-        return len(found) >= 2
+        found = set()
+        for m in _BACKEND_RUN.finditer(a.text.lower()):
+            found.add(_BACKEND_WORDS[m.group()])
+            if len(found) >= 2:
+                return True
+        return False
 
     return cached(analysis, "may_dispatch", build)
 

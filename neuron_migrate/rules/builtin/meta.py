@@ -1,6 +1,7 @@
 """Meta rules about neuron-migrate's own comments (NM9xx)."""
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -18,6 +19,40 @@ def _comment_lines(text: str) -> set:
                 out.add(tok.start[0])
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass
+    return out
+
+
+def _string_across(tree: ast.AST, wanted: set) -> bool:
+    """Does a string literal (or strings joined across lines) run over the start of a wanted line? Only nodes whose
+    lines hold a wanted line below their first are entered."""
+    stack = [tree]
+    while stack:
+        for child in ast.iter_child_nodes(stack.pop()):
+            lo = getattr(child, "lineno", None)
+            if lo is None:  # arguments, comprehensions, with items, match cases: no position of their own
+                stack.append(child)
+                continue
+            hi = child.end_lineno or lo
+            if not any(lo < line <= hi for line in wanted):
+                continue
+            if type(child) is ast.JoinedStr or (type(child) is ast.Constant and isinstance(child.value, (str, bytes))):
+                return True
+            stack.append(child)
+    return False
+
+
+def comment_lines_among(analysis, wanted) -> set:
+    """The lines of `wanted` that hold a real comment token, as `_comment_lines` of the whole text says: each line is
+    tokenized alone when no string runs over its start (then it starts outside any string), else the whole text is
+    (tokenize is pure Python here, and most files with a suppression have few)."""
+    wanted = set(wanted)
+    if not wanted or _string_across(analysis.tree, wanted):
+        return _comment_lines(analysis.text) & wanted
+    lines = analysis.lines
+    out = set()
+    for line in wanted:
+        if 0 < line <= len(lines) and "#" in lines[line - 1] and _comment_lines(lines[line - 1]):
+            out.add(line)
     return out
 
 
@@ -54,7 +89,7 @@ def unused_suppression(site, ctx):
     from neuron_migrate.rules.registry import all_rules
 
     everything = ctx.ruleset is not None and active >= {r.code for r in all_rules() if not r.opt_in}
-    real = _comment_lines(ctx.analysis.text)
+    real = comment_lines_among(ctx.analysis, sup.by_line)
     used_lines: dict = {}
     for line, code in sup.used:
         used_lines.setdefault(line, set()).add(code)
