@@ -86,6 +86,7 @@ def show(
         return
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     rt = RichTable(title=f"TorchNeuron {t.version} (torch-neuronx {t.torch_neuronx}, Neuron {t.neuron_sdk}, torch {t.torch})")
     for col in ("name", "kind", "status", "confidence", "source", "note"):
@@ -94,9 +95,10 @@ def show(
         # only a high-confidence row gets its status colour; medium and low rows are dimmed, so a green "native"
         # from a pre-release snapshot does not read like a documented fact
         style = _STATUS_STYLE.get(e.status.value, "") if e.confidence == "high" else "dim"
-        rt.add_row(e.name, e.kind, f"[{style}]{e.status.value}[/{style}]" if style else e.status.value,
-                   e.confidence or "", e.source_id or "", e.note or "")
-    console = Console(width=160)
+        # the cells are data (Text: a note's `[verify]` or `:100:` is shown as written, not read as markup)
+        rt.add_row(Text(e.name), Text(e.kind), f"[{style}]{e.status.value}[/{style}]" if style else e.status.value,
+                   Text(e.confidence or ""), Text(e.source_id or ""), Text(e.note or ""))
+    console = Console(width=160, emoji=False)
     console.print(rt)
     console.print(f"{len(entries)} of {len(t.entries)} entries")
 

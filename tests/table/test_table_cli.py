@@ -121,3 +121,14 @@ def test_build_without_torch_neuronx(monkeypatch):
     r = _run("build")
     assert r.exit_code == 2
     assert "torch-neuronx" in r.output
+
+
+def test_show_list_prints_notes_as_written(mini_dir):
+    """A table's notes are data: `[verify]` and `:100:` stay as written (rich read them as a style tag and an
+    emoji)."""
+    table = mini_dir / "torchneuron-9.9.9.yaml"
+    table.write_text(table.read_text(encoding="utf-8").replace(
+        "note: no sparse}", 'note: "no sparse [verify] on Trn2, see op.py:100:"}'), encoding="utf-8")
+    r = _run("show", "--table", str(table), "--status", "unsupported")
+    assert r.exit_code == 0, r.output
+    assert "no sparse [verify] on Trn2, see op.py:100:" in " ".join(r.output.split()), r.output
