@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached, nodes_with_function
 
 DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
@@ -174,36 +172,39 @@ class _Builder:
     # -- scopes -----------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Function names (the first def of each name, breadth-first), each function's local names, and whether
-        the file is a script, in one breadth-first walk. A node's `owner` is the function whose body scan reaches
-        it: a def's body belongs to the def; its other parts, and anything under a class, to no function (a
-        function's locals are its parameters and the names its own body stores, nested defs and classes left out)."""
-        defs = (ast.FunctionDef, ast.AsyncFunctionDef)
-        stores: dict = {}  # id(def) -> names stored in its body scan
-        glob: dict = {}  # id(def) -> names declared global or nonlocal there
-        order: list = []  # the defs, breadth-first
-        todo = deque([(self.a.tree, None)])
-        while todo:
-            node, owner = todo.popleft()
+        the file is a script. A name's `owner` is the function whose body scan reaches it: a def's body belongs to
+        the def; its other parts, and anything under a class, to no function (a function's locals are its
+        parameters and the names its own body stores, nested defs and classes left out). Read off the node list
+        the value walk uses and the parent map of the name analysis, instead of a walk of its own."""
+        parent_of = self.a.parent_of
+        defs: list = []
+        stored: list = []  # Store names, `global` and `nonlocal` statements: what a function's locals depend on
+        for node, _fn in nodes_with_function(self.a):
             t = type(node)
-            if owner is not None:
-                if t is ast.Name:
-                    if type(node.ctx) is ast.Store:
-                        stores[id(owner)].add(node.id)
-                    continue  # a Name's children are its context only
-                if t is ast.Global or t is ast.Nonlocal:
-                    glob[id(owner)].update(node.names)
-            if t in defs:
-                self.functions.setdefault(node.name, node)
-                order.append(node)
-                stores[id(node)], glob[id(node)] = set(), set()
-                body = {id(b) for b in node.body}
-                todo.extend((c, node if id(c) in body else None) for c in child_nodes(node))
-                continue
-            if t is ast.If and _is_main_guard(node.test):
+            if t is ast.Name:
+                if type(node.ctx) is ast.Store:
+                    stored.append(node)
+            elif t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+                defs.append(node)
+            elif t is ast.Global or t is ast.Nonlocal:
+                stored.append(node)
+            elif t is ast.If and not self.is_script and _is_main_guard(node.test):
                 self.is_script = True
-            inner = None if t is ast.ClassDef else owner
-            todo.extend((c, inner) for c in child_nodes(node))
-        for node in order:
+        stores: dict = {id(d): set() for d in defs}  # id(def) -> names stored in its body scan
+        glob: dict = {id(d): set() for d in defs}  # id(def) -> names declared global or nonlocal there
+        for node in stored:
+            owner = _owner(node, parent_of)
+            if owner is None:
+                continue
+            if type(node) is ast.Name:
+                stores[id(owner)].add(node.id)
+            else:
+                glob[id(owner)].update(node.names)
+        # breadth-first order is depth first, then source order: defs sit in statement lists, whose order is the
+        # source's at every level
+        defs.sort(key=lambda d: (_depth(d, parent_of), d.lineno, d.col_offset))
+        for node in defs:
+            self.functions.setdefault(node.name, node)
             args = node.args
             names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
                      if a is not None}
@@ -540,6 +541,28 @@ def _build(analysis) -> ValueFacts:
 
 
 # -- small helpers -------------------------------------------------------------------------------------
+def _owner(node, parent_of: dict):
+    """The def whose body scan reaches `node` (see _Builder.prepare): its nearest def or class above it decides."""
+    child, up = node, parent_of.get(node)
+    while up is not None:
+        t = type(up)
+        if t is ast.ClassDef:
+            return None
+        if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+            return up if any(stmt is child for stmt in up.body) else None
+        child, up = up, parent_of.get(up)
+    return None
+
+
+def _depth(node, parent_of: dict) -> int:
+    n = 0
+    up = parent_of.get(node)
+    while up is not None:
+        n += 1
+        up = parent_of.get(up)
+    return n
+
+
 def _is_main_guard(test) -> bool:
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
             and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))

@@ -1,5 +1,6 @@
 """The one-walk indexes of the program model (values.prepare, distributed._index) give what the plain two-walk
-versions they replaced give, on every fixture and example file: the oracles below are those versions."""
+versions they replaced give, on every fixture and example file: the oracles below are those versions. (values.prepare
+now reads the shared node list and parent map, with no walk of its own: the same oracle holds it.)"""
 from __future__ import annotations
 
 import ast
@@ -98,3 +99,72 @@ def test_one_walk_indexes_match_the_two_walk_oracles(chunk):
         assert got == _index_oracle(facts, a), f
         checked += 1
     assert checked
+
+
+SHAPES = '''
+import torch
+
+def f(a, *b, c=(z := 1), **d):
+    x = 1
+    global g
+    g = 2
+    class K:
+        k = 3
+        def m(self):
+            q = 4
+    def inner():
+        nonlocal x
+        x = 5
+        w = [y for y in range(3)]
+    lam = lambda v: (u := v)
+    for i, (j, k2) in enumerate([]):
+        pass
+    with open("p") as fh:
+        pass
+    try:
+        pass
+    except Exception as exc:
+        pass
+    match a:
+        case [m1, *rest]:
+            pass
+
+@decorate(n := 1)
+def f():
+    pass
+
+if True:
+    def dup():
+        return 1
+else:
+    def dup():
+        return 2
+
+class Outer:
+    def dup(self):
+        pass
+
+def dup():
+    pass
+
+if __name__ == "__main__":
+    f()
+'''
+
+
+
+def test_prepare_on_scope_edge_cases():
+    """Walrus in defaults, decorators and lambdas, a class and defs inside a def, `global`/`nonlocal`, and defs of
+    one name at several depths (the shallowest, then the first in the source, is the function of that name)."""
+    a = Analysis(SHAPES)
+    b = values._Builder(a)
+    b.prepare()
+    functions, local_names, is_script = _prepare_oracle(a.tree)
+    assert (b.functions, b.locals, b.is_script) == (functions, local_names, is_script)
+    assert list(b.locals) == list(local_names)
+    first_f = b.functions["f"]
+    assert first_f.args.args[0].arg == "a" and b.is_script
+    assert b.functions["dup"].col_offset == 0  # the module-level def, below three nested ones
+    # (`g` is declared global; a lambda's walrus binds in the function; handler and match-capture names are not
+    # Name nodes, and the class body and the nested defs keep theirs)
+    assert b.locals[id(first_f)] == {"a", "b", "c", "d", "x", "lam", "u", "i", "j", "k2", "fh"}
