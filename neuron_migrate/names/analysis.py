@@ -18,6 +18,9 @@ from neuron_migrate.files.span import Span
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _SCOPE_TYPES = frozenset(_SCOPES)
+# the node kinds _collect_scope does more with than visit their children
+_COLLECT_SPECIAL = frozenset({ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                              ast.Lambda, ast.Constant})
 # Fields that never hold a node worth visiting: expression contexts and operators are shared singletons
 # (about a third of what ast.iter_child_nodes yields), the rest hold identifiers and constants.
 _LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "module", "level", "value_kind",
@@ -334,13 +337,19 @@ class Analysis:
         stack = list(reversed(body))
         children_of = _CHILDREN
         assigned: set[str] = set()
+        # (the classes and methods bound to locals: this loop sees most nodes of the file once)
+        Name, Load, special = ast.Name, ast.Load, _COLLECT_SPECIAL
+        pop, extend, defined_add, assigned_add = stack.pop, stack.extend, self.defined_names.add, assigned.add
         while stack:
-            n = stack.pop()
+            n = pop()
             t = type(n)
-            if t is ast.Name:
-                if type(n.ctx) is not ast.Load:  # Store or Del
-                    self.defined_names.add(n.id)
-                    assigned.add(n.id)
+            if t is Name:
+                if type(n.ctx) is not Load:  # Store or Del
+                    defined_add(n.id)
+                    assigned_add(n.id)
+                continue
+            if t not in special:
+                extend(reversed(children_of[t](n)))  # a tree from ast.parse (see _walk)
                 continue
             if t is ast.Import:
                 for alias in n.names:
@@ -376,9 +385,7 @@ class Analysis:
                 if t is ast.ClassDef:
                     stack.extend(reversed(n.body))  # class-body imports bind in the enclosing scope here
                 continue
-            if t is ast.Lambda or t is ast.Constant:
-                continue
-            stack.extend(reversed(children_of[t](n)))  # a tree from ast.parse (see _walk)
+            # Lambda and Constant: nothing below binds here
         if is_function:
             for name in assigned - scope.imported:
                 scope.bindings[name] = None
@@ -396,9 +403,13 @@ class Analysis:
         children_of = _CHILDREN
         # (node, scope) stack; children are pushed reversed so sites come out in source order
         stack: list[tuple[ast.AST, Scope]] = [(self.tree, self.module_scope)]
-        push = stack.append
+        push, pop = stack.append, stack.pop
+        # the classes and methods the loop asks about, bound to locals (it runs once per node of the file)
+        Call, Name, Attribute, Constant, Load = ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.Load
+        Import, ImportFrom, keyword = ast.Import, ast.ImportFrom, ast.keyword
+        resolve, wants, add_site, add_qualname = self.resolve, wanted.wants, sites.append, self.qualnames.add
         while stack:
-            node, scope = stack.pop()
+            node, scope = pop()
             t = type(node)
             if t in _SCOPE_TYPES and node is not scope.node:
                 inner = Scope(node, scope)
@@ -424,12 +435,12 @@ class Analysis:
                     stack.append((child, scope))
                 continue
 
-            if t is ast.Call:
-                q = self.resolve(node.func, scope)
+            if t is Call:
+                q = resolve(node.func, scope)
                 if q is not None:
-                    self.qualnames.add(q)
-                    if wanted.wants("call", q):
-                        sites.append(Site("call", q, node, self, scope))
+                    add_qualname(q)
+                    if wants("call", q):
+                        add_site(Site("call", q, node, self, scope))
                     # the callee chain itself is consumed: do not offer it again as a ref
                     children = [*node.args, *node.keywords]
                     parent_of[node.func] = node
@@ -438,44 +449,44 @@ class Analysis:
                         parent_of[child] = node
                         stack.append((child, scope))
                     continue
-                if isinstance(node.func, ast.Attribute) and wanted.wants("method", node.func.attr):
-                    sites.append(Site("method", node.func.attr, node, self, scope))
-            elif t is ast.Name or t is ast.Attribute:
-                q = self.resolve(node, scope, count_use=t is ast.Attribute or type(node.ctx) is ast.Load)
+                if type(node.func) is Attribute and wants("method", node.func.attr):
+                    add_site(Site("method", node.func.attr, node, self, scope))
+            elif t is Name or t is Attribute:
+                q = resolve(node, scope, count_use=t is Attribute or type(node.ctx) is Load)
                 if q is not None:
-                    self.qualnames.add(q)
-                    kind = "store" if isinstance(node.ctx, (ast.Store, ast.Del)) else "ref"
-                    if wanted.wants(kind, q):
-                        sites.append(Site(kind, q, node, self, scope))
+                    add_qualname(q)
+                    kind = "store" if type(node.ctx) is not Load else "ref"  # Store or Del
+                    if wants(kind, q):
+                        add_site(Site(kind, q, node, self, scope))
                     self._mark_inner(node)
                     continue  # the chain below resolves to prefixes of q: not separate sites
-                if t is ast.Name:
+                if t is Name:
                     continue  # no children
-                if wanted.wants("attr", node.attr):
-                    sites.append(Site("attr", node.attr, node, self, scope))
-            elif t is ast.Constant:
+                if wants("attr", node.attr):
+                    add_site(Site("attr", node.attr, node, self, scope))
+            elif t is Constant:
                 if type(node.value) is str:
                     key = string_key(node.value)
-                    if wanted.wants("string", key):
-                        sites.append(Site("string", key, node, self, scope))
+                    if wants("string", key):
+                        add_site(Site("string", key, node, self, scope))
                 continue  # no children
-            elif t is ast.Import:
+            elif t is Import:
                 for alias in node.names:
                     q = alias.name
-                    if wanted.wants("import", q):
-                        sites.append(Site("import", q, node, self, scope, alias=alias))
-            elif t is ast.ImportFrom:
+                    if wants("import", q):
+                        add_site(Site("import", q, node, self, scope, alias=alias))
+            elif t is ImportFrom:
                 if node.level == 0 and node.module:
                     for alias in node.names:
                         if alias.name == "*":
-                            if wanted.wants("star_import", node.module):
-                                sites.append(Site("star_import", node.module, node, self, scope, alias=alias))
+                            if wants("star_import", node.module):
+                                add_site(Site("star_import", node.module, node, self, scope, alias=alias))
                             continue
                         q = f"{node.module}.{alias.name}"
-                        if wanted.wants("import", q):
-                            sites.append(Site("import", q, node, self, scope, alias=alias))
-            elif t is ast.keyword and node.arg is not None and wanted.wants("keyword", node.arg):
-                sites.append(Site("keyword", node.arg, node, self, scope))
+                        if wants("import", q):
+                            add_site(Site("import", q, node, self, scope, alias=alias))
+            elif t is keyword and node.arg is not None and wants("keyword", node.arg):
+                add_site(Site("keyword", node.arg, node, self, scope))
 
             # a tree from ast.parse: every node has all its fields (child_nodes' fallback is never needed)
             for child in reversed(children_of[t](node)):
