@@ -18,6 +18,7 @@ from neuron_migrate.files.span import Span
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _SCOPE_TYPES = frozenset(_SCOPES)
+_UNBOUND = object()  # Scope.lookup: a name this scope does not bind (a binding may be None: shadowed)
 # the node kinds _collect_scope does more with than visit their children
 _COLLECT_SPECIAL = frozenset({ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
                               ast.Lambda, ast.Constant})
@@ -177,8 +178,9 @@ class Scope:
     def lookup(self, name: str) -> tuple[Optional[str], Optional["Scope"]]:
         scope: Optional[Scope] = self
         while scope is not None:
-            if name in scope.bindings:
-                return scope.bindings[name], scope
+            q = scope.bindings.get(name, _UNBOUND)
+            if q is not _UNBOUND:
+                return q, scope
             scope = scope.parent
         return None, None
 
@@ -294,6 +296,12 @@ class Analysis:
     # -- resolution ------------------------------------------------------------------------------
     def resolve(self, node: ast.AST, scope: Scope, count_use: bool = True) -> Optional[str]:
         """Qualified name of a Name/Attribute chain whose root is an imported name, else None."""
+        if type(node) is ast.Name:  # most calls: a plain name, no chain to collect
+            base, owner = scope.lookup(node.id)
+            if base is not None and count_use and owner is not None:
+                key = (id(owner), node.id)
+                self.uses[key] = self.uses.get(key, 0) + 1
+            return base
         attrs = []
         while isinstance(node, ast.Attribute):
             attrs.append(node.attr)
@@ -508,7 +516,8 @@ class Wanted:
         self.exact = exact
         self.prefixes = prefixes
         self.any_kinds = any_kinds
-        self._memo: dict[tuple[str, str], bool] = {}  # keys repeat across sites and files: answer each once
+        self._memo: dict[str, dict[str, bool]] = {}  # kind -> key -> answer: keys repeat across sites and files
+        self._memo_size = 0
 
     @classmethod
     def everything(cls) -> "Wanted":
@@ -516,12 +525,17 @@ class Wanted:
         return cls({}, {}, kinds)
 
     def wants(self, kind: str, key: str) -> bool:
-        memo = self._memo
-        hit = memo.get((kind, key))
+        memo = self._memo.get(kind)
+        if memo is None:
+            memo = self._memo[kind] = {}
+        hit = memo.get(key)
         if hit is None:
-            if len(memo) > 200_000:  # a long-lived server sees many files: keep the memo bounded
-                memo.clear()
-            hit = memo[(kind, key)] = self._wants(kind, key)
+            self._memo_size += 1
+            if self._memo_size > 200_000:  # a long-lived server sees many files: keep the memo bounded
+                self._memo.clear()
+                self._memo_size = 0
+                memo = self._memo[kind] = {}
+            hit = memo[key] = self._wants(kind, key)
         return hit
 
     def _wants(self, kind: str, key: str) -> bool:
