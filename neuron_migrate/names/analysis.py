@@ -530,12 +530,12 @@ class Wanted:
             memo = self._memo[kind] = {}
         hit = memo.get(key)
         if hit is None:
-            self._memo_size += 1
-            if self._memo_size > 200_000:  # a long-lived server sees many files: keep the memo bounded
+            if self._memo_size >= 200_000:  # a long-lived server sees many files: keep the memo bounded
                 self._memo.clear()
                 self._memo_size = 0
                 memo = self._memo[kind] = {}
             hit = memo[key] = self._wants(kind, key)
+            self._memo_size += 1
         return hit
 
     def _wants(self, kind: str, key: str) -> bool:
