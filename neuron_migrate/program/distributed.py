@@ -29,7 +29,7 @@ import ast
 import enum
 from typing import Iterable, Optional
 
-from neuron_migrate.names.analysis import walk
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached
 
 DIST = "torch.distributed"
@@ -51,6 +51,7 @@ WRAPPERS = (
 TORCHRUN_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_FUNC_TYPES = frozenset(_FUNCS)
 
 
 class Group(enum.Enum):
@@ -137,12 +138,24 @@ class DistributedFacts:
         parent_of = a.parent_of
         callees = set()  # ids of Call.func nodes (names.analysis records no parent for a resolved callee)
         maybe_local: list = []  # Name loads that resolve to no import: local refs if a def of that name exists
-        for node in walk(tree):
+        # walk()'s breadth-first order, each node with the scope _scope() gives it (the innermost def or lambda
+        # above it, else the module), handed down from its parent instead of climbed to from every name
+        scope_of, module_scope = a.scope_of, a.module_scope
+        nodes, scopes, i = [tree], [module_scope], 0
+        while i < len(nodes):
+            node, scope = nodes[i], scopes[i]
+            i += 1
             t = type(node)
+            children = child_nodes(node)
+            if children:
+                nodes += children
+                scopes += [scope_of.get(node, module_scope) if t in _FUNC_TYPES else scope] * len(children)
             if t is ast.Name or t is ast.Attribute:
-                if type(node.ctx) is not ast.Load or id(node) in callees or type(parent_of.get(node)) is ast.Attribute:
+                up = parent_of.get(node)
+                if type(node.ctx) is not ast.Load or id(node) in callees or type(up) is ast.Attribute:
                     continue
-                q = self.qualname(node)
+                # (a node the name walk gave no parent, as under a def's type parameters: _scope() says module)
+                q = a.resolve(node, scope if up is not None else module_scope, count_use=False)
                 if q is not None:
                     self.refs.setdefault(q, []).append(node)
                 elif t is ast.Name:
@@ -153,7 +166,7 @@ class DistributedFacts:
                 f = node.func
                 callees.add(id(f))
                 if isinstance(f, (ast.Name, ast.Attribute)):
-                    q = self.qualname(f)
+                    q = a.resolve(f, scope if f in parent_of else module_scope, count_use=False)  # its call's scope
                     if q is not None:
                         self.calls.setdefault(q, []).append(node)
                     elif isinstance(f, ast.Name):
