@@ -165,6 +165,6 @@ def test_prepare_on_scope_edge_cases():
     first_f = b.functions["f"]
     assert first_f.args.args[0].arg == "a" and b.is_script
     assert b.functions["dup"].col_offset == 0  # the module-level def, below three nested ones
-    # (`g` is declared global; a lambda's walrus binds in the function; handler and match-capture names are not
-    # Name nodes, and the class body and the nested defs keep theirs)
+    # (`g` is declared global; the value pass counts a walrus inside a lambda as the function's (Python binds it
+    # in the lambda); handler and match-capture names are not Name nodes; the class body and nested defs keep theirs)
     assert b.locals[id(first_f)] == {"a", "b", "c", "d", "x", "lam", "u", "i", "j", "k2", "fh"}
