@@ -22,6 +22,10 @@ def _comment_lines(text: str) -> set:
     return out
 
 
+# string literals with fields: f-strings, and t-strings from Python 3.14 on
+_FORMATTED = frozenset(t for t in (ast.JoinedStr, getattr(ast, "TemplateStr", None)) if t is not None)
+
+
 def _string_across(tree: ast.AST, wanted: set) -> bool:
     """Does a string literal (or strings joined across lines) run over the start of a wanted line? Only nodes whose
     lines hold a wanted line below their first are entered."""
@@ -35,7 +39,7 @@ def _string_across(tree: ast.AST, wanted: set) -> bool:
             hi = child.end_lineno or lo
             if not any(lo < line <= hi for line in wanted):
                 continue
-            if type(child) is ast.JoinedStr or (type(child) is ast.Constant and isinstance(child.value, (str, bytes))):
+            if type(child) in _FORMATTED or (type(child) is ast.Constant and isinstance(child.value, (str, bytes))):
                 return True
             stack.append(child)
     return False
