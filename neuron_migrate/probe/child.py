@@ -530,8 +530,32 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
+_REAL_EXIT = os._exit  # main() replaces os._exit with a hook that reports user code calling it
+_EXIT_CODE: list = []
+
+
+def _exit_without_finalizing() -> None:
+    """The child's last exit handler (registered before anything of the run, so it runs after every other one, and
+    after the interpreter joined the run's threads): end the process without Python's finalization. Autograd's
+    device thread may still be releasing a finished backward pass's state, which takes the GIL; once finalization
+    has begun that makes libstdc++ abort the process (SIGABRT), and a run that wrote its results would be reported
+    as a crash (seen on the emulated device, about a third of runs on a loaded machine)."""
+    if not _EXIT_CODE:
+        return  # main() did not return: exit as Python does
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed stream must not change the exit code
+        pass
+    _REAL_EXIT(_EXIT_CODE[0])
+
+
 if __name__ == "__main__":
+    import atexit
+
+    atexit.register(_exit_without_finalizing)
     code = main()
+    _EXIT_CODE.append(code)
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

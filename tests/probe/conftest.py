@@ -39,7 +39,14 @@ def run_emulated(emulator_lib):
             emu.install(load_table() if _t == "default" else (load_table(_t) if _t else None), keep_going={keep_going!r})
             result = None
         """)
-        script = prelude + textwrap.dedent(code) + "\nprint('@@RESULT@@' + json.dumps(result))\n"
+        # once the result is printed the snippet ends with os._exit, skipping finalization as the probe child does:
+        # autograd's device thread may still be releasing a backward pass's state, and if that takes the GIL
+        # during finalization libstdc++ aborts the process (seen in about a third of runs on a loaded machine)
+        script = prelude + textwrap.dedent(code) + (
+            "\nprint('@@RESULT@@' + json.dumps(result))\n"
+            "import os\n"
+            "sys.stdout.flush(); sys.stderr.flush()\n"
+            "os._exit(0)\n")
         e = dict(os.environ, **(env or {}))
         p = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=e, capture_output=True, text=True,
                            timeout=timeout)

@@ -42,3 +42,26 @@ def test_rich_summary_and_markdown(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "aten ops by status" in p.stdout and "no float64" in p.stdout
     assert md.read_text().startswith("# neuron-migrate probe")
+
+
+def test_child_exits_after_the_run_s_exit_handlers_without_finalizing(tmp_path):
+    """The probe child ends with os._exit once every exit handler ran: finalization is where autograd's device
+    thread, still releasing a finished backward pass, made libstdc++ abort runs that had written their results.
+    The user's exit handlers still run (and after the interpreter joined their threads); finalizers of what is left
+    at interpreter teardown do not."""
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "import atexit, pathlib, threading, time, torch\n"
+        f"OUT = pathlib.Path({str(tmp_path)!r})\n"
+        "class Teardown:\n"
+        "    def __del__(self):\n"
+        "        (OUT / 'finalized').write_text('x')\n"
+        "KEEP = Teardown()\n"
+        "atexit.register(lambda: (OUT / 'atexit').write_text('x'))\n"
+        "threading.Thread(target=lambda: (time.sleep(1), (OUT / 'thread').write_text('x'))).start()\n"
+        "x = torch.randn(4, 3, requires_grad=True, device='neuron' if hasattr(torch, 'neuron') else 'cpu')\n"
+        "(x * 2).sum().backward()\n")
+    rc, rep, p = run_json([str(script)], cwd=tmp_path)
+    assert rc == 0 and rep["status"] == "ok", p.stderr[-2000:]
+    assert (tmp_path / "atexit").exists() and (tmp_path / "thread").exists()
+    assert not (tmp_path / "finalized").exists()
