@@ -83,15 +83,20 @@ DEFAULT_MAX_OUTPUT = 4 * 1024 * 1024  # bytes of stdout+stderr before a run coun
 
 
 def _wait_watching_output(proc, fout, ferr, timeout: float, max_output: int) -> str:
-    """Wait for the child; return "done", "timeout", or "flood" (printed more than max_output bytes)."""
+    """Wait for the child; return "done", "timeout", "flood" (printed more than max_output bytes, still running) or
+    "flood-done" (it finished between two looks, having printed more: a flood too, whatever the timing)."""
     deadline = time.monotonic() + timeout
+
+    def flooded() -> bool:
+        return bool(max_output) and os.fstat(fout.fileno()).st_size + os.fstat(ferr.fileno()).st_size > max_output
+
     while True:
         try:
             proc.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-            return "done"
+            return "flood-done" if flooded() else "done"
         except subprocess.TimeoutExpired:
             pass
-        if max_output and os.fstat(fout.fileno()).st_size + os.fstat(ferr.fileno()).st_size > max_output:
+        if flooded():
             return "flood"
         if time.monotonic() >= deadline:
             return "timeout"
@@ -121,7 +126,8 @@ def run_child(spec: dict, *, timeout: float, nproc: int | None = None, env: dict
         pgid = proc.pid  # start_new_session: the child leads its own group
         try:
             ended = _wait_watching_output(proc, fout, ferr, timeout, max_output)
-            if ended == "done":
+            if ended in ("done", "flood-done"):
+                outcome["output_flood"] = ended == "flood-done"
                 raise _Finished
             outcome["timed_out"] = ended == "timeout"
             outcome["output_flood"] = ended == "flood"
@@ -153,8 +159,10 @@ def run_child(spec: dict, *, timeout: float, nproc: int | None = None, env: dict
     docs = load_rank_docs(spec["results_dir"])
     rc = proc.returncode
     if outcome.get("output_flood"):
+        how = ("the process group was killed (results gathered so far are shown" if outcome.get("killed")
+               else "it had finished (its output is cut to the last lines")
         outcome["error"] = {"type": "OutputFlood", "message": f"the model printed more than {max_output // (1024 * 1024)} MiB; "
-                            "the process group was killed (results gathered so far are shown; --max-output-mb raises the limit)"}
+                            f"{how}; --max-output-mb raises the limit)"}
     elif outcome["timed_out"]:
         outcome["error"] = {"type": "Timeout", "message": f"the model did not finish within {timeout:g} s; "
                             "the process group was killed (results gathered so far are shown)"}
