@@ -364,12 +364,12 @@ class Analysis:
                     if alias.asname:
                         scope.bindings[alias.asname] = alias.name
                         scope.imported.add(alias.asname)
-                        self.defined_names.add(alias.asname)
+                        defined_add(alias.asname)
                     else:
                         root = alias.name.split(".")[0]
                         scope.bindings[root] = root
                         scope.imported.add(root)
-                        self.defined_names.add(root)
+                        defined_add(root)
                 continue
             if t is ast.ImportFrom:
                 if n.level == 0 and n.module:
@@ -379,19 +379,19 @@ class Analysis:
                         name = alias.asname or alias.name
                         scope.bindings[name] = f"{n.module}.{alias.name}"
                         scope.imported.add(name)
-                        self.defined_names.add(name)
+                        defined_add(name)
                 else:
                     for alias in n.names:
                         name = alias.asname or alias.name
-                        self.defined_names.add(name)
-                        assigned.add(name)
+                        defined_add(name)
+                        assigned_add(name)
                 continue
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef or t is ast.ClassDef:
-                self.defined_names.add(n.name)
-                assigned.add(n.name)
-                stack.extend(reversed(n.decorator_list))
+                defined_add(n.name)
+                assigned_add(n.name)
+                extend(reversed(n.decorator_list))
                 if t is ast.ClassDef:
-                    stack.extend(reversed(n.body))  # class-body imports bind in the enclosing scope here
+                    extend(reversed(n.body))  # class-body imports bind in the enclosing scope here
                 continue
             # Lambda and Constant: nothing below binds here
         if is_function:

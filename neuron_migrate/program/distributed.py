@@ -136,7 +136,7 @@ class DistributedFacts:
         functions are kept and filtered once every def is known."""
         a = self.analysis
         parent_of = a.parent_of
-        callees = set()  # ids of Call.func nodes (names.analysis records no parent for a resolved callee)
+        callees = set()  # ids of Call.func nodes: a callee is indexed as its call, not again as a value use
         maybe_local: list = []  # Name loads that resolve to no import: local refs if a def of that name exists
         # walk()'s breadth-first order, each node with the scope _scope() gives it (the innermost def or lambda
         # above it, else the module), handed down from its parent instead of climbed to from every name
