@@ -94,6 +94,11 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
     for res in results:
         if res.error:
             errors.append((res.path, res.error))
+        if res.notes and not quiet:
+            from neuron_migrate.report.text import labelled
+
+            for note in res.notes:
+                err.print(labelled("note", "cyan", f"{res.path}: {note}"))
         findings.extend(res.findings)
         if res.frames is not None:
             frames[res.path] = res.frames

@@ -94,6 +94,7 @@ def result_to_dict(r: FileResult) -> dict:
         "skipped": r.skipped,
         "error": r.error,
         **({"frames": list(r.frames.items())} if r.frames is not None else {}),
+        **({"notes": r.notes} if r.notes else {}),
     }
 
 
@@ -115,6 +116,7 @@ def result_from_dict(path: str, d: dict) -> FileResult:
     r.error = d.get("error")
     frames = d.get("frames")
     r.frames = {n: t for n, t in frames} if frames is not None else None
+    r.notes = d.get("notes", [])
     return r
 
 

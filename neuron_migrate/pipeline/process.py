@@ -29,6 +29,7 @@ class FileResult:
     # audit: the source lines the findings' code frames show, {line: text} (cached with the result, so that a
     # warm run's report reads no file); None when not kept (notebooks: their frames count lines per cell)
     frames: dict | None = None
+    notes: list = field(default_factory=list)  # what the user should know about how the file was checked
 
     @property
     def changed(self) -> bool:
@@ -87,8 +88,16 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
         res.skipped = True
         return res
     if not fix:  # audit never imports the rewrite engine (libcst costs ~0.3 s to import)
+        from neuron_migrate.rules.pieces import PIECES_MIN_CHARS, PIECES_NOTE, check_in_pieces
+
         try:
-            r = check_text(text, shown, ruleset, settings)
+            r = None
+            if len(text) > PIECES_MIN_CHARS and nb is None:  # a generated file: bounded memory
+                r = check_in_pieces(text, shown, ruleset, settings)
+                if r is not None:
+                    res.notes.append(PIECES_NOTE.format(mb=len(text) / 1e6, n=r.pieces))
+            if r is None:
+                r = check_text(text, shown, ruleset, settings)
         except AnalysisError as exc:
             res.error = str(exc)
             return res

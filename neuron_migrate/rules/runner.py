@@ -120,10 +120,14 @@ class CheckResult:
     analysis: Optional[Analysis]
     suppressions: Optional[Suppressions] = None
     suppressed: int = 0
+    pieces: int = 1  # >1: a large file checked piece by piece (rules/pieces.py)
 
 
-def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> CheckResult:
-    """Findings for one text. Raises files.names.AnalysisError when the text cannot be parsed."""
+def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None,
+               report_lines: Optional[range] = None) -> CheckResult:
+    """Findings for one text. Raises files.names.AnalysisError when the text cannot be parsed.
+    `report_lines`: keep (and count as suppressed) only findings on these lines (a piece of a large file, see
+    rules/pieces.py)."""
     if not ruleset.could_match(text):
         return CheckResult([], None)
     analysis = Analysis(text, path, ruleset.wanted)
@@ -148,6 +152,9 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
             return False
         produced = False
         for f in out if isinstance(out, list) else [out]:
+            produced = True
+            if report_lines is not None and f.span.line not in report_lines:
+                continue  # another piece reports it
             lines = (f.span.line,)
             if site is not None and site.kind != "module":
                 lines = (f.span.line, site.stmt.lineno)
@@ -156,7 +163,6 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
                 suppressed += 1
             else:
                 findings.append(f)
-            produced = True
         return produced
 
     for site in analysis.sites:

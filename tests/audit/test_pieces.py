@@ -1,0 +1,169 @@
+"""A very large file is audited in pieces of top-level statements (bounded memory) with the findings a whole-file
+check gives, when no fact spans pieces; cuts never fall inside a string or brackets; anything it cannot cut
+is checked whole."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import neuron_migrate.rules.pieces as pieces
+from neuron_migrate.pipeline.cache import result_from_dict, result_to_dict
+from neuron_migrate.pipeline.process import process_file
+from neuron_migrate.rules.model import finding_to_dict
+from neuron_migrate.rules.registry import RuleSet
+from neuron_migrate.rules.runner import check_text
+
+HEAD = '''"""A generated training module."""
+from __future__ import annotations
+
+import torch
+import torch_xla.core.xla_model as xm
+
+device = xm.xla_device()
+'''
+
+# a module-level string whose lines look like defs at column 0: no cut may fall inside it
+STRING = '''
+TEMPLATE = """
+def not_code():
+    xm.mark_step()
+class AlsoNot:
+    pass
+@decorated
+"""
+'''
+
+BLOCK = '''
+
+@torch.no_grad()
+def step_{i}(model, batch):
+    """Docstring with a column-0 line:
+def inside_docstring():
+    """
+    out = model(batch.to(device))
+    xm.mark_step()  # noqa: NM101
+    return torch.cuda.is_available(), out
+
+
+class Trainer{i}:
+    def run(self, loader):
+        for batch in loader:
+            loss = self.model(batch)
+            xm.optimizer_step(self.opt)
+            xm.mark_step()
+        return xm.get_ordinal(), (
+            1,
+2)
+'''
+
+TAIL = '''
+
+if __name__ == "__main__":
+    print(device, TEMPLATE)
+'''
+
+
+def generated(blocks: int = 40, newline: str = "\n") -> str:
+    body = [HEAD] + [BLOCK.format(i=i) + (STRING if i == blocks // 2 else "") for i in range(blocks)] + [TAIL]
+    return "".join(body).replace("\n", newline)
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    monkeypatch.setattr(pieces, "PIECE_CHARS", 1500)
+
+
+def as_data(result) -> list:
+    return [json.dumps(finding_to_dict(f), sort_keys=True) for f in result.findings]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_pieces_give_the_whole_file_findings(small_pieces, newline):
+    text = generated(newline=newline)
+    rs = RuleSet.select([], [])
+    whole = check_text(text, "gen.py", rs)
+    cut = pieces.check_in_pieces(text, "gen.py", rs)
+    assert cut is not None and cut.pieces > 5
+    assert as_data(cut) == as_data(whole)
+    assert len(whole.findings) > 100
+    assert cut.suppressed == whole.suppressed == 40  # one noqa per block, counted once
+
+
+def test_cuts_fall_between_top_level_statements(small_pieces):
+    text = generated()
+    lines = pieces._LINE.findall(text)
+    ranges, glue, imports = pieces._cut(lines)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(lines)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # a partition of the lines
+    inside_strings = set()
+    for i, line in enumerate(lines):
+        if line.startswith(("def not_code", "class AlsoNot", "@decorated", "def inside_docstring")):
+            inside_strings.add(i)
+    assert inside_strings and not inside_strings & {start for start, _ in ranges}
+    # the template string was a cut candidate: the piece before it did not parse alone, so it was taken whole
+    template = next(i for i, line in enumerate(lines) if line.startswith("TEMPLATE"))
+    assert any(a <= template and lines.index('"""\n', template + 1) < b for a, b in ranges)
+    assert (template, template + 7) in glue  # module glue every piece keeps
+    assert imports == [(1, 2), (3, 4), (4, 5)]
+
+
+def test_glue_over_its_budget_keeps_only_the_imports(small_pieces, monkeypatch):
+    monkeypatch.setattr(pieces, "GLUE_MAX_CHARS", 100)  # the imports are 86 characters, all the glue more
+    import neuron_migrate.rules.runner as runner
+
+    texts = []
+    real = runner.check_text
+    monkeypatch.setattr(runner, "check_text", lambda text, *a, **k: texts.append(text) or real(text, *a, **k))
+    cut = pieces.check_in_pieces(generated(), "gen.py", RuleSet.select([], []))
+    assert cut is not None and len(texts) == cut.pieces > 5
+    assert all("import torch_xla.core.xla_model as xm\n" in t for t in texts)
+    assert sum("device = xm.xla_device()" in t for t in texts) == 1  # only in its own piece
+    keys = [(f.span.line, f.span.col, f.rule.code) for f in cut.findings]
+    assert len(keys) == len(set(keys))  # every finding reported once, by the piece that holds its line
+
+
+@pytest.mark.parametrize("text", [
+    generated() + "\ndef broken(:\n    pass\n",  # a syntax error: the whole-file check reports it
+    HEAD + "x = [\n" + "".join(f"def_{i},\n" for i in range(500)) + "]\n",  # one statement: nothing to cut
+    "# neuron-migrate: ignore-file[NM101]\n" + generated(),  # a file-wide suppression every piece must see
+])
+def test_what_cannot_be_cut_is_checked_whole(small_pieces, text):
+    assert pieces.check_in_pieces(text, "gen.py", RuleSet.select([], [])) is None
+
+
+def test_a_string_over_every_cut_tried_falls_back(small_pieces):
+    text = HEAD + 'DOC = """\n' + "".join(f"def f{i}():\n    pass\n" for i in range(2000)) + '"""\n' + BLOCK.format(i=0)
+    assert pieces.check_in_pieces(text, "gen.py", RuleSet.select([], [])) is None
+
+
+def test_process_file_notes_the_pieces_and_the_cache_keeps_the_note(small_pieces, monkeypatch, tmp_path):
+    monkeypatch.setattr(pieces, "PIECES_MIN_CHARS", 10_000)
+    path = tmp_path / "gen.py"
+    path.write_text(generated(), encoding="utf-8")
+    rs = RuleSet.select([], [])
+    res = process_file(str(path), rs, None, fix=False)
+    assert res.error is None and len(res.findings) > 100
+    assert len(res.notes) == 1 and "checked in" in res.notes[0] and "pieces" in res.notes[0]
+    assert result_from_dict(str(path), result_to_dict(res)).notes == res.notes
+    monkeypatch.setattr(pieces, "PIECES_MIN_CHARS", 10**9)
+    whole = process_file(str(path), rs, None, fix=False)
+    assert whole.notes == [] and [finding_to_dict(f) for f in whole.findings] == [finding_to_dict(f) for f in res.findings]
+    assert whole.frames == res.frames
+
+
+@pytest.mark.slow
+def test_cli_audits_a_file_over_the_threshold_in_pieces(tmp_path):
+    path = tmp_path / "generated.py"
+    blocks = pieces.PIECES_MIN_CHARS // len(BLOCK) + 50
+    path.write_text(generated(blocks), encoding="utf-8")
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    r = subprocess.run([sys.executable, "-m", "neuron_migrate", "audit", "--no-cache", "--output-format", "concise",
+                        "--select", "NM101", str(path)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 1, r.stderr
+    assert f"note: {path}: 4.0 MB, checked in 16 pieces" in " ".join(r.stderr.split())
+    # one unsuppressed mark_step per block (the other has a noqa), none from the template string
+    assert sum("NM101" in line for line in r.stdout.splitlines()) == blocks
