@@ -73,6 +73,7 @@ class DeviceFlow:
         """Backends (accelerators) tested by the function that holds `node`; in a file that tests three or more
         accelerators anywhere (a multi-backend library such as accelerate's), every backend the file tests."""
         if self._file_backends is None:
+            self._add_value_set_backends()
             every: set = set()
             for kinds in self._backends.values():
                 every |= kinds
@@ -267,7 +268,11 @@ class DeviceFlow:
                 self._params(node)
             elif t is ast.Assign or t is ast.AnnAssign or t is ast.Call or t is ast.Dict:  # what _visit looks at
                 self._visit(node, fn)
-        # value sets whose strings name several accelerators: the functions holding them dispatch
+
+    def _add_value_set_backends(self) -> None:
+        """Value sets whose strings name several accelerators: the functions holding them dispatch. Done when
+        dispatch is first asked about, not in _build: placement and fate (NM304's question) do not need the
+        value sets, which cost more than the rest of the flow."""
         for vs in _values.facts(self.a).sets:
             if vs.multi_backend:
                 for m in vs.members:
