@@ -9,7 +9,7 @@ to the line that now stands where it was.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from typing import Callable
 
@@ -17,32 +17,83 @@ from neuron_migrate.files.span import Span
 
 
 def _line_opcodes(a: list, b: list) -> list:
-    """difflib's opcodes from `a` to `b`, with the common first and last lines set aside first (as GNU diff does):
-    a rewrite changes a few places of a long file, and SequenceMatcher's cost grows with the lines it is given
-    (the full texts took a tenth of a rewrite of the bench tree). Where a line could pair with either of two equal
-    neighbours, the choice can differ from a SequenceMatcher over the whole texts; both are diffs of the texts."""
-    import difflib
+    """difflib-style opcodes from `a` to `b`. As patience diff does, the lines that occur once in each text and
+    keep their order (the longest such sequence) are matched first; difflib's SequenceMatcher then diffs only the
+    runs between them. Over whole texts it costs time quadratic in how often lines repeat (blank lines, `)`,
+    `xm.mark_step()`): 19 s on a 4,000-line file with 400 changed places, where this takes milliseconds. Where a
+    line could pair with either of two equal neighbours, the choice can differ from a SequenceMatcher over the
+    whole texts; both are diffs of the texts."""
+    ops: list = []
 
-    n = min(len(a), len(b))
-    head = 0
-    while head < n and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < n - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
-    ops = [("equal", 0, head, 0, head)] if head else []
-    middle = difflib.SequenceMatcher(None, a[head:len(a) - tail], b[head:len(b) - tail], autojunk=False)
-    for tag, i1, i2, j1, j2 in middle.get_opcodes():
-        if tag == "equal" and ops and ops[-1][0] == "equal":  # the head's block continues
-            ops[-1] = ("equal", ops[-1][1], i2 + head, ops[-1][3], j2 + head)
+    def add(tag, i1, i2, j1, j2):
+        if i1 == i2 and j1 == j2:
+            return
+        if tag == "equal" and ops and ops[-1][0] == "equal":  # the previous equal block continues
+            ops[-1] = ("equal", ops[-1][1], i2, ops[-1][3], j2)
         else:
-            ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
-    if tail:
-        if ops and ops[-1][0] == "equal":
-            ops[-1] = ("equal", ops[-1][1], len(a), ops[-1][3], len(b))
-        else:
-            ops.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
+            ops.append((tag, i1, i2, j1, j2))
+
+    i0 = j0 = 0
+    for i, j in [*_unique_anchors(a, b), (len(a), len(b))]:
+        _gap_opcodes(a, b, i0, i, j0, j, add)
+        if i < len(a):
+            add("equal", i, i + 1, j, j + 1)
+        i0, j0 = i + 1, j + 1
     return ops
+
+
+def _unique_anchors(a: list, b: list) -> list:
+    """(i, j) pairs of lines that occur once in `a` and once in `b`, the longest run increasing in both."""
+    count_a: dict = {}
+    for line in a:
+        count_a[line] = count_a.get(line, 0) + 1
+    where_b: dict = {}
+    for j, line in enumerate(b):
+        where_b[line] = -1 if line in where_b else j  # -1: repeated in b
+    pairs = [(i, where_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and where_b.get(line, -1) >= 0]
+    # longest increasing subsequence of the j's (patience sorting), pairs already in increasing i
+    tails: list = []  # tails[k]: index into pairs of the smallest last j of an increasing run of length k + 1
+    back = [-1] * len(pairs)
+    tail_js: list = []
+    for k, (_i, j) in enumerate(pairs):
+        pos = bisect_left(tail_js, j)
+        back[k] = tails[pos - 1] if pos else -1
+        if pos == len(tails):
+            tails.append(k)
+            tail_js.append(j)
+        else:
+            tails[pos] = k
+            tail_js[pos] = j
+    run = []
+    k = tails[-1] if tails else -1
+    while k >= 0:
+        run.append(pairs[k])
+        k = back[k]
+    return run[::-1]
+
+
+def _gap_opcodes(a: list, b: list, i1: int, i2: int, j1: int, j2: int, add) -> None:
+    """Opcodes for a[i1:i2] -> b[j1:j2]: common first and last lines set aside, SequenceMatcher on the rest."""
+    if i1 == i2 or j1 == j2:
+        add("delete" if i1 < i2 else "insert", i1, i2, j1, j2)
+        return
+    while i1 < i2 and j1 < j2 and a[i1] == b[j1]:
+        add("equal", i1, i1 + 1, j1, j1 + 1)
+        i1, j1 = i1 + 1, j1 + 1
+    tail = 0
+    while tail < min(i2 - i1, j2 - j1) and a[i2 - 1 - tail] == b[j2 - 1 - tail]:
+        tail += 1
+    if i2 - tail > i1 or j2 - tail > j1:
+        if i2 - tail == i1 or j2 - tail == j1:
+            add("delete" if i2 - tail > i1 else "insert", i1, i2 - tail, j1, j2 - tail)
+        else:
+            import difflib
+
+            middle = difflib.SequenceMatcher(None, a[i1:i2 - tail], b[j1:j2 - tail], autojunk=False)
+            for tag, x1, x2, y1, y2 in middle.get_opcodes():
+                add(tag, x1 + i1, x2 + i1, y1 + j1, y2 + j1)
+    if tail:
+        add("equal", i2 - tail, i2, j2 - tail, j2)
 
 
 def line_map(old: str, new: str) -> Callable[[int], int]:
