@@ -11,6 +11,8 @@ import ast
 import os
 import re
 import sys
+import weakref
+from bisect import bisect_left, bisect_right
 from typing import Optional, Union
 
 import libcst as cst
@@ -39,14 +41,16 @@ def _overlaps(a: tuple, b: tuple) -> bool:
 
 def select_compatible(fixes: list[Fix]) -> tuple[list[Fix], list[Fix]]:
     """Fixes whose edits do not overlap an earlier fix's; the rest wait for the next round."""
-    taken: list[tuple] = []
+    taken: dict[int, list[tuple]] = {}  # line -> the chosen edits' spans over it (overlapping spans share a line)
     chosen, deferred = [], []
     for fix in fixes:
         spans = [_skey(e.span) for e in fix.edits]
-        if any(_overlaps(s, t) for s in spans for t in taken):
+        if any(_overlaps(s, t) for s in spans for line in range(s[0], s[2] + 1) for t in taken.get(line, ())):
             deferred.append(fix)
             continue
-        taken.extend(spans)
+        for sp in spans:
+            for line in range(sp[0], sp[2] + 1):
+                taken.setdefault(line, []).append(sp)
         chosen.append(fix)
     return chosen, deferred
 
@@ -389,6 +393,40 @@ def _stmt_start(stmt: ast.stmt) -> int:
     return min([stmt.lineno, *[d.lineno for d in getattr(stmt, "decorator_list", [])]])
 
 
+class _TopLevel:
+    """A module's top-level statements with their first lines (decorators included) and last lines, both in
+    order, so that the statements over some lines are found by bisection, not by a scan per edit."""
+
+    def __init__(self, tree: ast.Module):
+        self.body = tree.body
+        self.starts = [_stmt_start(st) for st in self.body]
+        self.ends = [st.end_lineno or st.lineno for st in self.body]
+
+    def over(self, ra: int, rb: int) -> list:
+        """The statements with a line in ra..rb."""
+        return self.body[bisect_left(self.ends, ra) : bisect_right(self.starts, rb)]
+
+    def at(self, a: int) -> Optional[ast.stmt]:
+        """The first statement that starts at line `a` or holds it."""
+        for i in range(bisect_left(self.ends, a), len(self.body)):
+            if self.starts[i] > a:
+                break
+            st = self.body[i]
+            if self.starts[i] == a or st.lineno <= a <= self.ends[i]:
+                return st
+        return None
+
+
+_TOP_LEVELS: "weakref.WeakKeyDictionary[ast.Module, _TopLevel]" = weakref.WeakKeyDictionary()
+
+
+def _top_level(tree: ast.Module) -> _TopLevel:
+    top = _TOP_LEVELS.get(tree)
+    if top is None:
+        top = _TOP_LEVELS[tree] = _TopLevel(tree)
+    return top
+
+
 # statements with blocks of their own that the applier never removes as a whole when a fix empties a block in
 # them (it writes `pass` there, or drops an emptied `else:`), so its changes stay inside them: each can be
 # rewritten on its own (see _holding_region). Not `if`: an `if FLAG:` whose body a fix removed goes too, which empties
@@ -397,14 +435,14 @@ _COMPOUND = (*_DEFS, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, 
              *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.Match)
 
 
-def _holding_region(top: list, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND):
+def _holding_region(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND):
     """The innermost statement of `kinds` (a function or class, or one of _COMPOUND) within top-level lines a..b
     that holds every edit (and is not itself edited), as (first line, last line, indentation), when its lines can
     be dedented losslessly (else the next one out)."""
     lo = min(e.span.line for e in edits)
     hi = max(e.span.end_line for e in edits)
     keys = {(e.span.line, e.span.end_line) for e in edits}
-    node = next((s for s in top if _stmt_start(s) == a or (s.lineno <= a <= (s.end_lineno or s.lineno))), None)
+    node = _top_level(tree).at(a)
     holders = []  # outermost first
     while node is not None:
         if isinstance(node, kinds) and (node.lineno, node.end_lineno) not in keys:
@@ -615,7 +653,7 @@ def _libcst_region(lines: list[str], ra: int, rb: int, prefix: Optional[str], ed
 
 def _splice_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix: Optional[str], edits: list[Edit]) -> Optional[str]:
     """Lines ra..rb with `edits` spliced in (see _splice), or None when libcst must do them."""
-    stmts = [st for st in tree.body if _stmt_start(st) <= rb and ra <= (st.end_lineno or st.lineno)]
+    stmts = _top_level(tree).over(ra, rb)
     spliced = _splice("".join(lines[ra - 1 : rb]), ra, stmts, edits)
     if spliced is not None and _CHECK_SPLICE:
         code, keys = _libcst_region(lines, ra, rb, prefix, edits)
@@ -641,7 +679,7 @@ def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[st
     gets `pass` there), so each region can be rewritten on its own."""
     regions: list[list] = []
     for e in edits:
-        r = _holding_region(tree.body, a, b, [e], lines, kinds)
+        r = _holding_region(tree, a, b, [e], lines, kinds)
         if r is None:
             return None
         regions.append([r[0], r[1], r[2], [e]])
@@ -651,7 +689,7 @@ def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[st
         while merged and r[0] <= merged[-1][1]:  # nested or shared: the innermost region holding both
             prev = merged.pop()
             both = prev[3] + r[3]
-            u = _holding_region(tree.body, a, b, both, lines, kinds)
+            u = _holding_region(tree, a, b, both, lines, kinds)
             if u is None:
                 return None
             r = [u[0], u[1], u[2], both]
@@ -714,10 +752,11 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
             raise ApplyError(f"cannot parse the file: {exc}") from None
     lines = text.splitlines(keepends=True)
     chunks = _line_chunks(tree)
+    chunk_starts = [a for a, _b in chunks]
     by_chunk: dict[int, list[Edit]] = {}
     for e in edits:
-        idx = next((i for i, (a, b) in enumerate(chunks) if a <= e.span.line and e.span.end_line <= b), None)
-        if idx is None:
+        idx = bisect_right(chunk_starts, e.span.line) - 1  # chunks are disjoint and in order
+        if idx < 0 or e.span.end_line > chunks[idx][1]:
             raise ApplyError(f"line {e.span.line}: could not locate the code to change ({e.kind})")
         by_chunk.setdefault(idx, []).append(e)
     applied_keys: set = set()

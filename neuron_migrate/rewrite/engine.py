@@ -120,7 +120,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
         finally:
             _release(result)
-        last_codes = ", ".join(sorted({f.rule.code for f in todo if any(f.fix is c for c in chosen)}))
+        chosen_ids = {id(c) for c in chosen}
+        last_codes = ", ".join(sorted({f.rule.code for f in todo if id(f.fix) in chosen_ids}))
         ids = {id(f) for f in applied}
         found_in.append((current, []))
         for f in todo:

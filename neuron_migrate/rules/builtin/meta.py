@@ -5,6 +5,7 @@ import ast
 import io
 import re
 import tokenize
+from bisect import bisect_right
 
 from neuron_migrate.rules.api import rule
 from neuron_migrate.rules.model import Span
@@ -29,6 +30,7 @@ _FORMATTED = frozenset(t for t in (ast.JoinedStr, getattr(ast, "TemplateStr", No
 def _string_across(tree: ast.AST, wanted: set) -> bool:
     """Does a string literal (or strings joined across lines) run over the start of a wanted line? Only nodes whose
     lines hold a wanted line below their first are entered."""
+    ordered = sorted(wanted)
     stack = [tree]
     while stack:
         for child in ast.iter_child_nodes(stack.pop()):
@@ -37,7 +39,8 @@ def _string_across(tree: ast.AST, wanted: set) -> bool:
                 stack.append(child)
                 continue
             hi = child.end_lineno or lo
-            if not any(lo < line <= hi for line in wanted):
+            k = bisect_right(ordered, lo)  # the first wanted line below `lo`
+            if k == len(ordered) or ordered[k] > hi:
                 continue
             if type(child) in _FORMATTED or (type(child) is ast.Constant and isinstance(child.value, (str, bytes))):
                 return True
