@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from neuron_migrate.files.lines import source_lines as text_lines
+
 
 def run_rewrite(
     paths: list[str] | None = None,
@@ -121,7 +123,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
             fixed_list.append((res.path, f))
         remaining.extend(res.findings)
         if res.findings and res.new_text is not None:
-            source_lines[res.path] = res.new_text.splitlines()
+            source_lines[res.path] = text_lines(res.new_text)
     if shared is not None:
         errors += _write_helpers_module(shared, fixed_list, do_write, diff, out, err)
     if not diff:

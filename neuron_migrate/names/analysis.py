@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.span import Span
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -266,7 +267,7 @@ class Analysis:
     @property
     def lines(self) -> list[str]:
         if self._lines is None:
-            self._lines = self.text.splitlines(keepends=True) or [""]
+            self._lines = source_lines(self.text, keepends=True) or [""]
         return self._lines
 
     def _char_col(self, line: int, byte_col: int) -> int:

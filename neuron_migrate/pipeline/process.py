@@ -9,6 +9,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neuron_migrate.files.lines import source_lines
+
+
 
 @dataclass
 class FileResult:
@@ -43,7 +46,7 @@ def frame_lines(text: str, findings: list) -> dict:
         wanted.add(f.span.line)
         if f.fix is not None:
             wanted.update(e.span.line for e in f.fix.edits)
-    lines = text.splitlines()
+    lines = source_lines(text)
     return {n: lines[n - 1] for n in sorted(wanted) if 0 < n <= len(lines)}
 
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import sys
 
+from neuron_migrate.files.lines import source_lines
+
+
 
 def _source_lines(findings, frames: dict | None = None) -> dict:
     """File text for code frames (notebooks: the cells joined, as the findings count lines); `frames` holds the
@@ -17,7 +20,7 @@ def _source_lines(findings, frames: dict | None = None) -> dict:
             _, text, _ = load_for_analysis(Path(path))
         except Exception:  # noqa: BLE001 - a frame is optional
             continue
-        out[path] = text.splitlines()
+        out[path] = source_lines(text)
     return out
 
 

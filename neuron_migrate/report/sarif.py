@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.rules.model import Finding, Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -54,7 +55,7 @@ def rule_descriptor(r: Rule) -> dict:
 def _line_text(path: str, line: int, cache: dict) -> str:
     if path not in cache:
         try:
-            cache[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+            cache[path] = source_lines(Path(path).read_text(encoding="utf-8", errors="replace"))
         except OSError:
             cache[path] = []
     lines = cache[path]

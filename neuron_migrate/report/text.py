@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.rules.model import Finding, FixSafety
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -139,7 +140,7 @@ def console(stderr: bool = False, color=None):
 def unified_diff(path: str, old: str, new: str) -> str:
     import difflib  # only diffs need it
 
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+    return "".join(difflib.unified_diff(source_lines(old, True), source_lines(new, True), f"a/{path}", f"b/{path}"))
 
 
 def print_diff(con, diff: str, plain: bool) -> None:

@@ -18,6 +18,7 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.names.analysis import child_blocks, child_nodes
 from neuron_migrate.rewrite.insert import InsertError, bound_up_front, insert_support
 from neuron_migrate.rules.model import Edit, Fix, Span
@@ -647,7 +648,7 @@ def _libcst_region(lines: list[str], ra: int, rb: int, prefix: Optional[str], ed
                for e in edits]
     code, keys = _apply_edits(body, shifted)
     if prefix:
-        code = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in code.splitlines(keepends=True))
+        code = "".join(ln if not ln.strip("\r\n") else prefix + ln for ln in source_lines(code, keepends=True))
     return code, {_unshift(k, delta, n) for k in keys}
 
 
@@ -750,7 +751,7 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
             tree = ast.parse(text)
         except (SyntaxError, ValueError, RecursionError) as exc:
             raise ApplyError(f"cannot parse the file: {exc}") from None
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text, keepends=True)
     chunks = _line_chunks(tree)
     chunk_starts = [a for a, _b in chunks]
     by_chunk: dict[int, list[Edit]] = {}

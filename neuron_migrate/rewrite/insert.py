@@ -15,6 +15,7 @@ import re
 import sys
 from typing import Optional
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.model import ImportReq
 
@@ -381,7 +382,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
     body = tree.body
     if not helpers and all(bound_up_front(body, req) for req in imports):
         return text  # the common case: `import torch` is already among the file's leading imports
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text, keepends=True)
     nl = _nl(text)
     first_use = first_exec_uses(body)
     binds = _bindings(body)

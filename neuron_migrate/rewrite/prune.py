@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from typing import Optional
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.names.analysis import child_nodes
 from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
 
@@ -77,7 +78,7 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
     if not unused:
         return []
     old_uses = _survey(old_tree)[0]
-    lines = after.splitlines(keepends=True)
+    lines = source_lines(after, keepends=True)
     fixes = []
     for stmt, is_from, candidates in unused:
         gone = [a for a in candidates if old_uses[_bound(a, is_from)]]

@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from typing import Callable
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.span import Span
 
 
@@ -100,7 +101,7 @@ def line_map(old: str, new: str) -> Callable[[int], int]:
     """A function from 1-based lines of `old` to 1-based lines of `new`."""
     if old == new:
         return lambda n: n
-    a, b = old.splitlines(), new.splitlines()
+    a, b = source_lines(old), source_lines(new)
     ops = _line_opcodes(a, b)
     starts = [i1 for _tag, i1, _i2, _j1, _j2 in ops]
     last = max(len(b), 1)

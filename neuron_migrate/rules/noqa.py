@@ -10,6 +10,7 @@ import io
 import re
 import tokenize
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.names.analysis import walk
 
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9][A-Za-z0-9]*(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9][A-Za-z0-9]*)*))?", re.IGNORECASE)
@@ -45,7 +46,7 @@ def _statement_starts(text: str) -> dict:
 
 def add_to_text(text: str, codes_by_line: dict) -> tuple[str, int, int]:
     """Return (new text, comments added or extended, findings that could not get one)."""
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text, keepends=True)
     interior = _string_interior_lines(text)
     starts = None
     wanted: dict = {}

@@ -20,11 +20,13 @@ import ast
 import bisect
 import re
 
+from neuron_migrate.files.lines import source_lines
+
 PIECES_MIN_CHARS = 4_000_000  # files above this are checked in pieces (real hand-written files are far below)
 PIECE_CHARS = 256_000  # about 5,000 lines: a piece's tree is some 15 MB
 GLUE_MAX_CHARS = 200_000  # module glue kept in every piece; more, and only its imports are kept
 _CUT = re.compile(r"(?:def|class|async[ \t]+def)[ \t]|@", re.ASCII)
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_LONE_CR = re.compile(r"\r(?!\n)")
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 PIECES_NOTE = ("{mb:.1f} MB, checked in {n} pieces of top-level statements to bound memory: facts that span the "
                "file (an import's other uses, APIs that migrate together, a function's callers) are judged per piece")
@@ -36,7 +38,9 @@ def check_in_pieces(text: str, path: str, ruleset, settings=None):
     cannot be cut (the caller checks it whole)."""
     if "ignore-file" in text:  # a file-wide suppression comment must be seen by every piece
         return None
-    lines = _LINE.findall(text)
+    if _LONE_CR.search(text):  # old Mac line ends: a blanked "\n" after a kept "\r" line would join the two
+        return None
+    lines = source_lines(text, keepends=True)
     cut = _cut(lines)
     if cut is None:
         return None

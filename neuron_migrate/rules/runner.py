@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.names.analysis import Analysis, AnalysisError, Site
 from neuron_migrate.rules.api import Ctx, Settings
 from neuron_migrate.rules.model import Finding
@@ -46,7 +47,7 @@ class Suppressions:
         low = text.lower()  # faster than a case-insensitive pattern search
         if "noqa" not in low and "neuron-migrate:" not in low:
             return s
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for lineno, line in enumerate(source_lines(text), 1):
             if "#" not in line:
                 continue
             for m in _SUPPRESS.finditer(line):

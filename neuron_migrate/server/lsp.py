@@ -19,6 +19,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from neuron_migrate import __version__
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.server.core import Checker, join_cells, rule_hover, split_cells
 
 SOURCE = "neuron-migrate"
@@ -52,8 +53,8 @@ def _path_of(uri: str) -> str:
 
 def text_edit_between(old: str, new: str) -> t.TextEdit:
     """One TextEdit turning old into new: the changed block of whole lines."""
-    a = old.splitlines(keepends=True)
-    b = new.splitlines(keepends=True)
+    a = source_lines(old, keepends=True)
+    b = source_lines(new, keepends=True)
     pre = 0
     while pre < len(a) and pre < len(b) and a[pre] == b[pre]:
         pre += 1
@@ -112,7 +113,7 @@ class NeuronMigrateServer(LanguageServer):
         if doc.uri.endswith("pyproject.toml"):
             return
         findings, error = self.checker.check(doc.source, _path_of(uri))
-        lines = doc.source.splitlines()
+        lines = source_lines(doc.source)
         diags = [self.diagnostic(f, lines) for f in findings]
         if error:
             diags.append(self.error_diagnostic(error))
@@ -121,7 +122,7 @@ class NeuronMigrateServer(LanguageServer):
     def lint_notebook(self, nb) -> None:
         text, cells = self._notebook_text(nb)
         findings, error = self.checker.check(text, self.notebook_path(nb.uri))
-        lines = text.splitlines()
+        lines = source_lines(text)
         per_cell: dict = {uri: [] for uri, _, _ in cells}
         for f in findings:
             for uri, first, n in cells:
@@ -230,7 +231,7 @@ class NeuronMigrateServer(LanguageServer):
         path = self.notebook_path(self.workspace.get_notebook_document(cell_uri=uri).uri) if cells is not None else _path_of(uri)
         offset = next((first - 1 for u, first, _ in cells if u == uri), 0) if cells is not None else 0
         line = params.position.line + 1 + offset
-        lines = text.splitlines()
+        lines = source_lines(text)
         col = _char_col(lines[line - 1], params.position.character) if 0 < line <= len(lines) else 0
         findings, _ = self.checker.check(text, path)
         hits = [f for f in findings

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import neuron_migrate.rules.pieces as pieces
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.pipeline.cache import result_from_dict, result_to_dict
 from neuron_migrate.pipeline.process import process_file
 from neuron_migrate.rules.model import finding_to_dict
@@ -95,7 +96,7 @@ def test_pieces_give_the_whole_file_findings(small_pieces, newline):
 
 def test_cuts_fall_between_top_level_statements(small_pieces):
     text = generated()
-    lines = pieces._LINE.findall(text)
+    lines = source_lines(text, keepends=True)
     ranges, glue, imports = pieces._cut(lines)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(lines)
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # a partition of the lines

@@ -7,6 +7,7 @@ import re
 import tokenize
 from bisect import bisect_right
 
+from neuron_migrate.files.lines import source_lines
 from neuron_migrate.rules.api import rule
 from neuron_migrate.rules.model import Span
 
@@ -179,7 +180,7 @@ def apply_comment_fixes(text: str, findings) -> tuple[str, list]:
 
     One edit per line at most; a line left blank by the removal (a comment on its own line) goes entirely.
     """
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text, keepends=True)
     applied = []
     done: set = set()
     for f in findings:
