@@ -117,6 +117,10 @@ class DistributedFacts:
         self._entry: dict[int, Group] = {}
         self._in_progress: set[int] = set()
         self._summary: dict[int, Group] = {}
+        self._summarising = 0  # function summaries being built: a _starts answer may rest on a provisional one
+        # id(block) -> what the statements of block[:k] start, for the k asked so far (_state_before asks about
+        # every site's statement, and scanning its block again each time made long functions quadratic)
+        self._prefix_starts: dict[int, list] = {}
 
     # -- index ------------------------------------------------------------------------------------
     def _scope(self, node: ast.AST):
@@ -256,11 +260,31 @@ class DistributedFacts:
             return self._summary[key]
         self._summary[key] = None  # recursion: no guarantee
         best = None
-        for stmt in fn.body:
-            s = self._starts(stmt)
-            if s is not None:
-                best = s if best is None else _stronger(best, s)
+        self._summarising += 1
+        try:
+            for stmt in fn.body:
+                s = self._starts(stmt)
+                if s is not None:
+                    best = s if best is None else _stronger(best, s)
+        finally:
+            self._summarising -= 1
         self._summary[key] = best
+        return best
+
+    def _started_before(self, block: list, index: int) -> Optional[Group]:
+        """What the statements block[:index] start (the strongest of their _starts), or None."""
+        if self._summarising:
+            return self._fold_starts(block[:index], None)
+        done = self._prefix_starts.setdefault(id(block), [None])  # done[k]: the answer for block[:k]
+        while len(done) <= index:  # extended in order, as a scan from the top would evaluate them
+            done.append(self._fold_starts([block[len(done) - 1]], done[-1]))
+        return done[index]
+
+    def _fold_starts(self, stmts: list, best: Optional[Group]) -> Optional[Group]:
+        for s in stmts:
+            got = self._starts(s)
+            if got is not None:
+                best = got if best is None else _stronger(best, got)
         return best
 
     # -- group state --------------------------------------------------------------------------------
@@ -277,22 +301,20 @@ class DistributedFacts:
         while True:
             parent = a.parent_of.get(cur)
             if parent is None or isinstance(parent, (ast.Module, *_FUNCS)):
-                block = _block_of(parent if parent is not None else a.tree, cur)
-                for s in block[: _index_in(block, cur)]:
-                    got = self._starts(s)
-                    if got is not None:
-                        best = _stronger(best, got)
+                block, index = _position(a, parent if parent is not None else a.tree, cur)
+                got = self._started_before(block, index) if block else None
+                if got is not None:
+                    best = _stronger(best, got)
                 if parent is None or isinstance(parent, ast.Module):
                     return best
                 if isinstance(parent, ast.Lambda):
                     return best
                 return _stronger(best, self._entry_state(parent))
-            block = _block_of(parent, cur)
+            block, index = _position(a, parent, cur)
             if block is not None:
-                for s in block[: _index_in(block, cur)]:
-                    got = self._starts(s)
-                    if got is not None:
-                        best = _stronger(best, got)
+                got = self._started_before(block, index) if block else None
+                if got is not None:
+                    best = _stronger(best, got)
                 if isinstance(parent, ast.If) and block is parent.body and self._initialized_test(parent.test):
                     best = Group.ALWAYS
             cur = parent
@@ -377,7 +399,7 @@ class DistributedFacts:
         fn = _function_of(self.analysis, where)
         limit = _stmt_of(self.analysis, at).lineno if at is not None else float("inf")
         found_wrap = False
-        for s in _walk_function(fn, self.analysis.tree):
+        for s in _function_statements(self.analysis, fn):
             if not isinstance(s, (ast.Assign, ast.AnnAssign, ast.Expr)) or s.lineno > limit:
                 continue
             value = s.value
@@ -486,21 +508,19 @@ def _function_of(analysis, node: ast.AST):
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
 
 
-def _block_of(parent: ast.AST, child: ast.AST) -> Optional[list]:
-    for f in _BLOCK_FIELDS:
-        block = getattr(parent, f, None)
-        if isinstance(block, list) and any(c is child for c in block):
-            return block
-    return None
-
-
-def _index_in(block: Optional[list], child: ast.AST) -> int:
-    if not block:
-        return 0
-    for i, c in enumerate(block):
-        if c is child:
-            return i
-    return 0
+def _position(analysis, parent: ast.AST, child: ast.AST) -> tuple[Optional[list], int]:
+    """(the block of `parent` that holds `child`, its index there), or (None, 0); each parent's blocks are
+    indexed once per file."""
+    index = cached(analysis, "distributed.positions", lambda a: {})
+    where = index.get(id(parent))
+    if where is None:
+        where = index[id(parent)] = {}
+        for f in _BLOCK_FIELDS:
+            block = getattr(parent, f, None)
+            if isinstance(block, list):
+                for i, c in enumerate(block):
+                    where.setdefault(id(c), (block, i))  # the first block holding it, as a scan would find
+    return where.get(id(child), (None, 0))
 
 
 def _walk_function(fn, tree: Optional[ast.Module] = None) -> list:
@@ -532,10 +552,27 @@ def _target_names(stmt: ast.stmt) -> set:
     return {t.id for t in targets if isinstance(t, ast.Name)}
 
 
+def _function_statements(analysis, fn) -> list:
+    """_walk_function's statements, listed once per function and file."""
+    memo = cached(analysis, "distributed.statements", lambda a: {})
+    key = id(fn) if fn is not None else 0
+    if key not in memo:
+        memo[key] = _walk_function(fn, analysis.tree)
+    return memo[key]
+
+
 def _assignments(fn, name: str, analysis) -> list:
-    """Assignments `name = ...` in the function (module level when fn is None)."""
-    body = _walk_function(fn, analysis.tree)
-    return [s for s in body if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None and name in _target_names(s)]
+    """Assignments `name = ...` in the function (module level when fn is None), in source order."""
+    memo = cached(analysis, "distributed.assignments", lambda a: {})
+    key = id(fn) if fn is not None else 0
+    by_name = memo.get(key)
+    if by_name is None:
+        by_name = memo[key] = {}
+        for s in _function_statements(analysis, fn):
+            if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None:
+                for target in _target_names(s):
+                    by_name.setdefault(target, []).append(s)
+    return list(by_name.get(name, ()))
 
 
 def _model_of_optimizer(value: ast.expr) -> Optional[ast.expr]:
