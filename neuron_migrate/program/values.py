@@ -549,7 +549,7 @@ def _owner(node, parent_of: dict):
         if t is ast.ClassDef:
             return None
         if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
-            return up if any(stmt is child for stmt in up.body) else None
+            return up if isinstance(child, ast.stmt) else None  # a def's statements are its body (decorators are not)
         child, up = up, parent_of.get(up)
     return None
 

@@ -478,6 +478,22 @@ def _unshift(k: tuple, delta: int, n: int) -> tuple:
 _ODD_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
 
 
+class _LineRanges:
+    """Line ranges, asked whether any of them shares a line with a given range in O(log n): sorted by first line,
+    with the furthest last line of each prefix."""
+
+    def __init__(self, ranges):
+        ordered = sorted(ranges)
+        self.firsts = [a for a, _b in ordered]
+        self.reach: list[int] = []
+        for _a, b in ordered:
+            self.reach.append(max(b, self.reach[-1]) if self.reach else b)
+
+    def meets(self, first: int, last: int) -> bool:
+        k = bisect_right(self.firsts, last)  # the ranges that start on or before `last`
+        return bool(k) and self.reach[k - 1] >= first
+
+
 def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit]) -> Optional[str]:
     """`chunk` (source lines from `first_line`, holding `stmts`) with expression edits written in as plain text and
     deleted statements' lines cut (see _deleted_lines), or None when only libcst can do them exactly.
@@ -501,12 +517,12 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
             return None
         want[_skey(e.span)] = e
     found: set = set()
-    lines_edited = [(e.span.line, e.span.end_line) for e in want.values()]
+    edited = _LineRanges((e.span.line, e.span.end_line) for e in want.values())
     stack: list = [(st, False) for st in stmts] if want else []
     while stack:
         node, blocked = stack.pop()
         end = getattr(node, "end_lineno", None)
-        if end is not None and not any(a <= end and node.lineno <= b for a, b in lines_edited):
+        if end is not None and not edited.meets(node.lineno, end):
             continue  # holds no edited line (a sibling method of the one being rewritten, say): nothing to find
         if isinstance(node, ast.expr):
             k = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)

@@ -233,3 +233,25 @@ def test_name_defined_through_itself_does_not_recurse():
     assert flow.is_device_value(ret.args[0], fn) is True  # `device or torch.device("cuda")` still counts
     fn2 = next(n for n in ast.walk(a.tree) if isinstance(n, ast.FunctionDef) and n.name == "to_empty")
     assert flow.is_device_value(fn2.body[-1].value.keywords[0].value, fn2) in (None, True)
+
+
+def test_a_nodes_owner_is_its_def_when_it_is_a_statement_of_the_body():
+    from neuron_migrate.program.values import _owner
+
+    a = Analysis("@dec(1)\ndef f(x=g()) -> h:\n    y = 1\n    class C:\n        z = 2\n    def inner():\n        return 3\n"
+                 "    return y\n")
+
+    def scanned(node):
+        child, up = node, a.parent_of.get(node)
+        while up is not None:
+            if isinstance(up, ast.ClassDef):
+                return None
+            if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return up if any(stmt is child for stmt in up.body) else None
+            child, up = up, a.parent_of.get(up)
+        return None
+
+    nodes = [n for n in ast.walk(a.tree) if n in a.parent_of]
+    assert len(nodes) > 15
+    assert all(_owner(n, a.parent_of) is scanned(n) for n in nodes)
+    assert any(_owner(n, a.parent_of) is None for n in nodes) and any(_owner(n, a.parent_of) is not None for n in nodes)

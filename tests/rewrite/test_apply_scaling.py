@@ -77,3 +77,14 @@ def test_top_level_index_finds_what_a_scan_of_the_body_finds():
         first = next((s for s in tree.body if apply._stmt_start(s) == ra or s.lineno <= ra <= (s.end_lineno or s.lineno)), None)
         assert top.at(ra) is first
     assert apply._top_level(tree) is top  # built once per tree
+
+
+def test_line_ranges_meet_as_a_scan_of_them_says():
+    rng = random.Random(5)
+    for _ in range(300):
+        ranges = [(a, a + rng.choice([0, 0, 1, 4])) for a in (rng.randint(1, 40) for _ in range(rng.randint(0, 12)))]
+        index = apply._LineRanges(ranges)
+        for first in range(0, 45):
+            for last in range(first, min(first + 6, 46)):
+                assert index.meets(first, last) == any(a <= last and first <= b for a, b in ranges)
+
