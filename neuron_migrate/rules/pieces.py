@@ -27,6 +27,8 @@ PIECE_CHARS = 256_000  # about 5,000 lines: a piece's tree is some 15 MB
 GLUE_MAX_CHARS = 200_000  # module glue kept in every piece; more, and only its imports are kept
 _CUT = re.compile(r"(?:def|class|async[ \t]+def)[ \t]|@", re.ASCII)
 _LONE_CR = re.compile(r"\r(?!\n)")
+_CLAUSE = re.compile(r"(?:else|elif|except|finally)\b")  # column-0 lines that continue the statement above
+_IMPORT = re.compile(r"(?:import|from)[ \t]")
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 PIECES_NOTE = ("{mb:.1f} MB, checked in {n} pieces of top-level statements to bound memory: facts that span the "
                "file (an import's other uses, APIs that migrate together, a function's callers) are judged per piece")
@@ -41,21 +43,45 @@ def check_in_pieces(text: str, path: str, ruleset, settings=None):
     if _LONE_CR.search(text):  # old Mac line ends: a blanked "\n" after a kept "\r" line would join the two
         return None
     lines = source_lines(text, keepends=True)
-    cut = _cut(lines)
-    if cut is None:
-        return None
-    ranges, glue, imports = cut
+    statements = _statements_by_lines(lines)
+    plan = _plan(statements, lines) if statements is not None else None
+    if plan is not None and len(plan[0]) > 1:  # one parse per piece, each piece's tree checking the plan
+        result = _check_plan(plan, lines, path, ruleset, settings, statements)
+        if result is not None:
+            return result
+    cut = _cut(lines)  # the plan from parsing every piece first
+    return _check_plan(cut, lines, path, ruleset, settings) if cut is not None else None
+
+
+def _check_plan(plan, lines: list[str], path: str, ruleset, settings, statements=None):
+    """Check the pieces of `plan`; with `statements` (the top-level statements the plan was made from), each
+    piece's tree must hold exactly the ones expected there, else None (the plan was wrong: a column-0 line in a
+    string, say)."""
+    ranges, glue, imports = plan
     keep = glue if sum(len(lines[i]) for a, b in glue for i in range(a, b)) <= GLUE_MAX_CHARS else imports
     if sum(len(lines[i]) for a, b in keep for i in range(a, b)) > GLUE_MAX_CHARS:
         return None
+    from neuron_migrate.names.analysis import AnalysisError
     from neuron_migrate.rules.runner import CheckResult, check_text
 
+    kept = {(a, b, False) for a, b in keep}
     findings, suppressed = [], 0
     for start, end in ranges:
         piece = ["\n"] * len(lines)
         for a, b in [*keep, (start, end)]:
             piece[a:b] = lines[a:b]
-        r = check_text("".join(piece), path, ruleset, settings, report_lines=range(start + 1, end + 1))
+        text = "".join(piece)
+        try:
+            r = check_text(text, path, ruleset, settings, report_lines=range(start + 1, end + 1))
+        except AnalysisError:
+            if statements is not None:
+                return None
+            raise
+        if statements is not None:
+            tree = r.analysis.tree if r.analysis is not None else ast.parse(text)
+            expected = sorted(kept | {st for st in statements if start <= st[0] < end})
+            if [(_first_line(st) - 1, st.end_lineno, isinstance(st, _DEFS)) for st in tree.body] != expected:
+                return None
         findings += r.findings
         suppressed += r.suppressed
         if r.analysis is not None:
@@ -64,6 +90,53 @@ def check_in_pieces(text: str, path: str, ruleset, settings=None):
 
     findings.sort(key=Finding.sort_key)
     return CheckResult(findings, None, None, suppressed, pieces=len(ranges))
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    return min([stmt.lineno, *[d.lineno for d in getattr(stmt, "decorator_list", ())]])
+
+
+def _statements_by_lines(lines: list[str]):
+    """[(first, end, is_def)] of the top-level statements (0-based first line, end exclusive) as the lines alone
+    suggest: a statement starts at every column-0 line that is not a comment, a closing bracket or a clause of
+    the statement before (`else:`); decorators belong to what they decorate; trailing blank and comment lines
+    belong to no statement. Wrong where a column-0 line sits in a string or brackets: the pieces' trees say so.
+    None when no statement is a def or a class."""
+    starts = []
+    for i, line in enumerate(lines):
+        c = line[:1]
+        if not c or c in " \t\r\n\x0c#)]}" or _CLAUSE.match(line):
+            continue
+        if starts and lines[starts[-1]][:1] == "@" and all(not ln.strip() or ln.lstrip().startswith("#")
+                                                          for ln in lines[starts[-1] + 1 : i]):
+            if c == "@" or _CUT.match(line):
+                continue  # another decorator, or what the decorators decorate: the same statement
+        starts.append(i)
+    out = []
+    for k, first in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        while end > first + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+            end -= 1
+        out.append((first, end, bool(_CUT.match(lines[first]))))
+    return out if any(d for _a, _b, d in out) else None
+
+
+def _plan(statements: list, lines: list[str]) -> tuple:
+    """(piece ranges, glue spans, import spans) from `statements`: pieces of about PIECE_CHARS, cut before defs."""
+    ranges, glue, imports = [], [], []
+    start, size = 0, 0
+    for k, (first, end, is_def) in enumerate(statements):
+        if is_def and size >= PIECE_CHARS and first > start:
+            ranges.append((start, first))
+            start, size = first, 0
+        upto = statements[k + 1][0] if k + 1 < len(statements) else len(lines)
+        size += sum(len(lines[i]) for i in range(first if k else 0, upto))
+        if not is_def:
+            glue.append((first, end))
+            if _IMPORT.match(lines[first]):
+                imports.append((first, end))
+    ranges.append((start, len(lines)))
+    return ranges, glue, imports
 
 
 def _cut(lines: list[str]):

@@ -3,6 +3,7 @@ check gives, when no fact spans pieces; cuts never fall inside a string or brack
 is checked whole."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -73,6 +74,12 @@ def generated(blocks: int = 40, newline: str = "\n") -> str:
     return "".join(body).replace("\n", newline)
 
 
+def clean_generated(blocks: int = 40) -> str:
+    """generated() without column-0 lines in strings or brackets: the lines alone show its statements."""
+    return (generated(blocks).replace("def inside_docstring():\n", "    indented\n").replace(STRING, "")
+            .replace("            1,\n2)\n", "            1, 2)\n"))
+
+
 @pytest.fixture
 def small_pieces(monkeypatch):
     monkeypatch.setattr(pieces, "PIECE_CHARS", 1500)
@@ -92,6 +99,29 @@ def test_pieces_give_the_whole_file_findings(small_pieces, newline):
     assert as_data(cut) == as_data(whole)
     assert len(whole.findings) > 100
     assert cut.suppressed == whole.suppressed == 40  # one noqa per block, counted once
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_the_lines_plan_the_pieces_when_their_trees_agree(small_pieces, monkeypatch, clean):
+    """The statements the column-0 lines suggest plan the pieces, and each piece's own parse checks them; a file
+    where a column-0 line sits in a string or brackets fails that check and is planned by parsing first."""
+    parsed_first = []
+    real = pieces._cut
+    monkeypatch.setattr(pieces, "_cut", lambda lines: parsed_first.append(1) or real(lines))
+    text = clean_generated() if clean else generated()
+    rs = RuleSet.select([], [])
+    cut = pieces.check_in_pieces(text, "gen.py", rs)
+    assert cut is not None and cut.pieces > 5
+    assert as_data(cut) == as_data(check_text(text, "gen.py", rs))
+    assert bool(parsed_first) is not clean
+
+
+def test_the_line_plan_matches_the_parsed_statements():
+    text = clean_generated(5).replace("\nclass Trainer", "\n# a comment\n\nclass Trainer")
+    lines = source_lines(text, keepends=True)
+    tree = ast.parse(text)
+    assert pieces._statements_by_lines(lines) == [
+        (pieces._first_line(st) - 1, st.end_lineno, isinstance(st, pieces._DEFS)) for st in tree.body]
 
 
 def test_cuts_fall_between_top_level_statements(small_pieces):
@@ -119,7 +149,7 @@ def test_glue_over_its_budget_keeps_only_the_imports(small_pieces, monkeypatch):
     texts = []
     real = runner.check_text
     monkeypatch.setattr(runner, "check_text", lambda text, *a, **k: texts.append(text) or real(text, *a, **k))
-    cut = pieces.check_in_pieces(generated(), "gen.py", RuleSet.select([], []))
+    cut = pieces.check_in_pieces(clean_generated(), "gen.py", RuleSet.select([], []))
     assert cut is not None and len(texts) == cut.pieces > 5
     assert all("import torch_xla.core.xla_model as xm\n" in t for t in texts)
     assert sum("device = xm.xla_device()" in t for t in texts) == 1  # only in its own piece
