@@ -9,10 +9,13 @@ in every piece, and line and column numbers are the file's own. A finding is rep
 its line. What a piece cannot see is another piece's defs and classes (a function defined in one piece and
 called in another is unknown where it is called).
 
-A cut is made only before a line at column 0 that starts a def, a class or a decorator, and only where the
-text before it parses on its own: the tokenizer is then outside every string and bracket there, so the rest
-is a sequence of whole statements too. When no such cut exists (one huge literal, a syntax error) the file
-is checked whole, as before.
+A cut is made only before a line at column 0 that starts a def, a class or a decorator. The plan (cuts, glue)
+comes from the column-0 lines alone, and each piece's tree, which the check parses anyway, must hold exactly
+the top-level statements the plan expects there, lines included; where it does not (a column-0 line inside a
+string or brackets), the file is planned again by parsing each piece alone first, a cut standing only where
+the text before it parses on its own: the tokenizer is then outside every string and bracket there, so the
+rest is a sequence of whole statements too. When no cut exists (one huge literal, a syntax error) the file is
+checked whole, as before.
 """
 from __future__ import annotations
 
