@@ -296,7 +296,11 @@ def optimizer_step(site, ctx):
 
 def _short_average_fits(ctx) -> bool:
     """Every gradient average of the file is a statement after a sure init, so the short helper serves them all
-    (one helper per file, never both it and _neuron_reduce_gradients)."""
+    (one helper per file, never both it and _neuron_reduce_gradients). Asked per site: answered once per file."""
+    return cached(ctx.analysis, "NM110 short average", lambda a: _every_average_is_short(ctx))
+
+
+def _every_average_is_short(ctx) -> bool:
     facts = program(ctx)
     if facts.uses([f"{XM}.reduce_gradients"]) or optimizer_step_patched(ctx):
         return False
@@ -708,7 +712,9 @@ def rendezvous(site, ctx):
 )
 def all_reduce(site, ctx):
     facts = program(ctx)
-    plans = [(node, _all_reduce_plan(ctx, node)) for node in facts.uses([f"{XM}.all_reduce"])]
+    # every call's plan decides each site (they migrate together): made once per file, not once per site
+    plans = cached(ctx.analysis, "NM117 plans",
+                   lambda a: [(node, _all_reduce_plan(ctx, node)) for node in facts.uses([f"{XM}.all_reduce"])])
     mine = next((p for n, p in plans if n is site.node), None) or _all_reduce_plan(ctx, site.node)
     if mine[0] == "report":
         return ctx.finding(site, mine[1])
