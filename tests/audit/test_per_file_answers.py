@@ -25,3 +25,28 @@ def test_whole_file_answers_are_made_once(monkeypatch):
     assert len(plans) == N  # one plan per call; per site it was N * N
     assert len(averages) == 1
     assert all(f.fix is not None for f in result.findings if f.rule.code in ("NM117", "NM110"))
+
+
+MESH = ("import torch\nimport torch.distributed as dist\nimport torch_xla.core.xla_model as xm\n\n\n"
+        "def train(model, opt, t):\n    dist.init_process_group('xla')\n    opt = torch.optim.SGD(model.parameters())\n"
+        + "".join(f"    m{i} = xm.mesh_reduce('m{i}', t.item(), lambda xs: sum(xs))\n"
+                  f"    xm.save(opt.state_dict(), 'ck{i}.pt')\n" for i in range(N))
+        + "\n\nif __name__ == '__main__':\n    train(None, None, torch.zeros(1))\n")
+
+
+def test_names_and_models_of_a_scope_are_collected_once(monkeypatch):
+    import ast
+
+    big = []
+    real = xd._name_counts
+
+    def counting(node):
+        if not isinstance(node, ast.Lambda):  # a site's own reduce function is small: counted per site
+            big.append(node)
+        return real(node)
+
+    monkeypatch.setattr(xd, "_name_counts", counting)
+    result = check_text(MESH, "train.py", RuleSet.select([], []))
+    meshes = [f for f in result.findings if "mesh_reduce" in f.message]
+    assert len(meshes) == N and all(f.fix is not None for f in meshes)
+    assert len(big) <= 2  # the function's names once (and the file's, for a free name); per site it was N

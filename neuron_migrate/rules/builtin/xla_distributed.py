@@ -12,6 +12,7 @@ import ast
 import os
 import re
 import textwrap
+from collections import Counter
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
@@ -1001,7 +1002,7 @@ def _plain_mesh_reduce(site, ctx):
     if isinstance(stmt, ast.Assign) and not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], (ast.Name, ast.Attribute, ast.Tuple))):
         return None
     param = _lambda_param(reduce_fn)
-    if param is not None and site.scope.lookup(param)[1] is None and param not in _names_in(site.scope.node, skip=reduce_fn):
+    if param is not None and site.scope.lookup(param)[1] is None and not _used_outside(ctx, param, site.scope.node, reduce_fn):
         gathered, reduced = param, ctx.src_relative(reduce_fn.body)
     else:
         gathered = _free_name(ctx, "gathered")
@@ -1035,24 +1036,29 @@ def _lambda_param(node):
     return a.args[0].arg
 
 
-def _names_in(node, skip=None) -> set:
-    """Every name used or bound anywhere under `node` (parameters included), except inside `skip`."""
-    out, stack = set(), [node]
+def _name_counts(node) -> Counter:
+    """How often each name is used or bound under `node` (parameters included)."""
+    out, stack = Counter(), [node]
     while stack:
         n = stack.pop()
-        if n is skip:
-            continue
         if isinstance(n, ast.Name):
-            out.add(n.id)
+            out[n.id] += 1
         elif isinstance(n, ast.arg):
-            out.add(n.arg)
+            out[n.arg] += 1
         stack.extend(ast.iter_child_nodes(n))
     return out
 
 
+def _used_outside(ctx, name: str, node, inner) -> bool:
+    """`name` is used or bound under `node` outside `inner` (a node under it). The counts of a scope are made once
+    per file, not per site (a long function with many mesh_reduce calls was quadratic)."""
+    counts = cached(ctx.analysis, f"name counts:{id(node)}", lambda a: _name_counts(node))
+    return counts[name] > _name_counts(inner)[name]
+
+
 def _free_name(ctx, base: str) -> str:
     """`base`, or `base_2`, ... : a name nothing in the file binds or uses."""
-    taken = ctx.analysis.defined_names | _names_in(ctx.analysis.tree)
+    taken = ctx.analysis.defined_names | cached(ctx.analysis, "names in file", lambda a: set(_name_counts(a.tree)))
     name, k = base, 2
     while name in taken:
         name, k = f"{base}_{k}", k + 1
@@ -1343,12 +1349,12 @@ def _is_module(ctx, node) -> bool:
     """`node` is a model: the file takes its .parameters() (an optimizer's, so its state_dict holds tensors only)."""
     if not simple_ref(node):
         return False
-    text = ctx.src(node)
-    for n in walk(ctx.analysis.tree):
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("parameters", "named_parameters")
-                and ctx.src(n.func.value) == text):
-            return True
-    return False
+
+    def owners(a) -> set:  # the text of every `X` in `X.parameters()` / `X.named_parameters()` (once per file)
+        return {ctx.src(n.func.value) for n in walk(a.tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("parameters", "named_parameters")}
+
+    return ctx.src(node) in cached(ctx.analysis, "parameters owners", owners)
 
 
 # -- NM126 init_process_group('xla') ---------------------------------------------------------------
