@@ -99,6 +99,7 @@ class DistributedFacts:
         self.local_calls: dict[str, list[ast.Call]] = {}  # function name -> calls of it by plain name
         self.local_refs: dict[str, list[ast.Name]] = {}  # function name -> other loads of it
         self._env_strings = False
+        self._rewritten: Optional[bool] = None
         self._index(a.tree)
         self.entry_point = self._has_main_guard() or bool(self._launch_calls())
         inits = self._calls_of(INIT)
@@ -199,7 +200,9 @@ class DistributedFacts:
         return False
 
     def _rewritten_launch(self) -> bool:
-        return any(self._launch_init(s) for s in walk(self.analysis.tree) if isinstance(s, ast.If))
+        if self._rewritten is None:  # asked by __init__ and again by rules, per site: one walk of the file
+            self._rewritten = any(self._launch_init(s) for s in walk(self.analysis.tree) if isinstance(s, ast.If))
+        return self._rewritten
 
     # -- statement predicates ---------------------------------------------------------------------
     def _is_init_call(self, node: ast.AST) -> bool:
