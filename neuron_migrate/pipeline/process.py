@@ -12,7 +12,6 @@ from pathlib import Path
 from neuron_migrate.files.lines import source_lines
 
 
-
 @dataclass
 class FileResult:
     """What checking or fixing one file gave: plain data, cached and shipped between processes."""

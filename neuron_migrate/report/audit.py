@@ -6,7 +6,6 @@ import sys
 from neuron_migrate.files.lines import source_lines
 
 
-
 def _source_lines(findings, frames: dict | None = None) -> dict:
     """File text for code frames (notebooks: the cells joined, as the findings count lines); `frames` holds the
     lines already known per path ({line: text}, from the results), so only the other files are read."""
