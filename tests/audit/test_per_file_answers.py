@@ -50,3 +50,19 @@ def test_names_and_models_of_a_scope_are_collected_once(monkeypatch):
     meshes = [f for f in result.findings if "mesh_reduce" in f.message]
     assert len(meshes) == N and all(f.fix is not None for f in meshes)
     assert len(big) <= 2  # the function's names once (and the file's, for a free name); per site it was N
+
+
+def test_rng_pairs_scan_each_scope_once(monkeypatch):
+    import neuron_migrate.rules.builtin.xla_misc as misc
+
+    text = ("import torch_xla.core.xla_model as xm\n\n\ndef f():\n"
+            + "".join(f"    s{i} = xm.get_rng_state()\n    xm.set_rng_state(s{i})\n" for i in range(N))
+            + "    t = xm.get_rng_state()\n    print(t)\n    xm.set_rng_state(t)\n")
+    scans = []
+    real = misc._scope_body_nodes
+    monkeypatch.setattr(misc, "_scope_body_nodes", lambda node: scans.append(node) or real(node))
+    result = check_text(text, "seeds.py", RuleSet.select([], []))
+    restored = [f for f in result.findings if f.rule.code == "NM133" and f.fix is not None]
+    assert len(restored) == 2 * N  # every pair migrates; `t` is printed, so its get and set are reported
+    assert len([f for f in result.findings if f.rule.code == "NM133"]) == 2 * N + 2
+    assert len(scans) <= 3  # the function's body once (was once per get_rng_state call)

@@ -448,6 +448,28 @@ def _nested_mentions(scope_node, name: str) -> bool:
     return False
 
 
+def _scope_names(analysis, scope, memo: dict) -> tuple:
+    """({name: stores}, names with a load that is not the first argument of xm.set_rng_state, names mentioned in
+    nested code) of one scope's body, made once per scope (a scan per get_rng_state call was quadratic)."""
+    key = id(scope.node)
+    if key not in memo:
+        stores: dict = {}
+        bad_loads, nested = set(), set()
+        for n in _scope_body_nodes(scope.node):
+            if isinstance(n, ast.Name):
+                if isinstance(n.ctx, ast.Store):
+                    stores[n.id] = stores.get(n.id, 0) + 1
+                    continue
+                call = analysis.parent_of.get(n)
+                if not (isinstance(call, ast.Call) and call.args and call.args[0] is n and
+                        analysis.resolve(call.func, scope, count_use=False) == f"{XM}.set_rng_state"):
+                    bad_loads.add(n.id)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                nested.update(m.id for m in walk(n) if isinstance(m, ast.Name))
+        memo[key] = (stores, bad_loads, nested)
+    return memo[key]
+
+
 def _rng_facts(analysis):
     """Which xm.get_rng_state() / xm.set_rng_state() calls form save/restore pairs in this file.
 
@@ -456,23 +478,14 @@ def _rng_facts(analysis):
     """
     gets = [s for s in analysis.sites if s.kind == "call" and s.key == f"{XM}.get_rng_state"]
     paired_gets, paired_names, unpaired = set(), set(), 0
+    memo: dict = {}
     for g in gets:
         parent = g.parent
         ok = False
         if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
             name = parent.targets[0].id
-            scope_node = g.scope.node
-            stores, loads_ok = 0, True
-            for n in _scope_body_nodes(scope_node):
-                if isinstance(n, ast.Name) and n.id == name:
-                    if isinstance(n.ctx, ast.Store):
-                        stores += 1
-                        continue
-                    call = analysis.parent_of.get(n)
-                    if not (isinstance(call, ast.Call) and call.args and call.args[0] is n and
-                            analysis.resolve(call.func, g.scope, count_use=False) == f"{XM}.set_rng_state"):
-                        loads_ok = False
-            ok = stores == 1 and loads_ok and not _nested_mentions(scope_node, name)
+            stores, bad_loads, nested = _scope_names(analysis, g.scope, memo)
+            ok = stores.get(name, 0) == 1 and name not in bad_loads and name not in nested
             if ok:
                 paired_gets.add(g.node)
                 paired_names.add((id(g.scope), name))
