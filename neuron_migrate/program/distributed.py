@@ -262,13 +262,9 @@ class DistributedFacts:
         if key in self._summary:
             return self._summary[key]
         self._summary[key] = None  # recursion: no guarantee
-        best = None
         self._summarising += 1
         try:
-            for stmt in fn.body:
-                s = self._starts(stmt)
-                if s is not None:
-                    best = s if best is None else _stronger(best, s)
+            best = self._fold_starts(fn.body, None)
         finally:
             self._summarising -= 1
         self._summary[key] = best
@@ -276,6 +272,8 @@ class DistributedFacts:
 
     def _started_before(self, block: list, index: int) -> Optional[Group]:
         """What the statements block[:index] start (the strongest of their _starts), or None."""
+        if not block:
+            return None
         if self._summarising:
             return self._fold_starts(block[:index], None)
         done = self._prefix_starts.setdefault(id(block), [None])  # done[k]: the answer for block[:k]
@@ -305,7 +303,7 @@ class DistributedFacts:
             parent = a.parent_of.get(cur)
             if parent is None or isinstance(parent, (ast.Module, *_FUNCS)):
                 block, index = _position(a, parent if parent is not None else a.tree, cur)
-                got = self._started_before(block, index) if block else None
+                got = self._started_before(block, index)
                 if got is not None:
                     best = _stronger(best, got)
                 if parent is None or isinstance(parent, ast.Module):
@@ -315,7 +313,7 @@ class DistributedFacts:
                 return _stronger(best, self._entry_state(parent))
             block, index = _position(a, parent, cur)
             if block is not None:
-                got = self._started_before(block, index) if block else None
+                got = self._started_before(block, index)
                 if got is not None:
                     best = _stronger(best, got)
                 if isinstance(parent, ast.If) and block is parent.body and self._initialized_test(parent.test):
@@ -514,16 +512,16 @@ _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
 def _position(analysis, parent: ast.AST, child: ast.AST) -> tuple[Optional[list], int]:
     """(the block of `parent` that holds `child`, its index there), or (None, 0); each parent's blocks are
     indexed once per file."""
-    index = cached(analysis, "distributed.positions", lambda a: {})
-    where = index.get(id(parent))
-    if where is None:
-        where = index[id(parent)] = {}
+    def build(_a) -> dict:
+        where: dict = {}
         for f in _BLOCK_FIELDS:
             block = getattr(parent, f, None)
             if isinstance(block, list):
                 for i, c in enumerate(block):
                     where.setdefault(id(c), (block, i))  # the first block holding it, as a scan would find
-    return where.get(id(child), (None, 0))
+        return where
+
+    return cached(analysis, f"distributed.positions:{id(parent)}", build).get(id(child), (None, 0))
 
 
 def _walk_function(fn, tree: Optional[ast.Module] = None) -> list:
@@ -557,25 +555,20 @@ def _target_names(stmt: ast.stmt) -> set:
 
 def _function_statements(analysis, fn) -> list:
     """_walk_function's statements, listed once per function and file."""
-    memo = cached(analysis, "distributed.statements", lambda a: {})
-    key = id(fn) if fn is not None else 0
-    if key not in memo:
-        memo[key] = _walk_function(fn, analysis.tree)
-    return memo[key]
+    return cached(analysis, f"distributed.statements:{id(fn)}", lambda a: _walk_function(fn, a.tree))
 
 
 def _assignments(fn, name: str, analysis) -> list:
     """Assignments `name = ...` in the function (module level when fn is None), in source order."""
-    memo = cached(analysis, "distributed.assignments", lambda a: {})
-    key = id(fn) if fn is not None else 0
-    by_name = memo.get(key)
-    if by_name is None:
-        by_name = memo[key] = {}
-        for s in _function_statements(analysis, fn):
+    def build(a) -> dict:
+        by_name: dict = {}
+        for s in _function_statements(a, fn):
             if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None:
                 for target in _target_names(s):
                     by_name.setdefault(target, []).append(s)
-    return list(by_name.get(name, ()))
+        return by_name
+
+    return list(cached(analysis, f"distributed.assignments:{id(fn)}", build).get(name, ()))
 
 
 def _model_of_optimizer(value: ast.expr) -> Optional[ast.expr]:

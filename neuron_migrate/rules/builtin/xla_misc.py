@@ -448,11 +448,10 @@ def _nested_mentions(scope_node, name: str) -> bool:
     return False
 
 
-def _scope_names(analysis, scope, memo: dict) -> tuple:
+def _scope_names(analysis, scope) -> tuple:
     """({name: stores}, names with a load that is not the first argument of xm.set_rng_state, names mentioned in
     nested code) of one scope's body, made once per scope (a scan per get_rng_state call was quadratic)."""
-    key = id(scope.node)
-    if key not in memo:
+    def build(_a) -> tuple:
         stores: dict = {}
         bad_loads, nested = set(), set()
         for n in _scope_body_nodes(scope.node):
@@ -466,8 +465,9 @@ def _scope_names(analysis, scope, memo: dict) -> tuple:
                     bad_loads.add(n.id)
             elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 nested.update(m.id for m in walk(n) if isinstance(m, ast.Name))
-        memo[key] = (stores, bad_loads, nested)
-    return memo[key]
+        return stores, bad_loads, nested
+
+    return cached(analysis, f"rng scope names:{id(scope.node)}", build)
 
 
 def _rng_facts(analysis):
@@ -478,13 +478,12 @@ def _rng_facts(analysis):
     """
     gets = [s for s in analysis.sites if s.kind == "call" and s.key == f"{XM}.get_rng_state"]
     paired_gets, paired_names, unpaired = set(), set(), 0
-    memo: dict = {}
     for g in gets:
         parent = g.parent
         ok = False
         if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
             name = parent.targets[0].id
-            stores, bad_loads, nested = _scope_names(analysis, g.scope, memo)
+            stores, bad_loads, nested = _scope_names(analysis, g.scope)
             ok = stores.get(name, 0) == 1 and name not in bad_loads and name not in nested
             if ok:
                 paired_gets.add(g.node)
