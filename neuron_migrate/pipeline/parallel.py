@@ -22,7 +22,10 @@ def _init(spec, settings_kw, fix, write):
     source.MAX_BYTES = size or DEFAULT_MAX_BYTES  # `max-file-size` (documented in the README)
     codes, ignored = _split_spec(spec)
     _tune_gc()
-    _STATE.update(ruleset=RuleSet.from_codes(codes, ignored), settings=Settings(**kw), fix=fix, write=write)
+    # piece_workers: the processes one large file's pieces may use (rules/pieces.py); 1 inside a pool's worker,
+    # whose siblings already keep the other cores busy
+    _STATE.update(ruleset=RuleSet.from_codes(codes, ignored), settings=Settings(**kw), fix=fix, write=write,
+                  piece_workers=1)
 
 
 def _tune_gc() -> None:
@@ -48,7 +51,71 @@ def _one(item):
     from neuron_migrate.pipeline.process import process_file
 
     path, display = item
-    return process_file(path, _STATE["ruleset"], _STATE["settings"], _STATE["fix"], _STATE["write"], display)
+    return process_file(path, _STATE["ruleset"], _STATE["settings"], _STATE["fix"], _STATE["write"], display,
+                        map_pieces=fork_map if _STATE["piece_workers"] > 1 else None)
+
+
+def fork_map(fn: Callable, items) -> list:
+    """[fn(x) for x in items], on two processes: a forked child takes every second item and pickles its results
+    back through a pipe while this process does the rest. The child shares this process's memory (the text of a
+    large file, its plan) instead of being sent it. Exceptions and results are the serial loop's: when the child
+    fails in any way (an exception, a result that cannot be pickled, killed), this process computes its items
+    again itself, so the error, if any, is raised here as the loop would raise it."""
+    items = list(items)
+    if len(items) < 2 or not hasattr(os, "fork"):
+        return [fn(x) for x in items]
+    import pickle
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns, never runs the parent's exit handlers or flushes its buffers
+        status = 1
+        try:
+            os.close(read_end)
+            data = pickle.dumps([fn(x) for x in items[1::2]], protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(write_end, "wb") as out:
+                out.write(data)
+            status = 0
+        except BaseException:  # noqa: BLE001 - the parent recomputes (and raises) what the child could not give
+            pass
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    try:
+        mine = [fn(x) for x in items[0::2]]
+        with os.fdopen(read_end, "rb") as got:
+            data = got.read()
+    except BaseException:  # Ctrl-C or a failure here: the child's work is not wanted any more
+        _reap(pid, kill=True)
+        raise
+    theirs = None
+    if _reap(pid) == 0:
+        try:
+            theirs = pickle.loads(data)
+        except Exception:  # noqa: BLE001 - a truncated pipe: computed again below
+            theirs = None
+    if theirs is None or len(theirs) != len(items[1::2]):
+        theirs = [fn(x) for x in items[1::2]]
+    out = []
+    for k in range(len(items)):
+        out.append(mine[k // 2] if k % 2 == 0 else theirs[k // 2])
+    return out
+
+
+def _reap(pid: int, kill: bool = False) -> int:
+    """Wait for a forked child (killing it first if asked); its exit status, or -1 when it did not exit normally."""
+    import signal
+
+    if kill:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return -1
+    return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
 
 
 def _size(path: str) -> int:
@@ -133,6 +200,7 @@ def _run(items, codes, settings_kw, fix, write, jobs, on_done=None) -> Iterator:
     jobs = jobs or default_jobs()
     if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
         _init(codes, settings_kw, fix, write)
+        _STATE["piece_workers"] = min(jobs, 2)  # a large file among few: its pieces may use a second core
         for item in items:
             res = _one(item)
             done_one()

@@ -49,8 +49,11 @@ def frame_lines(text: str, findings: list) -> dict:
     return {n: lines[n - 1] for n in sorted(wanted) if 0 < n <= len(lines)}
 
 
-def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: str | None = None) -> FileResult:
-    """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error."""
+def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: str | None = None,
+                 map_pieces=None) -> FileResult:
+    """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error.
+    `map_pieces`: how a file audited in pieces maps the check over them (pipeline.parallel.fork_map: two
+    processes); None checks them one after another."""
     # imported here, not at the top: a warm run needs FileResult (the cache's results) but none of these
     from neuron_migrate.files.load import load_for_analysis
     from neuron_migrate.files.source import SourceError
@@ -95,7 +98,7 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
         try:
             r = None
             if len(text) > PIECES_MIN_CHARS and nb is None:  # a generated file: bounded memory
-                r = check_in_pieces(text, shown, ruleset, settings)
+                r = check_in_pieces(text, shown, ruleset, settings, map_pieces)
                 if r is not None:
                     res.notes.append(PIECES_NOTE.format(mb=len(text) / 1e6, n=r.pieces))
             if r is None:

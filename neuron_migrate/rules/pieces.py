@@ -38,9 +38,10 @@ PIECES_NOTE = ("{mb:.1f} MB, checked in {n} pieces of top-level statements to bo
 _MAX_RETRIES = 4  # cuts that did not parse, before the file is checked whole
 
 
-def check_in_pieces(text: str, path: str, ruleset, settings=None):
+def check_in_pieces(text: str, path: str, ruleset, settings=None, map_pieces=None):
     """The CheckResult of checking `text` piece by piece (its `analysis` is None), or None when the text
-    cannot be cut (the caller checks it whole)."""
+    cannot be cut (the caller checks it whole). `map_pieces(fn, pieces)`: [fn(p) for p in pieces], possibly on
+    several processes (the pipeline's fork_map); the pieces are independent."""
     if "ignore-file" in text:  # a file-wide suppression comment must be seen by every piece
         return None
     if _LONE_CR.search(text):  # old Mac line ends: a blanked "\n" after a kept "\r" line would join the two
@@ -49,14 +50,18 @@ def check_in_pieces(text: str, path: str, ruleset, settings=None):
     statements = _statements_by_lines(lines)
     plan = _plan(statements, lines) if statements is not None else None
     if plan is not None and len(plan[0]) > 1:  # one parse per piece, each piece's tree checking the plan
-        result = _check_plan(plan, lines, path, ruleset, settings, statements)
+        result = _check_plan(plan, lines, path, ruleset, settings, statements, map_pieces)
         if result is not None:
             return result
     cut = _cut(lines)  # the plan from parsing every piece first
-    return _check_plan(cut, lines, path, ruleset, settings) if cut is not None else None
+    return _check_plan(cut, lines, path, ruleset, settings, None, map_pieces) if cut is not None else None
 
 
-def _check_plan(plan, lines: list[str], path: str, ruleset, settings, statements=None):
+class _WrongPlan(Exception):
+    """A piece's tree does not hold the top-level statements its plan expects there."""
+
+
+def _check_plan(plan, lines: list[str], path: str, ruleset, settings, statements=None, map_pieces=None):
     """Check the pieces of `plan`; with `statements` (the top-level statements the plan was made from), each
     piece's tree must hold exactly the ones expected there, else None (the plan was wrong: a column-0 line in a
     string, say)."""
@@ -68,8 +73,10 @@ def _check_plan(plan, lines: list[str], path: str, ruleset, settings, statements
     from neuron_migrate.rules.runner import CheckResult, check_text
 
     kept = {(a, b, False) for a, b in keep}
-    findings, suppressed = [], 0
-    for start, end in ranges:
+
+    def check_piece(span: tuple) -> tuple:
+        """(findings, suppressed) of one piece; raises _WrongPlan."""
+        start, end = span
         piece = ["\n"] * len(lines)
         for a, b in [*keep, (start, end)]:
             piece[a:b] = lines[a:b]
@@ -78,21 +85,30 @@ def _check_plan(plan, lines: list[str], path: str, ruleset, settings, statements
             r = check_text(text, path, ruleset, settings, report_lines=range(start + 1, end + 1))
         except AnalysisError:
             if statements is not None:
-                return None
+                raise _WrongPlan from None
             raise
         if statements is not None:
             tree = r.analysis.tree if r.analysis is not None else ast.parse(text)
             expected = sorted(kept | {st for st in statements if start <= st[0] < end})
             if [(_first_line(st) - 1, st.end_lineno, isinstance(st, _DEFS)) for st in tree.body] != expected:
-                return None
-        findings += r.findings
-        suppressed += r.suppressed
+                raise _WrongPlan
         if r.analysis is not None:
             r.analysis.release()  # before the next piece is parsed: memory holds one piece at a time
+        return r.findings, r.suppressed
+
+    try:
+        checked = (map_pieces or _serial)(check_piece, ranges)
+    except _WrongPlan:
+        return None
     from neuron_migrate.rules.model import Finding
 
+    findings = [f for piece_findings, _ in checked for f in piece_findings]
     findings.sort(key=Finding.sort_key)
-    return CheckResult(findings, None, None, suppressed, pieces=len(ranges))
+    return CheckResult(findings, None, None, sum(n for _, n in checked), pieces=len(ranges))
+
+
+def _serial(fn, items) -> list:
+    return [fn(x) for x in items]
 
 
 def _first_line(stmt: ast.stmt) -> int:

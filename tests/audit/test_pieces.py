@@ -198,3 +198,72 @@ def test_cli_audits_a_file_over_the_threshold_in_pieces(tmp_path):
     assert f"note: {path}: 4.0 MB, checked in 16 pieces" in " ".join(r.stderr.split())
     # one unsuppressed mark_step per block (the other has a noqa), none from the template string
     assert sum("NM101" in line for line in r.stdout.splitlines()) == blocks
+
+
+# -- two processes: a forked child checks every second piece ---------------------------------------------------------
+from neuron_migrate.pipeline import parallel  # noqa: E402
+
+
+def test_fork_map_splits_the_items_between_two_processes_in_order():
+    me = os.getpid()
+    out = parallel.fork_map(lambda x: (x * x, os.getpid()), range(7))
+    assert [v for v, _ in out] == [x * x for x in range(7)]
+    assert {pid for _, pid in out[0::2]} == {me}
+    assert len({pid for _, pid in out[1::2]}) == 1 and out[1][1] != me  # one child did the odd items
+
+
+def test_fork_map_recomputes_what_the_child_could_not_give():
+    me = os.getpid()
+
+    def fails_in_the_child(x):
+        if os.getpid() != me:
+            raise ValueError("child only")
+        return x + 1
+
+    assert parallel.fork_map(fails_in_the_child, range(5)) == [1, 2, 3, 4, 5]
+    # a result that cannot be pickled back: computed again here
+    assert [f() for f in parallel.fork_map(lambda x: (lambda: x), range(4))] == [0, 1, 2, 3]
+
+
+def test_fork_map_raises_what_the_serial_loop_raises_and_leaves_no_child():
+    def boom(x):
+        if x == 3:
+            raise KeyError(x)
+        return x
+
+    with pytest.raises(KeyError):
+        parallel.fork_map(boom, range(6))  # 3 is the child's: the parent recomputes it and raises
+    with pytest.raises(KeyError):
+        parallel.fork_map(boom, [3, 0, 1])  # the parent's own
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # every child was reaped
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_pieces_on_two_processes_give_the_serial_findings(small_pieces, clean):
+    """With fork_map the pieces are shared between two processes; a plan a piece's tree contradicts (clean=False)
+    is still found, and the parse-first plan used."""
+    text = clean_generated() if clean else generated()
+    rs = RuleSet.select([], [])
+    serial = pieces.check_in_pieces(text, "gen.py", rs)
+    forked = pieces.check_in_pieces(text, "gen.py", rs, map_pieces=parallel.fork_map)
+    assert forked is not None and forked.pieces == serial.pieces > 5
+    assert as_data(forked) == as_data(serial) == as_data(check_text(text, "gen.py", rs))
+    assert forked.suppressed == serial.suppressed == 40
+
+
+def test_a_large_file_among_few_uses_the_second_core(small_pieces, monkeypatch, tmp_path):
+    monkeypatch.setattr(pieces, "PIECES_MIN_CHARS", 10_000)
+    used = []
+    real = parallel.fork_map
+    monkeypatch.setattr(parallel, "fork_map", lambda fn, items: used.append(len(items)) or real(fn, items))
+    path = tmp_path / "gen.py"
+    path.write_text(generated(), encoding="utf-8")
+    items = [(str(path), str(path))]
+    two = list(parallel.run_files(items, RuleSet.select([], []).spec, {}, fix=False, write=False, jobs=2))
+    assert used and used[0] > 5
+    forked = len(used)
+    one = list(parallel.run_files(items, RuleSet.select([], []).spec, {}, fix=False, write=False, jobs=1))
+    assert len(used) == forked  # -j 1: one process
+    assert [finding_to_dict(f) for f in two[0].findings] == [finding_to_dict(f) for f in one[0].findings]
+    assert two[0].notes == one[0].notes and len(two[0].findings) > 100
