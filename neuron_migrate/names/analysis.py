@@ -417,9 +417,32 @@ class Analysis:
         Call, Name, Attribute, Constant, Load = ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.Load
         Import, ImportFrom, keyword = ast.Import, ast.ImportFrom, ast.keyword
         resolve, wants, add_site, add_qualname = self.resolve, wanted.wants, sites.append, self.qualnames.add
+        uses = self.uses
         while stack:
             node, scope = pop()
             t = type(node)
+            if t is Name:  # a third of all nodes: resolve() and Scope.lookup(), inlined
+                name = node.id
+                owner = scope
+                while owner is not None:
+                    q = owner.bindings.get(name, _UNBOUND)
+                    if q is not _UNBOUND:
+                        break
+                    owner = owner.parent
+                else:
+                    continue  # bound nowhere (a builtin)
+                if q is None:
+                    continue  # a local or a shadowing assignment
+                if type(node.ctx) is Load:
+                    key = (id(owner), name)
+                    uses[key] = uses.get(key, 0) + 1
+                    kind = "ref"
+                else:
+                    kind = "store"  # Store or Del
+                add_qualname(q)
+                if wants(kind, q):
+                    add_site(Site(kind, q, node, self, scope))
+                continue  # no children
             if t in _SCOPE_TYPES and node is not scope.node:
                 inner = Scope(node, scope)
                 self._collect_scope(inner)
@@ -456,12 +479,12 @@ class Analysis:
                     self._mark_inner(node.func)
                     for child in reversed(children):
                         parent_of[child] = node
-                        stack.append((child, scope))
+                        push((child, scope))
                     continue
                 if type(node.func) is Attribute and wants("method", node.func.attr):
                     add_site(Site("method", node.func.attr, node, self, scope))
-            elif t is Name or t is Attribute:
-                q = resolve(node, scope, count_use=t is Attribute or type(node.ctx) is Load)
+            elif t is Attribute:
+                q = resolve(node, scope)
                 if q is not None:
                     add_qualname(q)
                     kind = "store" if type(node.ctx) is not Load else "ref"  # Store or Del
@@ -469,8 +492,6 @@ class Analysis:
                         add_site(Site(kind, q, node, self, scope))
                     self._mark_inner(node)
                     continue  # the chain below resolves to prefixes of q: not separate sites
-                if t is Name:
-                    continue  # no children
                 if wants("attr", node.attr):
                     add_site(Site("attr", node.attr, node, self, scope))
             elif t is Constant:
