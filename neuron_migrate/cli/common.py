@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -19,41 +18,50 @@ def split_codes(values: list[str] | None) -> list[str]:
     return out
 
 
-@dataclass
+# Plain classes, not dataclasses: importing dataclasses (and the inspect module it imports) costs every start-up
+# about 20 ms. Nothing compares these records, so they keep identity equality.
 class Selection:
     """What the command line says about which rules and files; the configuration fills in the rest."""
-    select: list = field(default_factory=list)
-    extend_select: list = field(default_factory=list)
-    ignore: list = field(default_factory=list)
-    exclude: list = field(default_factory=list)
-    extend_exclude: list = field(default_factory=list)
-    force_exclude: bool | None = None
-    respect_gitignore: bool | None = None
-    unsafe_fixes: bool | None = None
-    device_style: str | None = None
-    config: str | None = None
-    table: str | None = None
-    max_file_size: int | None = None
+
+    def __init__(self, select: list | None = None, extend_select: list | None = None, ignore: list | None = None,
+                 exclude: list | None = None, extend_exclude: list | None = None, force_exclude: bool | None = None,
+                 respect_gitignore: bool | None = None, unsafe_fixes: bool | None = None,
+                 device_style: str | None = None, config: str | None = None, table: str | None = None,
+                 max_file_size: int | None = None):
+        self.select = [] if select is None else select
+        self.extend_select = [] if extend_select is None else extend_select
+        self.ignore = [] if ignore is None else ignore
+        self.exclude = [] if exclude is None else exclude
+        self.extend_exclude = [] if extend_exclude is None else extend_exclude
+        self.force_exclude = force_exclude
+        self.respect_gitignore = respect_gitignore
+        self.unsafe_fixes = unsafe_fixes
+        self.device_style = device_style
+        self.config = config
+        self.table = table
+        self.max_file_size = max_file_size
 
 
-@dataclass
 class Group:
     """Files that share one configuration and rule set (nested pyproject.toml, per-file-ignores)."""
-    config: object
-    ruleset: object
-    settings_kw: dict
-    items: list = field(default_factory=list)  # (path, display path)
+
+    def __init__(self, config: object, ruleset: object, settings_kw: dict, items: list | None = None):
+        self.config = config
+        self.ruleset = ruleset
+        self.settings_kw = settings_kw
+        self.items = [] if items is None else items  # (path, display path)
 
 
-@dataclass
 class Run:
     """What a command runs on: the paths' configuration, the groups of files by settings, and the messages."""
 
-    config: object  # the configuration of the first path (cache folder, messages)
-    groups: list
-    messages: list  # errors (one line each, no traceback)
-    skipped: dict = field(default_factory=dict)  # discovery statistics: reason -> count
-    stdin: tuple | None = None  # (display name, bytes) for `-`
+    def __init__(self, config: object, groups: list, messages: list, skipped: dict | None = None,
+                 stdin: tuple | None = None):
+        self.config = config  # the configuration of the first path (cache folder, messages)
+        self.groups = groups
+        self.messages = messages  # errors (one line each, no traceback)
+        self.skipped = {} if skipped is None else skipped  # discovery statistics: reason -> count
+        self.stdin = stdin  # (display name, bytes) for `-`
 
     @property
     def items(self) -> list:

@@ -7,7 +7,6 @@ replaces the outer one for the files below it; it does not inherit from it.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,24 +29,31 @@ class ConfigError(Exception):
     pass
 
 
-@dataclass
+# A plain class, not a dataclass: importing dataclasses (and the inspect module it imports) costs every start-up
+# about 20 ms. Nothing compares configurations (runs group files by the identity of theirs).
 class Config:
     """The [tool.neuron-migrate] settings of one pyproject.toml (defaults when there is none)."""
 
-    select: list[str] = field(default_factory=lambda: ["ALL"])
-    extend_select: list[str] = field(default_factory=list)
-    ignore: list[str] = field(default_factory=list)
-    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)  # glob -> codes or names
-    exclude: list[str] = field(default_factory=list)
-    force_exclude: bool = False
-    unsafe_fixes: bool = False
-    device_style: str = "neuron"
-    table: str | None = None
-    respect_gitignore: bool = True
-    cache: bool = True
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE
-    source: Path | None = None  # the pyproject.toml it came from
-    explicit: set = field(default_factory=set)  # keys the file set (for messages: "unsafe-fixes = true in ...")
+    def __init__(self, select: list[str] | None = None, extend_select: list[str] | None = None,
+                 ignore: list[str] | None = None, per_file_ignores: dict[str, list[str]] | None = None,
+                 exclude: list[str] | None = None, force_exclude: bool = False, unsafe_fixes: bool = False,
+                 device_style: str = "neuron", table: str | None = None, respect_gitignore: bool = True,
+                 cache: bool = True, max_file_size: int = DEFAULT_MAX_FILE_SIZE, source: Path | None = None,
+                 explicit: set | None = None):
+        self.select = ["ALL"] if select is None else select
+        self.extend_select = [] if extend_select is None else extend_select
+        self.ignore = [] if ignore is None else ignore
+        self.per_file_ignores = {} if per_file_ignores is None else per_file_ignores  # glob -> codes or names
+        self.exclude = [] if exclude is None else exclude
+        self.force_exclude = force_exclude
+        self.unsafe_fixes = unsafe_fixes
+        self.device_style = device_style
+        self.table = table
+        self.respect_gitignore = respect_gitignore
+        self.cache = cache
+        self.max_file_size = max_file_size
+        self.source = source  # the pyproject.toml it came from
+        self.explicit = set() if explicit is None else explicit  # keys the file set ("unsafe-fixes = true in ...")
 
     @property
     def root(self) -> Path | None:

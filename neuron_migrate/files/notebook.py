@@ -8,7 +8,6 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from dataclasses import dataclass
 
 from neuron_migrate.files.source import SourceError
 
@@ -18,16 +17,19 @@ MAGIC_MARK = "# %%neuron-migrate-magic "
 _MAGIC = re.compile(r"^(\s*)([%!?]|.*\?$)")
 
 
-@dataclass
+# A plain class, not a dataclass: importing dataclasses (and the inspect module it imports) costs every start-up
+# about 20 ms. Nothing compares it, so it keeps identity equality.
 class Notebook:
     """A notebook read for analysis: its JSON, the code cells' joined text, and how to write it back."""
 
-    data: dict
-    code_cells: list[int]  # indexes into data["cells"]
-    text: str  # joined, masked Python text
-    indent: int | None  # json indentation to write back with
-    trailing_newline: bool
-    raw: bytes = b""  # the file as read
+    def __init__(self, data: dict, code_cells: list[int], text: str, indent: int | None, trailing_newline: bool,
+                 raw: bytes = b""):
+        self.data = data
+        self.code_cells = code_cells  # indexes into data["cells"]
+        self.text = text  # joined, masked Python text
+        self.indent = indent  # json indentation to write back with
+        self.trailing_newline = trailing_newline
+        self.raw = raw  # the file as read
 
 
 def _mask(line: str) -> str:

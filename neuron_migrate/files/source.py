@@ -8,7 +8,6 @@ import os
 import stat
 import time
 import tokenize
-from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -16,17 +15,19 @@ class SourceError(Exception):
     """A file that cannot be read as Python source; the message is one line naming the cause."""
 
 
-@dataclass
+# Plain classes, not dataclasses: importing dataclasses (and the inspect module it imports) costs every start-up
+# about 20 ms. Nothing compares these records, so they keep identity equality.
 class SourceFile:
     """A file as read: its bytes, decoded text, and what writing it back must keep."""
 
-    path: Path
-    raw: bytes
-    text: str
-    encoding: str  # as declared/detected ("utf-8", "latin-1", ...)
-    bom: bool
-    mode: int
-    mtime_ns: int
+    def __init__(self, path: Path, raw: bytes, text: str, encoding: str, bom: bool, mode: int, mtime_ns: int):
+        self.path = path
+        self.raw = raw
+        self.text = text
+        self.encoding = encoding  # as declared/detected ("utf-8", "latin-1", ...)
+        self.bom = bom
+        self.mode = mode
+        self.mtime_ns = mtime_ns
 
     def encode(self, text: str) -> bytes:
         data = text.encode(self.encoding)
@@ -124,13 +125,13 @@ def remove_stale_temps(target: Path) -> int:
     return removed
 
 
-@dataclass
 class _Entry:
     """A folder entry with its stat result."""
 
-    name: str
-    path: str
-    st: os.stat_result
+    def __init__(self, name: str, path: str, st: os.stat_result):
+        self.name = name
+        self.path = path
+        self.st = st
 
 
 @functools.lru_cache(maxsize=4096)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import re
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from neuron_migrate.files.lines import source_lines
@@ -154,16 +153,18 @@ def string_key(value: str) -> str:
     return m.group(1) if m else value
 
 
-@dataclass(eq=False)
+# Plain classes, not dataclasses: importing dataclasses costs every start-up about 20 ms (files/records.py).
 class Scope:
     """One scope's bindings: local name -> qualified name (None when shadowed)."""
 
-    node: ast.AST
-    parent: Optional["Scope"]
-    bindings: dict = field(default_factory=dict)  # name -> qualified name, or None when shadowed
-    imported: set = field(default_factory=set)
-    _by_qualname: Optional[dict] = field(default=None, repr=False)
-    _indexed: int = field(default=-1, repr=False)
+    def __init__(self, node: ast.AST, parent: Optional["Scope"], bindings: Optional[dict] = None,
+                 imported: Optional[set] = None):
+        self.node = node
+        self.parent = parent
+        self.bindings = {} if bindings is None else bindings  # name -> qualified name, or None when shadowed
+        self.imported = set() if imported is None else imported
+        self._by_qualname: Optional[dict] = None
+        self._indexed = -1
 
     def names_bound_to(self, qualname: str) -> list:
         """The names this scope binds to `qualname`, in binding order (an index built on first use: rules ask
@@ -186,16 +187,17 @@ class Scope:
         return None, None
 
 
-@dataclass(eq=False)
 class Site:
     """Something a rule may care about: a resolved call or reference, an import, a method call, a string."""
 
-    kind: str  # call | ref | store | import | star_import | method | attr | string | keyword
-    key: str  # qualified name, method/attribute name, or string key
-    node: ast.AST
-    analysis: "Analysis"
-    scope: Scope
-    alias: Optional[ast.alias] = None  # for import sites
+    def __init__(self, kind: str, key: str, node: ast.AST, analysis: "Analysis", scope: Scope,
+                 alias: Optional[ast.alias] = None):
+        self.kind = kind  # call | ref | store | import | star_import | method | attr | string | keyword
+        self.key = key  # qualified name, method/attribute name, or string key
+        self.node = node
+        self.analysis = analysis
+        self.scope = scope
+        self.alias = alias  # for import sites
 
     @property
     def parent(self) -> Optional[ast.AST]:

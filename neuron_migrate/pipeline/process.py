@@ -6,32 +6,37 @@ and results out, never parsed trees).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_migrate.files.lines import source_lines
 
 
-@dataclass
+# A plain class, not a dataclass: importing dataclasses (and the inspect module it imports) costs every start-up
+# about 20 ms. Nothing compares this record, so it keeps identity equality.
 class FileResult:
     """What checking or fixing one file gave: plain data, cached and shipped between processes."""
 
-    path: str
-    findings: list = field(default_factory=list)  # remaining findings (after fixes, in rewrite)
-    applied: dict = field(default_factory=dict)  # rule code -> count (rewrite)
-    applied_findings: list = field(default_factory=list)
-    error: str | None = None
-    old_text: str | None = None  # set when the file would change
-    new_text: str | None = None
-    new_bytes: bytes | None = None
-    written: bool = False
-    suppressed: int = 0
-    skipped: bool = False  # prefilter said nothing can match
-    digest: str | None = None  # content digest of the bytes this result is for (cache key)
-    # audit: the source lines the findings' code frames show, {line: text} (cached with the result, so that a
-    # warm run's report reads no file); None when not kept (notebooks: their frames count lines per cell)
-    frames: dict | None = None
-    notes: list = field(default_factory=list)  # what the user should know about how the file was checked
+    def __init__(self, path: str, findings: list | None = None, applied: dict | None = None,
+                 applied_findings: list | None = None, error: str | None = None, old_text: str | None = None,
+                 new_text: str | None = None, new_bytes: bytes | None = None, written: bool = False,
+                 suppressed: int = 0, skipped: bool = False, digest: str | None = None, frames: dict | None = None,
+                 notes: list | None = None):
+        self.path = path
+        self.findings = [] if findings is None else findings  # remaining findings (after fixes, in rewrite)
+        self.applied = {} if applied is None else applied  # rule code -> count (rewrite)
+        self.applied_findings = [] if applied_findings is None else applied_findings
+        self.error = error
+        self.old_text = old_text  # set when the file would change
+        self.new_text = new_text
+        self.new_bytes = new_bytes
+        self.written = written
+        self.suppressed = suppressed
+        self.skipped = skipped  # prefilter said nothing can match
+        self.digest = digest  # content digest of the bytes this result is for (cache key)
+        # audit: the source lines the findings' code frames show, {line: text} (cached with the result, so that a
+        # warm run's report reads no file); None when not kept (notebooks: their frames count lines per cell)
+        self.frames = frames
+        self.notes = [] if notes is None else notes  # what the user should know about how the file was checked
 
     @property
     def changed(self) -> bool:

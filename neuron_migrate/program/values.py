@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 from typing import Optional
 
 from neuron_migrate.program import cached, nodes_with_function
@@ -53,15 +52,18 @@ def device_kind(value: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-@dataclass(eq=False)
+# Plain classes, not dataclasses: importing dataclasses costs every start-up about 20 ms (files/records.py).
 class Member:
     """One device-name string literal (an `ast.Constant`, or an f-string `f"cuda:{i}"`)."""
 
-    node: ast.expr
-    kind: str  # 'xla', 'cuda', ...
-    role: str  # device | compare | choice | cli-default | field | default | assign | dict-key | dict-value | element | env-default | return | argument | other
-    devicey: bool = False  # the first build would have called it a device (device-named target or operand)
-    slot: Optional[str] = None  # the slot it was first joined to ('type:...': compared with a real device's type)
+    def __init__(self, node: ast.expr, kind: str, role: str, devicey: bool = False, slot: Optional[str] = None):
+        self.node = node
+        self.kind = kind  # 'xla', 'cuda', ...
+        # device | compare | choice | cli-default | field | default | assign | dict-key | dict-value | element |
+        # env-default | return | argument | other
+        self.role = role
+        self.devicey = devicey  # the first build would have called it a device (device-named target or operand)
+        self.slot = slot  # the slot it was first joined to ('type:...': compared with a real device's type)
 
     @property
     def real_device_compare(self) -> bool:
@@ -72,14 +74,15 @@ class Member:
         return self.role == "device"
 
 
-@dataclass(eq=False)
 class ValueSet:
     """The values one variable may hold, in source order, and whether any reaches a device position."""
 
-    members: list[Member] = field(default_factory=list)  # in source order
-    slots: set = field(default_factory=set)
-    sink: bool = False  # some value of the set reaches a torch device position
-    external: list = field(default_factory=list)  # why values may come from outside the file
+    def __init__(self, members: Optional[list[Member]] = None, slots: Optional[set] = None, sink: bool = False,
+                 external: Optional[list] = None):
+        self.members = [] if members is None else members  # in source order
+        self.slots = set() if slots is None else slots
+        self.sink = sink  # some value of the set reaches a torch device position
+        self.external = [] if external is None else external  # why values may come from outside the file
 
     @property
     def kinds(self) -> set:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Optional
 
 from neuron_migrate.rules.lines import move_findings
@@ -23,15 +22,18 @@ class FixError(Exception):
     pass
 
 
-@dataclass
+# A plain class, not a dataclass: importing dataclasses (and the inspect module it imports) costs every start-up
+# about 20 ms. Nothing compares this record, so it keeps identity equality.
 class FixOutcome:
     """The rewritten text of a file, the fixes applied, and the findings left."""
 
-    text: str
-    applied: Counter = field(default_factory=Counter)  # rule code -> fixes applied
-    applied_findings: list[Finding] = field(default_factory=list)
-    remaining: list[Finding] = field(default_factory=list)
-    suppressed: int = 0
+    def __init__(self, text: str, applied: Counter | None = None, applied_findings: list[Finding] | None = None,
+                 remaining: list[Finding] | None = None, suppressed: int = 0):
+        self.text = text
+        self.applied = Counter() if applied is None else applied  # rule code -> fixes applied
+        self.applied_findings = [] if applied_findings is None else applied_findings
+        self.remaining = [] if remaining is None else remaining
+        self.suppressed = suppressed
 
 
 def wants_fix(finding: Finding, unsafe: bool) -> bool:

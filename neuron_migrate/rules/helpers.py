@@ -4,16 +4,19 @@ Each is inserted once, after the module's imports, under a `_neuron_` name, and 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from neuron_migrate.files.records import FrozenRecord
 
 
-@dataclass(frozen=True)
-class Helper:
+# A plain class (files/records.py), not a dataclass: importing dataclasses costs every start-up about 20 ms.
+class Helper(FrozenRecord):
     """A helper function a fix may insert, with the imports its source needs."""
 
-    source: str  # {placeholders} are filled with the local spelling of the modules in `imports`
-    imports: dict = None  # placeholder -> module, e.g. {"dist": "torch.distributed"}
-    requires: tuple[str, ...] = ()
+    _fields = ("source", "imports", "requires")
+
+    def __init__(self, source: str, imports: dict = None, requires: tuple[str, ...] = ()):
+        # source: {placeholders} are filled with the local spelling of the modules in `imports`
+        # imports: placeholder -> module, e.g. {"dist": "torch.distributed"}
+        self._set(source=source, imports=imports, requires=requires)
 
 
 HELPERS: dict[str, Helper] = {

@@ -9,12 +9,13 @@ to the line that now stands where it was.
 """
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left, bisect_right
-from dataclasses import replace
 from typing import Callable
 
 from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.span import Span
+from neuron_migrate.rules.model import Edit
 
 
 def _line_opcodes(a: list, b: list) -> list:
@@ -142,6 +143,10 @@ def move_findings(findings: list, old: str, new: str, fixes: bool = False) -> li
         if fixes and fix is not None:
             spans = [moved(e.span) for e in fix.edits]
             if any(sp is not e.span for sp, e in zip(spans, fix.edits)):
-                fix = replace(fix, edits=[replace(e, span=sp) for sp, e in zip(spans, fix.edits)])
-        out.append(f if span is f.span and fix is f.fix else replace(f, span=span, fix=fix))
+                fix = copy.copy(fix)
+                fix.edits = [Edit(e.kind, sp, e.text) for sp, e in zip(spans, fix.edits)]
+        if span is not f.span or fix is not f.fix:
+            f = copy.copy(f)
+            f.span, f.fix = span, fix
+        out.append(f)
     return out

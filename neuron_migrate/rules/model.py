@@ -6,9 +6,9 @@ re-derives rule metadata.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
 
+from neuron_migrate.files.records import FrozenRecord, Record
 from neuron_migrate.files.span import Span  # noqa: F401 - re-exported: part of the rule data model
 
 
@@ -29,12 +29,14 @@ _CATEGORIES = {"1": "torch_xla", "2": "cuda", "3": "compatibility", "4": "torch.
                "6": "dependencies"}
 
 
-@dataclass(frozen=True)
-class Example:
+# Plain classes (files/records.py), not dataclasses: importing dataclasses costs every start-up about 20 ms.
+class Example(FrozenRecord):
     """A rule's example: code before and, for a fixable rule, after."""
 
-    before: str
-    after: str | None = None  # None: report only
+    _fields = ("before", "after")
+
+    def __init__(self, before: str, after: str | None = None):
+        self._set(before=before, after=after)  # after None: report only
 
 
 class _RuleLinks:
@@ -51,27 +53,33 @@ class _RuleLinks:
         return DOCS_URL.format(code=self.code.lower())
 
 
-@dataclass
-class Rule(_RuleLinks):
+class Rule(Record, _RuleLinks):
     """One rule: what rewrite, audit, explain, the editor server and every report say about it."""
 
-    code: str  # NM101
-    name: str  # kebab-case
-    summary: str  # one line
-    fix_safety: FixSafety
-    severity: Severity
-    docs: str
-    examples: list[Example] = field(default_factory=list)
-    # (site kind, key) pairs the rule subscribes to; key is a qualified name, a method name or "*"
-    triggers: list[tuple[str, str]] = field(default_factory=list)
-    check: Callable | None = None  # check(site, ctx) -> Finding | list[Finding] | None
-    # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
-    trigger_words: tuple[str, ...] = ()
-    origin: str = ""  # module or YAML file that defines it
-    # opinionated advice: runs only when selected by its exact code or name (never by ALL or a prefix)
-    opt_in: bool = False
-    # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
-    language: str = "python"
+    _fields = ("code", "name", "summary", "fix_safety", "severity", "docs", "examples", "triggers", "check",
+               "trigger_words", "origin", "opt_in", "language")
+
+    def __init__(self, code: str, name: str, summary: str, fix_safety: FixSafety, severity: Severity, docs: str,
+                 examples: list[Example] | None = None, triggers: list[tuple[str, str]] | None = None,
+                 check: Callable | None = None, trigger_words: tuple[str, ...] = (), origin: str = "",
+                 opt_in: bool = False, language: str = "python"):
+        self.code = code  # NM101
+        self.name = name  # kebab-case
+        self.summary = summary  # one line
+        self.fix_safety = fix_safety
+        self.severity = severity
+        self.docs = docs
+        self.examples = [] if examples is None else examples
+        # (site kind, key) pairs the rule subscribes to; key is a qualified name, a method name or "*"
+        self.triggers = [] if triggers is None else triggers
+        self.check = check  # check(site, ctx) -> Finding | list[Finding] | None
+        # words whose absence from a file's text proves the rule cannot match (cheap prefilter)
+        self.trigger_words = trigger_words
+        self.origin = origin  # module or YAML file that defines it
+        # opinionated advice: runs only when selected by its exact code or name (never by ALL or a prefix)
+        self.opt_in = opt_in
+        # what the rule reads: "python" (and notebooks), "shell" (launchers, job files), "deps" (dependency lists)
+        self.language = language
 
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
@@ -112,27 +120,27 @@ class CataloguedRule(_RuleLinks):
         return f"CataloguedRule({self.code})"
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(FrozenRecord):
     """One change to the tree, applied by the libcst applier at the node whose range is `span`.
 
     kind: "replace_expr" (text is an expression), "replace_stmt" (text is one or more statements),
     "delete_stmt", "unwrap_with" (keep the body of a `with`), "insert_before_stmt" (text is statements).
     """
 
-    kind: str
-    span: Span
-    text: str = ""
+    _fields = ("kind", "span", "text")
+
+    def __init__(self, kind: str, span: Span, text: str = ""):
+        self._set(kind=kind, span=span, text=text)
 
 
-@dataclass(frozen=True)
-class ImportReq:
+class ImportReq(FrozenRecord):
     """An import a fix needs: `import module` (name None) or `import module as alias`; with `member`, `module` is
     `package.name` and the import is `from package import name [as alias]` (a class or function under a new alias)."""
 
-    module: str
-    alias: str | None = None
-    member: bool = False
+    _fields = ("module", "alias", "member")
+
+    def __init__(self, module: str, alias: str | None = None, member: bool = False):
+        self._set(module=module, alias=alias, member=member)
 
     def statement(self) -> str:
         if self.member:
@@ -145,35 +153,41 @@ class ImportReq:
         return f"import {self.module}"
 
 
-@dataclass
-class Fix:
+class Fix(Record):
     """The edits that fix a finding, with the imports and helpers they need."""
 
-    safety: FixSafety
-    edits: list[Edit]
-    imports: list[ImportReq] = field(default_factory=list)
-    helpers: list[tuple[str, str]] = field(default_factory=list)  # (name, source) of inserted helpers
-    description: str = ""
-    # the edits only remove imports nothing in the file uses: no other finding can change with them, so a round
-    # of only such fixes is not analysed again (rewrite.engine)
-    unused_import_only: bool = False
+    _fields = ("safety", "edits", "imports", "helpers", "description", "unused_import_only")
+
+    def __init__(self, safety: FixSafety, edits: list[Edit], imports: list[ImportReq] | None = None,
+                 helpers: list[tuple[str, str]] | None = None, description: str = "", unused_import_only: bool = False):
+        self.safety = safety
+        self.edits = edits
+        self.imports = [] if imports is None else imports
+        self.helpers = [] if helpers is None else helpers  # (name, source) of inserted helpers
+        self.description = description
+        # the edits only remove imports nothing in the file uses: no other finding can change with them, so a
+        # round of only such fixes is not analysed again (rewrite.engine)
+        self.unused_import_only = unused_import_only
 
 
-@dataclass
-class Finding:
+class Finding(Record):
     """One finding of a rule at a span of a file."""
 
-    rule: Rule
-    path: str
-    span: Span
-    message: str
-    fix: Fix | None = None
-    note: str = ""  # extra guidance shown under the message (launch commands, behaviour changes)
-    # how sure the compatibility fact behind the finding is ("high" | "medium" | "low"; "" when not a table fact)
-    # and the table source id it comes from; rendered by every output format, filtered by --min-confidence
-    confidence: str = ""
-    source: str = ""
-    cell: int | None = None  # notebooks: 1-based cell number; span lines then count within that cell
+    _fields = ("rule", "path", "span", "message", "fix", "note", "confidence", "source", "cell")
+
+    def __init__(self, rule: Rule, path: str, span: Span, message: str, fix: Fix | None = None, note: str = "",
+                 confidence: str = "", source: str = "", cell: int | None = None):
+        self.rule = rule
+        self.path = path
+        self.span = span
+        self.message = message
+        self.fix = fix
+        self.note = note  # extra guidance shown under the message (launch commands, behaviour changes)
+        # how sure the compatibility fact behind the finding is ("high" | "medium" | "low"; "" when not a table
+        # fact) and the table source id it comes from; rendered by every output format, filtered by --min-confidence
+        self.confidence = confidence
+        self.source = source
+        self.cell = cell  # notebooks: 1-based cell number; span lines then count within that cell
 
     @property
     def severity(self) -> Severity:

@@ -20,13 +20,16 @@ OTHER_RULE_MODULES = ("neuron_migrate.shell.rules", "neuron_migrate.deps.rules")
 
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[Rule, ...]:
-    import pkgutil  # (imports typing: not on a warm run's path)
+    import os
 
     from neuron_migrate.rules import api, builtin
     from neuron_migrate.rules.yaml_rules import load_yaml_rules
 
-    for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{builtin.__name__}.{info.name}")
+    # the rule modules, listed as pkgutil.iter_modules would (which imports inspect: ~10 ms of every start-up)
+    for folder in builtin.__path__:
+        names = {f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f[:-3].isidentifier()} - {"__init__"}
+        for name in sorted(names):
+            importlib.import_module(f"{builtin.__name__}.{name}")
     for module in OTHER_RULE_MODULES:
         importlib.import_module(module)
     rules = list(api.defined_rules()) + load_yaml_rules()

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Optional
 
 from neuron_migrate.files.lines import source_lines
+from neuron_migrate.files.records import Record
 from neuron_migrate.names.analysis import Analysis, AnalysisError, Site
 from neuron_migrate.rules.api import Ctx, Settings
 from neuron_migrate.rules.model import Finding
@@ -30,16 +30,20 @@ def normalize_selector(token: str) -> str:
     return r.code if r is not None else t
 
 
-@dataclass
-class Suppressions:
+# Plain classes, not dataclasses: importing dataclasses costs every start-up about 20 ms (files/records.py).
+class Suppressions(Record):
     """A file's noqa comments and ignore settings, and which of them were used."""
 
-    by_line: dict[int, Optional[set]] = field(default_factory=dict)  # None: every code
-    file_codes: Optional[set] = None  # from ignore-file; empty set means nothing suppressed file-wide
-    file_all: bool = False
-    used: set = field(default_factory=set)  # (line, code) pairs that suppressed a finding
-    # line -> (start column, end column, kind) of the comment text that holds the suppression (NM901's fix)
-    spans: dict[int, list] = field(default_factory=dict)
+    _fields = ("by_line", "file_codes", "file_all", "used", "spans")
+
+    def __init__(self, by_line: Optional[dict[int, Optional[set]]] = None, file_codes: Optional[set] = None,
+                 file_all: bool = False, used: Optional[set] = None, spans: Optional[dict[int, list]] = None):
+        self.by_line = {} if by_line is None else by_line  # None: every code
+        self.file_codes = file_codes  # from ignore-file; empty set means nothing suppressed file-wide
+        self.file_all = file_all
+        self.used = set() if used is None else used  # (line, code) pairs that suppressed a finding
+        # line -> (start column, end column, kind) of the comment text that holds the suppression (NM901's fix)
+        self.spans = {} if spans is None else spans
 
     @classmethod
     def parse(cls, text: str) -> "Suppressions":
@@ -113,15 +117,18 @@ class RuleCrash(AnalysisError):
     """A rule raised: the file gets an error naming the rule, the rest of the run goes on."""
 
 
-@dataclass
-class CheckResult:
+class CheckResult(Record):
     """The findings of one check of a text, with its analysis."""
 
-    findings: list[Finding]
-    analysis: Optional[Analysis]
-    suppressions: Optional[Suppressions] = None
-    suppressed: int = 0
-    pieces: int = 1  # >1: a large file checked piece by piece (rules/pieces.py)
+    _fields = ("findings", "analysis", "suppressions", "suppressed", "pieces")
+
+    def __init__(self, findings: list[Finding], analysis: Optional[Analysis],
+                 suppressions: Optional[Suppressions] = None, suppressed: int = 0, pieces: int = 1):
+        self.findings = findings
+        self.analysis = analysis
+        self.suppressions = suppressions
+        self.suppressed = suppressed
+        self.pieces = pieces  # >1: a large file checked piece by piece (rules/pieces.py)
 
 
 def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None,

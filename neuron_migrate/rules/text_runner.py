@@ -10,9 +10,9 @@ whose parse reported problems (a construct the parser did not understand) is nev
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from neuron_migrate.files.records import Record
 from neuron_migrate.rules.model import Edit, Finding, Fix, FixSafety, Rule, Span
 from neuron_migrate.rules.lines import move_findings
 
@@ -40,33 +40,38 @@ class Lines:
         return self.starts[line - 1] + col
 
 
-@dataclass
-class TextSite:
+# Plain classes, not dataclasses: importing dataclasses costs every start-up about 20 ms (files/records.py).
+class TextSite(Record):
     """Something a rule can look at. `start`/`end` are character offsets of the site itself; `stmt_start`/
     `stmt_end` those of the statement (command line, requirement line) it belongs to."""
 
-    kind: str  # "env" (an assignment of an environment variable), "command", "requirement", "env-read"...
-    key: str  # variable name, command name, normalised package name
-    start: int
-    end: int
-    stmt_start: int
-    stmt_end: int
-    data: dict = field(default_factory=dict)
-    doc: Optional["Doc"] = None
+    _fields = ("kind", "key", "start", "end", "stmt_start", "stmt_end", "data", "doc")
+
+    def __init__(self, kind: str, key: str, start: int, end: int, stmt_start: int, stmt_end: int,
+                 data: Optional[dict] = None, doc: Optional["Doc"] = None):
+        self.kind = kind  # "env" (an assignment of an environment variable), "command", "requirement", "env-read"...
+        self.key = key  # variable name, command name, normalised package name
+        self.start = start
+        self.end = end
+        self.stmt_start = stmt_start
+        self.stmt_end = stmt_end
+        self.data = {} if data is None else data
+        self.doc = doc
 
 
-@dataclass
-class Doc:
+class Doc(Record):
     """A non-Python file (launcher, job file, dependency list) parsed into sites for the text rules."""
 
-    path: str
-    kind: str  # shell, dockerfile, env, yaml, requirements, pyproject, setup.py, setup.cfg, conda
-    text: str
-    sites: list[TextSite] = field(default_factory=list)
-    problems: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, what) the parser could not read
-    extra: dict = field(default_factory=dict)  # parser facts rules share (e.g. every env assignment of a file)
+    _fields = ("path", "kind", "text", "sites", "problems", "extra")
 
-    def __post_init__(self):
+    def __init__(self, path: str, kind: str, text: str, sites: Optional[list[TextSite]] = None,
+                 problems: Optional[list[tuple[int, int, str]]] = None, extra: Optional[dict] = None):
+        self.path = path
+        self.kind = kind  # shell, dockerfile, env, yaml, requirements, pyproject, setup.py, setup.cfg, conda
+        self.text = text
+        self.sites = [] if sites is None else sites
+        self.problems = [] if problems is None else problems  # (start, end, what) the parser could not read
+        self.extra = {} if extra is None else extra  # parser facts rules share (e.g. every env assignment of a file)
         self.lines = Lines(self.text)
         for s in self.sites:
             s.doc = self
@@ -147,12 +152,14 @@ def could_match(kind: str, text: str, ruleset) -> bool:
     return any(w in text for r in rules for w in r.trigger_words)
 
 
-@dataclass
-class TextResult:
+class TextResult(Record):
     """The findings of one check of a non-Python file."""
 
-    findings: list
-    suppressed: int = 0
+    _fields = ("findings", "suppressed")
+
+    def __init__(self, findings: list, suppressed: int = 0):
+        self.findings = findings
+        self.suppressed = suppressed
 
 
 def check_doc(doc: Doc, ruleset, settings) -> TextResult:

@@ -5,11 +5,11 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
+from neuron_migrate.files.records import FrozenRecord
 from neuron_migrate.table.choice import TableError, _data_dir, available_tables, confidence_rank, default_table_path
 
 __all__ = [
@@ -61,37 +61,36 @@ STATUS_SEVERITY: dict[Status, int] = {
 }
 
 
-@dataclass(frozen=True)
-class Entry:
+# Plain classes (files/records.py), not dataclasses: importing dataclasses costs every start-up about 20 ms.
+class Entry(FrozenRecord):
     """One table entry: an API, op or module, its status on the neuron device, and where that comes from."""
 
-    name: str
-    kind: str
-    status: Status
-    dtypes: str | None = None
-    note: str | None = None
-    source_id: str | None = None
-    source_url: str | None = None
-    source_kind: str | None = None
-    confidence: str | None = None
-    # {env var: {"0"|"1": {status, note, source, confidence}}}: the entry's other forms (see SCHEMA.md)
-    when_env: Any = field(default=None, compare=False, hash=False)
-    env_applied: str | None = None  # "VAR=value" when a when_env form was chosen
+    _fields = ("name", "kind", "status", "dtypes", "note", "source_id", "source_url", "source_kind", "confidence",
+               "when_env", "env_applied")
+    _compared = ("name", "kind", "status", "dtypes", "note", "source_id", "source_url", "source_kind", "confidence",
+                 "env_applied")
+
+    def __init__(self, name: str, kind: str, status: Status, dtypes: str | None = None, note: str | None = None,
+                 source_id: str | None = None, source_url: str | None = None, source_kind: str | None = None,
+                 confidence: str | None = None, when_env: Any = None, env_applied: str | None = None):
+        # when_env: {env var: {"0"|"1": {status, note, source, confidence}}}, the entry's other forms (see
+        # SCHEMA.md), not compared; env_applied: "VAR=value" when a when_env form was chosen
+        self._set(name=name, kind=kind, status=status, dtypes=dtypes, note=note, source_id=source_id,
+                  source_url=source_url, source_kind=source_kind, confidence=confidence, when_env=when_env,
+                  env_applied=env_applied)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(FrozenRecord):
     """The answer for one op or API: what audit findings and probe rows both report."""
 
-    name: str
-    status: Status
-    confidence: str | None
-    source_id: str | None
-    source_url: str | None
-    note: str
-    via: str  # "entry" | "derived" | "namespace" | "aggregate" | "none"
-    entries: tuple = ()
-    cause: str = ""  # for a derived verdict: the op (below the composite kernels) that decided it
+    _fields = ("name", "status", "confidence", "source_id", "source_url", "note", "via", "entries", "cause")
+
+    def __init__(self, name: str, status: Status, confidence: str | None, source_id: str | None,
+                 source_url: str | None, note: str, via: str, entries: tuple = (), cause: str = ""):
+        # via: "entry" | "derived" | "namespace" | "aggregate" | "none"; cause: for a derived verdict, the op
+        # (below the composite kernels) that decided it
+        self._set(name=name, status=status, confidence=confidence, source_id=source_id, source_url=source_url,
+                  note=note, via=via, entries=entries, cause=cause)
 
     def as_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "status": self.status.value, "confidence": self.confidence,

@@ -7,7 +7,6 @@ torch's policies (or one wrap of each) would not run.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from typing import Optional
 
 from neuron_migrate.names.analysis import child_nodes
@@ -90,14 +89,16 @@ _LOGGING = {"info", "debug", "warning", "error", "exception", "log"}
 _BUILTINS = {"print", "isinstance", "issubclass", "id", "repr", "str", "type", "hasattr", "getattr", "len"}
 
 
-@dataclass
+# A plain class, not a dataclass: importing dataclasses costs every start-up about 20 ms (files/records.py).
 class Plan:
     """The file's XLA FSDP migration: `fix` when everything migrates, else the reasons (node, why)."""
-    uses: list = field(default_factory=list)  # (node, qualname) of every family use, imports included
-    blockers: list = field(default_factory=list)
-    fix: Optional[Fix] = None
-    wraps: list = field(default_factory=list)
-    dropped: list = field(default_factory=list)  # keywords dropped because they spell out the default
+
+    def __init__(self):
+        self.uses: list = []  # (node, qualname) of every family use, imports included
+        self.blockers: list = []
+        self.fix: Optional[Fix] = None
+        self.wraps: list = []
+        self.dropped: list = []  # keywords dropped because they spell out the default
 
     @property
     def active(self) -> bool:
