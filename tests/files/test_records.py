@@ -1,0 +1,48 @@
+"""The plain-data classes that replaced dataclasses keep their behaviour: equality and hashing by fields,
+immutability of the frozen ones, pickling (results cross process boundaries), copying, and a readable repr."""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from neuron_migrate.files.span import Span
+from neuron_migrate.rules.model import Edit, Finding, Fix, FixSafety, ImportReq
+from neuron_migrate.rules.registry import get_rule
+from neuron_migrate.table.loader import Entry, Status
+
+
+def test_frozen_records_compare_and_hash_by_value_and_cannot_change():
+    a, b = Span(1, 2, 3, 4), Span(1, 2, 3, 4)
+    assert a == b and hash(a) == hash(b) and a != Span(1, 2, 3, 5) and len({a, b}) == 1
+    assert a != (1, 2, 3, 4)  # another class is never equal
+    e = Edit("replace_expr", a, "x")
+    assert e == Edit("replace_expr", b, "x") and {e: 1}[Edit("replace_expr", b, "x")] == 1
+    for obj, name in ((a, "line"), (e, "text"), (ImportReq("os"), "alias")):
+        with pytest.raises(AttributeError):
+            setattr(obj, name, 9)
+        with pytest.raises(AttributeError):
+            delattr(obj, name)
+    assert repr(e) == "Edit(kind='replace_expr', span=Span(line=1, col=2, end_line=3, end_col=4), text='x')"
+
+
+def test_a_field_left_out_of_comparison_is_still_shown():
+    one = Entry("torch.fft", "namespace", Status.PARTIAL, when_env={"X": {}})
+    other = Entry("torch.fft", "namespace", Status.PARTIAL)
+    assert one == other and hash(one) == hash(other)
+    assert "when_env={'X': {}}" in repr(one)
+
+
+def test_mutable_records_compare_by_value_are_unhashable_and_pickle():
+    rule = get_rule("NM101")
+    fix = Fix(FixSafety.SAFE, [Edit("delete_stmt", Span(3, 0, 3, 15))], [ImportReq("torch")])
+    f = Finding(rule, "t.py", Span(3, 0, 3, 15), "removed", fix)
+    assert f == copy.copy(f) and f != Finding(rule, "t.py", Span(3, 0, 3, 15), "other", fix)
+    with pytest.raises(TypeError):
+        hash(f)
+    back = pickle.loads(pickle.dumps(f))
+    assert back == f and back.rule is rule and back.fix.imports == [ImportReq("torch")]
+    assert Fix(FixSafety.SAFE, []).imports is not Fix(FixSafety.SAFE, []).imports  # fresh defaults per instance
+    frozen_back = pickle.loads(pickle.dumps(Span(1, 0, 1, 1)))
+    assert frozen_back == Span(1, 0, 1, 1) and hash(frozen_back) == hash(Span(1, 0, 1, 1))
