@@ -205,7 +205,7 @@ def test_cached_rewrite_keeps_the_bytes_of_every_encoding(tmp_path):
                  text.encode("latin-1")):
         r = FileResult("t.py", old_text="old\n", new_text=text, new_bytes=data, digest="d")
         d = result_to_dict(r)
-        assert ("bytes_are_text" in d) == (data == text.encode("utf-8"))
+        assert ("bt" in d) == (data == text.encode("utf-8"))  # marked, not stored twice
         back = result_from_dict("t.py", json.loads(json.dumps(d)))
         assert back.new_bytes == data and back.new_text == text and back.old_text == "old\n" and back.changed
     same = result_from_dict("t.py", result_to_dict(FileResult("t.py", digest="d")))
@@ -238,3 +238,62 @@ def test_warm_write_of_crlf_and_bom_files_matches_the_cold_write(tmp_path):
         assert (root / name).read_bytes() == expected[name], name
     assert expected["crlf.py"].count(b"\r\n") == expected["crlf.py"].count(b"\n")
     assert expected["bom.py"].startswith(b"\xef\xbb\xbf")
+
+
+def _finding(code: str, line: int, message: str, note: str = "", fix=None):
+    from neuron_migrate.rules.model import Finding, Span
+    from neuron_migrate.rules.registry import get_rule
+
+    return Finding(get_rule(code), "x.py", Span(line, 0, line, 4), message, fix=fix, note=note)
+
+
+def test_results_share_one_string_table_that_drops_what_no_entry_uses(tmp_path):
+    """A message or note repeated across files is stored once; after a file's result is replaced and the cache is
+    saved, the old result's strings are gone from the file, and every result reads back as it was stored."""
+    from neuron_migrate.pipeline.cache import ResultCache
+    from neuron_migrate.pipeline.process import FileResult
+    from neuron_migrate.rules.model import Edit, Fix, FixSafety, ImportReq, Span, finding_to_dict
+
+    fix = Fix(FixSafety.SAFE, [Edit("replace_expr", Span(3, 1, 3, 9), "torch.device('neuron')")],
+              [ImportReq("torch"), ImportReq("a.b", "c", True)], [("_h", "def _h(): pass\n")], "use the neuron device")
+    shared = "the same advice at every site"
+    cache = ResultCache(tmp_path, "k")
+    for i in range(3):
+        res = FileResult(f"f{i}.py", findings=[_finding("NM101", 1 + i, f"message {i}", note=shared, fix=fix),
+                                               _finding("NM103", 7, f"only in file {i}")],
+                         frames={1 + i: "xm.mark_step()"}, notes=["checked in pieces"] if i == 2 else [])
+        cache.store(f"/p/f{i}.py", f"d{i}", res, [10, 20, 30 + i])
+    cache.store("/p/f1.py", "d1b", FileResult("f1.py", findings=[_finding("NM101", 2, "replaced")]))
+    assert cache.save() is None
+    raw = (tmp_path / "results-k.json").read_text()
+    assert raw.count(shared) == 1
+    assert "message 1" not in raw and "only in file 1" not in raw and "replaced" in raw and "only in file 2" in raw
+    back = ResultCache(tmp_path, "k")
+    assert back.warning is None
+    got = back.lookup_stat("/p/f2.py", "shown/f2.py", [10, 20, 32])
+    assert [finding_to_dict(f) for f in got.findings] == [
+        {**finding_to_dict(f), "path": "shown/f2.py"} for f in
+        [_finding("NM101", 3, "message 2", note=shared, fix=fix), _finding("NM103", 7, "only in file 2")]]
+    assert got.frames == {3: "xm.mark_step()"} and got.notes == ["checked in pieces"]
+    assert got.findings[0].fix == fix and got.findings[0].rule.code == "NM101"
+    assert back.lookup("/p/f1.py", "f1.py", "d1b").findings[0].message == "replaced"
+    assert back.lookup("/p/f1.py", "f1.py", "d1") is None and back.lookup_stat("/p/f0.py", "f0.py", [10, 20, 99]) is None
+
+
+def test_a_cache_entry_that_does_not_decode_is_recomputed_not_fatal(tmp_path):
+    """A string ref past the table (a hand-edited or truncated cache) is a miss for that file, and the next save
+    drops the entry; an older layout of the whole file is ignored with a warning."""
+    from neuron_migrate.pipeline.cache import ResultCache
+    from neuron_migrate.pipeline.process import FileResult
+
+    cache = ResultCache(tmp_path, "k")
+    cache.store("/p/a.py", "da", FileResult("a.py", findings=[_finding("NM101", 1, "kept")]))
+    cache.store("/p/b.py", "db", FileResult("b.py", findings=[_finding("NM101", 1, "broken")]))
+    cache.entries["/p/b.py"]["result"]["f"][0][5] = 10_000
+    assert cache.lookup("/p/b.py", "b.py", "db") is None
+    cache.save()
+    back = ResultCache(tmp_path, "k")
+    assert back.lookup("/p/a.py", "a.py", "da").findings[0].message == "kept" and "/p/b.py" not in back.entries
+    (tmp_path / "results-k.json").write_text(json.dumps({"files": {"/p/a.py": {"digest": "da", "result": {}}}}))
+    old = ResultCache(tmp_path, "k")
+    assert old.entries == {} and "unexpected layout" in old.warning

@@ -180,10 +180,19 @@ def prepare(paths: list[str], sel: Selection, stdin_filename: str | None = None,
             closest_in[c] = found
         return found
 
+    cfg_of_folder: dict = {}  # a file's folder as discovery wrote it -> its Config (files come folder by folder)
+
     def config_of(p: Path):
         if sel.config:
             return root_cfg
-        found = closest(os.path.dirname(os.path.abspath(p)))
+        folder = os.path.dirname(p)
+        cfg = cfg_of_folder.get(folder)
+        if cfg is None:
+            cfg = cfg_of_folder[folder] = _config_in(folder)
+        return cfg
+
+    def _config_in(folder: str):
+        found = closest(os.path.abspath(folder))
         if found is None:
             return root_cfg if root_cfg.source is None else default_cfg
         if found not in cfg_by_file:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from neuron_migrate.files.digests import blake2b
 from neuron_migrate.pipeline.process import FileResult
+from neuron_migrate.rules.model import Edit, Finding, Fix, FixSafety, ImportReq, Span, _rule_by_code, span_to_list
 
 FOLDER = ".neuron-migrate-cache"
 KEEP = 32  # cache files (one per key) kept; older ones are pruned
@@ -35,7 +36,7 @@ def _compute_fingerprint() -> str:
 
     # the sources' sizes and times below change with every release; the version (importlib.metadata,
     # slow to import) adds nothing
-    h = blake2b(b"neuron-migrate results v3", digest_size=16)
+    h = blake2b(b"neuron-migrate results v4", digest_size=16)
     pkg = os.path.dirname(neuron_migrate.__file__)
     roots = [os.path.join(pkg, d) for d in ("rules", "rewrite", "files", "names", "program", "shell", "deps", "table")]
     found: list = []
@@ -76,66 +77,161 @@ def digest(data: bytes) -> str:
     return blake2b(data, digest_size=16).hexdigest()
 
 
-def result_to_dict(r: FileResult) -> dict:
-    from neuron_migrate.rules.model import finding_to_dict
+class Strings:
+    """The cache's string table: messages and notes repeat across findings and files (the same advice at every
+    site of a rule), so a finding stores the index of each of its strings. Index 0 is the empty string."""
 
-    # the bytes of a rewritten file are its text in UTF-8 unless it has a BOM, CRLF line ends or another encoding:
-    # then they are kept, else only marked (a third of a rewrite cache, and of a warm rewrite's reading, on the bench)
-    as_text = r.new_bytes is not None and r.new_text is not None and r.new_bytes == r.new_text.encode("utf-8")
-    return {
-        "findings": [finding_to_dict(f) for f in r.findings],
-        "applied": r.applied,
-        "applied_findings": [finding_to_dict(f) for f in r.applied_findings],
-        "new_text": r.new_text,
-        "old_text": r.old_text if r.new_text is not None else None,
-        "new_bytes": r.new_bytes.decode("latin-1") if r.new_bytes is not None and not as_text else None,
-        **({"bytes_are_text": True} if as_text else {}),
-        "suppressed": r.suppressed,
-        "skipped": r.skipped,
-        "error": r.error,
-        **({"frames": list(r.frames.items())} if r.frames is not None else {}),
-        **({"notes": r.notes} if r.notes else {}),
-    }
+    __slots__ = ("items", "_index")
+
+    def __init__(self, items: list | None = None):
+        self.items: list = items if items else [""]
+        self._index: dict | None = None  # built on the first store: a warm run only reads
+
+    def ref(self, s: str) -> int:
+        if not s:
+            return 0
+        index = self._index
+        if index is None:
+            index = self._index = {v: i for i, v in enumerate(self.items)}
+        i = index.get(s)
+        if i is None:
+            i = index[s] = len(self.items)
+            self.items.append(s)
+        return i
 
 
-def result_from_dict(path: str, d: dict) -> FileResult:
-    from neuron_migrate.rules.model import finding_from_dict
+# A finding is one row: [code, line, col, end_line, end_col, message, note, fix, confidence, source, cell], the
+# strings as Strings indexes and the fix a row too (or 0): JSON arrays of numbers decode several times faster than
+# objects with keys, and a warm run decodes every finding of the tree. The path is the entry's (display) path.
+def _finding_row(f, ref) -> list:
+    s = f.span
+    return [f.rule.code, s.line, s.col, s.end_line, s.end_col, ref(f.message), ref(f.note),
+            _fix_row(f.fix, ref) if f.fix is not None else 0, ref(f.confidence), ref(f.source), f.cell]
 
+
+def _fix_row(fix, ref) -> list:
+    return [fix.safety.value, [[e.kind, *span_to_list(e.span), e.text] for e in fix.edits],
+            [[i.module, i.alias, True] if i.member else [i.module, i.alias] for i in fix.imports],
+            [list(h) for h in fix.helpers], ref(fix.description)]
+
+
+def _findings(rows: list, strings: list, path: str, rules: dict) -> list:
+    out = []
+    for code, line, col, end_line, end_col, msg, note, fix, conf, src, cell in rows:
+        rule = rules.get(code)
+        if rule is None:
+            rule = rules[code] = _rule_by_code(code)
+        out.append(Finding(rule, path, Span(line, col, end_line, end_col), strings[msg],
+                           _fix(fix, strings) if fix else None, strings[note], strings[conf], strings[src], cell))
+    return out
+
+
+def _fix(row: list, strings: list):
+    safety, edits, imports, helpers, description = row
+    return Fix(FixSafety(safety), [Edit(k, Span(a, b, c, d), t) for k, a, b, c, d, t in edits],
+               [ImportReq(*i) for i in imports], [tuple(h) for h in helpers], strings[description])
+
+
+def result_to_dict(r: FileResult, strings: Strings | None = None) -> dict:
+    """The result as plain data. With `strings` (the cache's table) its strings are refs into it; without, the dict
+    carries its own table under "s"."""
+    own = strings is None
+    if own:
+        strings = Strings()
+    ref = strings.ref
+    d: dict = {"f": [_finding_row(f, ref) for f in r.findings]}
+    if r.applied:
+        d["a"] = r.applied
+    if r.applied_findings:
+        d["af"] = [_finding_row(f, ref) for f in r.applied_findings]
+    if r.new_text is not None:
+        d["nt"], d["ot"] = r.new_text, r.old_text
+    if r.new_bytes is not None:
+        # the bytes of a rewritten file are its text in UTF-8 unless it has a BOM, CRLF line ends or another
+        # encoding: then they are kept, else only marked (a third of a rewrite cache, and of a warm rewrite's reading)
+        if r.new_text is not None and r.new_bytes == r.new_text.encode("utf-8"):
+            d["bt"] = 1
+        else:
+            d["nb"] = r.new_bytes.decode("latin-1")
+    if r.suppressed:
+        d["sp"] = r.suppressed
+    if r.skipped:
+        d["sk"] = 1
+    if r.error is not None:
+        d["e"] = r.error
+    if r.frames is not None:
+        d["fr"] = list(r.frames.items())
+    if r.notes:
+        d["n"] = r.notes
+    if own:
+        d["s"] = strings.items
+    return d
+
+
+def result_from_dict(path: str, d: dict, strings: list | None = None, rules: dict | None = None) -> FileResult:
+    """The FileResult of `result_to_dict`'s data, for `path`; `rules` memoises the rules by code across results."""
+    if strings is None:
+        strings = d["s"]
+    rules = {} if rules is None else rules
     r = FileResult(path)
-    r.findings = [finding_from_dict(f) for f in d["findings"]]
-    for f in r.findings:
-        f.path = path
-    r.applied = d["applied"]
-    r.applied_findings = [finding_from_dict(f) for f in d["applied_findings"]]
-    r.new_text, r.old_text = d["new_text"], d["old_text"]
-    if d.get("bytes_are_text"):
+    r.findings = _findings(d["f"], strings, path, rules)
+    af = d.get("af")
+    if af:
+        r.applied_findings = _findings(af, strings, path, rules)
+    a = d.get("a")
+    if a:
+        r.applied = a
+    if "nt" in d:
+        r.new_text, r.old_text = d["nt"], d["ot"]
+    if d.get("bt"):
         r.new_bytes = r.new_text.encode("utf-8")
-    else:
-        r.new_bytes = d["new_bytes"].encode("latin-1") if d["new_bytes"] is not None else None
-    r.suppressed, r.skipped = d["suppressed"], d["skipped"]
-    r.error = d.get("error")
-    frames = d.get("frames")
-    r.frames = {n: t for n, t in frames} if frames is not None else None
-    r.notes = d.get("notes", [])
+    elif "nb" in d:
+        r.new_bytes = d["nb"].encode("latin-1")
+    r.suppressed = d.get("sp", 0)
+    r.skipped = bool(d.get("sk"))
+    r.error = d.get("e")
+    frames = d.get("fr")
+    if frames is not None:
+        r.frames = {n: t for n, t in frames}
+    n = d.get("n")
+    if n:
+        r.notes = n
     return r
 
 
+def _remap(d: dict, old: list, ref) -> None:
+    """Rewrite a stored result's string refs from table `old` into the table `ref` adds to."""
+    for key in ("f", "af"):
+        for row in d.get(key, ()):
+            for i in (5, 6, 8, 9):
+                row[i] = ref(old[row[i]])
+            if row[7]:
+                row[7][4] = ref(old[row[7][4]])
+
+
 class ResultCache:
+    FORMAT = 4  # the layout of the file: {"format", "strings", "files": {path: {"digest", "stat", "result"}}}
+
     def __init__(self, folder: Path, key: str):
         self.folder = folder
         self.file = folder / f"results-{key}.json"
         self.entries: dict = {}
+        self.strings = Strings()
         self.dirty = False
         self.warning: str | None = None
+        self._rules: dict = {}  # code -> rule, for the results this run reads
         try:
             if self.file.exists():
                 data = json.loads(self.file.read_text(encoding="utf-8"))
-                if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+                if (not isinstance(data, dict) or data.get("format") != self.FORMAT
+                        or not isinstance(data.get("files"), dict) or not isinstance(data.get("strings"), list)):
                     raise ValueError("unexpected layout")
                 self.entries = data["files"]
+                self.strings = Strings(data["strings"])
         except (OSError, ValueError) as exc:
             self.warning = f"ignoring unreadable cache {self.file}: {exc}"
             self.entries = {}
+            self.strings = Strings()
 
     def lookup(self, path: str, display: str, dig: str) -> FileResult | None:
         e = self.entries.get(path)
@@ -158,17 +254,29 @@ class ResultCache:
             e["stat"] = sig
             self.dirty = True
 
-    @staticmethod
-    def _result(display: str, e: dict) -> FileResult | None:
+    def _result(self, display: str, e: dict) -> FileResult | None:
         try:
-            return result_from_dict(display, e["result"])
-        except (KeyError, TypeError, ValueError):
-            return None  # an entry from an incompatible layout: recompute
+            return result_from_dict(display, e["result"], self.strings.items, self._rules)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None  # an entry that does not decode (edited by hand, truncated): recompute
 
     def store(self, path: str, dig: str, res: FileResult, sig: list | None = None) -> None:
         """Errors about the content (syntax, nesting, a rule crash) are cached with it and re-reported."""
-        self.entries[path] = {"digest": dig, "result": result_to_dict(res), **({"stat": sig} if sig else {})}
+        self.entries[path] = {"digest": dig, "result": result_to_dict(res, self.strings), **({"stat": sig} if sig else {})}
         self.dirty = True
+
+    def _compacted_strings(self) -> list:
+        """A fresh table of the strings the entries still use (the entries' refs rewritten into it), so that the
+        strings of changed and deleted files do not pile up."""
+        old, fresh = self.strings.items, Strings([""])
+        fresh._index = {"": 0}
+        for path, e in list(self.entries.items()):
+            try:
+                _remap(e["result"], old, fresh.ref)
+            except (KeyError, TypeError, IndexError, AttributeError):
+                del self.entries[path]  # an entry that does not decode is recomputed next time
+        self.strings = fresh
+        return fresh.items
 
     def save(self) -> str | None:
         if not self.dirty:
@@ -182,7 +290,8 @@ class ResultCache:
 
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".results-", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"files": self.entries}, fh, separators=(",", ":"))
+                json.dump({"format": self.FORMAT, "strings": self._compacted_strings(), "files": self.entries}, fh,
+                          separators=(",", ":"))
             os.replace(tmp, self.file)
             others = sorted(self.folder.glob("results-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
             for old in others[KEEP:]:

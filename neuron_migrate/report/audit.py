@@ -32,17 +32,23 @@ def _summary(con, findings, n_files: int, n_errors: int, skipped: str = "", info
     if not n:
         con.print(Text(f"No findings in {n_files} file{'s' if n_files != 1 else ''}.", style="bold green"))
     else:
-        sev = {s: sum(1 for f in findings if f.severity.value == s) for s in ("error", "warning", "info")}
+        sev = {"error": 0, "warning": 0, "info": 0}
+        safe = unsafe = 0
+        for f in findings:  # one pass: a warm run of a tree summarises thousands
+            sev[f.rule.severity.value] += 1
+            if f.fix is not None:
+                if f.fix.safety is FixSafety.SAFE:
+                    safe += 1
+                else:
+                    unsafe += 1
         parts = ", ".join(f"{v} {k}{'s' if v != 1 else ''}" for k, v in sev.items() if v)
         con.print(Text(f"Found {n} finding{'s' if n != 1 else ''} ({parts}) in {files} of {n_files} file{'s' if n_files != 1 else ''}.",
                        style="bold"))
-        safe = sum(1 for f in findings if f.fix is not None and f.fix.safety == FixSafety.SAFE)
-        unsafe = sum(1 for f in findings if f.fix is not None and f.fix.safety != FixSafety.SAFE)
         if safe:
             con.print(Text(f"[*] {safe} fixable with `neuron-migrate rewrite --write`.", style="green"))
         if unsafe:
             con.print(Text(f"{unsafe} more fixable with `neuron-migrate rewrite --write --unsafe-fixes`.", style="yellow"))
-        infos = sum(1 for f in findings if f.severity.value == "info")
+        infos = sev["info"]
         if infos and info_passes:
             con.print(Text(f"{infos} info finding{'s' if infos != 1 else ''} (advice) {'does' if infos == 1 else 'do'} not fail the run "
                            "(--fail-level info makes them).", style="dim"))

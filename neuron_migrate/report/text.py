@@ -209,8 +209,18 @@ def fix_preview(f: Finding, lines) -> list:
 
 def print_findings(con, findings: Iterable[Finding], source_lines: dict | None = None, concise: bool = False,
                    show_fixes: bool = False) -> None:
-    plain = con.color_system is None and not con.is_terminal  # piped: build strings, not rich Text (warm runs)
-    out = []
+    _emit(con, _finding_lines(con, findings, source_lines, concise, show_fixes))
+
+
+def _is_plain(con) -> bool:
+    return con.color_system is None and not con.is_terminal  # piped: build strings, not rich Text (warm runs)
+
+
+def _finding_lines(con, findings: Iterable[Finding], source_lines: dict | None, concise: bool, show_fixes: bool,
+                   out: list | None = None) -> list:
+    """The lines print_findings prints (strings for a plain console, StyledText otherwise), added to `out`."""
+    plain = _is_plain(con)
+    out = [] if out is None else out
     for f in findings:
         loc = f"{f.path}:{f'cell {f.cell}:' if f.cell else ''}{f.span.line}:{f.span.col + 1}:"
         conf = f" [{f.confidence} confidence{', ' + f.source if f.source else ''}]" if f.confidence in ("medium", "low") else ""
@@ -245,7 +255,7 @@ def print_findings(con, findings: Iterable[Finding], source_lines: dict | None =
             out.append(note if plain else StyledText(note, style="dim"))
         if show_fixes:
             out += fix_preview(f, lines)
-    _emit(con, out)
+    return out
 
 
 def print_grouped(con, findings: Iterable[Finding], source_lines: dict | None = None, concise: bool = False,
@@ -254,12 +264,22 @@ def print_grouped(con, findings: Iterable[Finding], source_lines: dict | None = 
     by_file: dict = {}
     for f in sorted(findings, key=lambda f: f.sort_key()):
         by_file.setdefault(f.path, []).append(f)
+    plain = _is_plain(con)
+    out: list = []  # plain: every file's lines, written at once (a warm run of a tree prints thousands)
     for i, (path, items) in enumerate(by_file.items()):
+        n = len(items)
+        header = f"{path} ({n} finding{'s' if n != 1 else ''})"
+        if plain:
+            if i:
+                out.append("")
+            out.append(header)
+            _finding_lines(con, items, source_lines, concise, show_fixes, out)
+            continue
         if i:
             con.print()
-        n = len(items)
-        con.print(StyledText(f"{path} ({n} finding{'s' if n != 1 else ''})", style="bold underline"))
+        con.print(StyledText(header, style="bold underline"))
         print_findings(con, items, source_lines, concise=concise, show_fixes=show_fixes)
+    _emit(con, out)
 
 
 def print_statistics(con, rows: list) -> None:
