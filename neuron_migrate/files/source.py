@@ -72,8 +72,9 @@ def decode_source(raw: bytes) -> tuple[str, str, bool]:
         text = body.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
         raise SourceError(f"cannot decode as {encoding}: {exc}") from None
-    # a round trip must give the same bytes, or writing back could change what we did not touch
-    if text.encode(encoding) != body:
+    # a round trip must give the same bytes, or writing back could change what we did not touch (strict UTF-8 and
+    # ASCII decoding is one-to-one: what decoded encodes back to the same bytes, so only other codecs are checked)
+    if encoding not in ("utf-8", "ascii") and text.encode(encoding) != body:
         raise SourceError(f"{encoding} does not round-trip this file's bytes")
     return text, encoding, bom
 

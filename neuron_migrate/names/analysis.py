@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import deque
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.span import Span
@@ -149,6 +149,8 @@ class AnalysisError(Exception):
 
 def string_key(value: str) -> str:
     """Key under which a string constant is offered to rules: 'xla:1' -> 'xla'."""
+    if not value.startswith(("xla", "cuda", "neuron")):  # most strings (docstrings): no match is possible
+        return value
     m = _DEVICE_STRING.match(value)
     return m.group(1) if m else value
 
@@ -419,6 +421,8 @@ class Analysis:
         Call, Name, Attribute, Constant, Load = ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.Load
         Import, ImportFrom, keyword = ast.Import, ast.ImportFrom, ast.keyword
         resolve, wants, add_site, add_qualname = self.resolve, wanted.wants, sites.append, self.qualnames.add
+        want_string, want_attr, want_method = wanted.predicate("string"), wanted.predicate("attr"), wanted.predicate("method")
+        want_keyword = wanted.predicate("keyword")
         uses = self.uses
         while stack:
             node, scope = pop()
@@ -483,7 +487,7 @@ class Analysis:
                         parent_of[child] = node
                         push((child, scope))
                     continue
-                if type(node.func) is Attribute and wants("method", node.func.attr):
+                if type(node.func) is Attribute and want_method(node.func.attr):
                     add_site(Site("method", node.func.attr, node, self, scope))
             elif t is Attribute:
                 q = resolve(node, scope)
@@ -494,12 +498,12 @@ class Analysis:
                         add_site(Site(kind, q, node, self, scope))
                     self._mark_inner(node)
                     continue  # the chain below resolves to prefixes of q: not separate sites
-                if wants("attr", node.attr):
+                if want_attr(node.attr):
                     add_site(Site("attr", node.attr, node, self, scope))
             elif t is Constant:
                 if type(node.value) is str:
                     key = string_key(node.value)
-                    if wants("string", key):
+                    if want_string(key):
                         add_site(Site("string", key, node, self, scope))
                 continue  # no children
             elif t is Import:
@@ -517,7 +521,7 @@ class Analysis:
                         q = f"{node.module}.{alias.name}"
                         if wants("import", q):
                             add_site(Site("import", q, node, self, scope, alias=alias))
-            elif t is keyword and node.arg is not None and wants("keyword", node.arg):
+            elif t is keyword and node.arg is not None and want_keyword(node.arg):
                 add_site(Site("keyword", node.arg, node, self, scope))
 
             # a tree from ast.parse: every node has all its fields (child_nodes' fallback is never needed)
@@ -567,7 +571,20 @@ class Wanted:
             return True
         if key in self.exact.get(kind, ()):
             return True
-        for prefix in self.prefixes.get(kind, ()):
-            if key.startswith(prefix):
-                return True
-        return False
+        prefixes = self.prefixes.get(kind)
+        return bool(prefixes) and key.startswith(tuple(prefixes))
+
+    def predicate(self, kind: str) -> Callable[[str], bool]:
+        """`wants(kind, key)` for one kind, without the memo: for kinds whose keys rarely repeat (strings,
+        docstrings included, attribute and keyword names), where a memo only grows."""
+        if kind in self.any_kinds:
+            return _always
+        exact = frozenset(self.exact.get(kind, ()))
+        prefixes = tuple(self.prefixes.get(kind, ()))
+        if not prefixes:
+            return exact.__contains__
+        return lambda key: key in exact or key.startswith(prefixes)
+
+
+def _always(_key: str) -> bool:
+    return True

@@ -12,3 +12,23 @@ def test_memo_is_bounded_and_answers_stay_right():
     assert w.wants("call", "torch.x") and w.wants("ref", "torch_xla.core") and w.wants("string", "anything")
     assert not w.wants("ref", "torch.core") and not w.wants("method", "x")
     assert w.wants("call", "torch.x")  # from the memo now
+
+
+def test_memo_free_predicates_answer_as_wants_does():
+    """The walk asks about strings, attributes, keywords and methods through per-kind predicates (no memo: their
+    keys rarely repeat); they give wants()'s answer for every kind of subscription."""
+    from neuron_migrate.rules.registry import RuleSet
+
+    for w in (RuleSet.select(["ALL"], []).wanted,
+              Wanted({"string": {"xla"}, "attr": {"is_cuda"}}, {"string": ("NCCL_", "TPU_"), "keyword": ("dev",)}, {"method"})):
+        keys = ["xla", "xla:", "cuda", "NCCL_DEBUG", "TPU_NAME", "is_cuda", "device", "dev", "", "x" * 300, "to"]
+        for kind in ("string", "attr", "keyword", "method", "call", "ref"):
+            pred = w.predicate(kind)
+            assert [pred(k) for k in keys] == [Wanted(w.exact, w.prefixes, w.any_kinds).wants(kind, k) for k in keys], kind
+
+
+def test_string_key_names_device_strings_only():
+    from neuron_migrate.names.analysis import string_key
+
+    assert [string_key(s) for s in ("xla:1", "cuda", "neuron:0", "xla\n", "xlab", "cuda:x", "docstring", "")] == [
+        "xla", "cuda", "neuron", "xla", "xlab", "cuda:x", "docstring", ""]
