@@ -11,7 +11,7 @@ PARALLEL_MIN_FILES = 24  # below this, a process pool costs more than it saves
 RACY_NS = 2_000_000_000  # stat signatures of files changed less than 2 s ago are not trusted
 
 
-def _init(spec, settings_kw, fix, write):
+def _init(spec, settings_kw, fix, write, digests=True):
     from neuron_migrate.rules.api import Settings
     from neuron_migrate.rules.registry import RuleSet
 
@@ -24,8 +24,9 @@ def _init(spec, settings_kw, fix, write):
     _tune_gc()
     # piece_workers: the processes one large file's pieces may use (rules/pieces.py); 1 inside a pool's worker,
     # whose siblings already keep the other cores busy
+    # digests: whether results carry their content digest (only a results cache reads it)
     _STATE.update(ruleset=RuleSet.from_codes(codes, ignored), settings=Settings(**kw), fix=fix, write=write,
-                  piece_workers=1)
+                  piece_workers=1, digests=digests)
 
 
 def _tune_gc() -> None:
@@ -52,7 +53,7 @@ def _one(item):
 
     path, display = item
     return process_file(path, _STATE["ruleset"], _STATE["settings"], _STATE["fix"], _STATE["write"], display,
-                        map_pieces=fork_map if _STATE["piece_workers"] > 1 else None)
+                        map_pieces=fork_map if _STATE["piece_workers"] > 1 else None, digest_content=_STATE["digests"])
 
 
 def fork_map(fn: Callable, items) -> list:
@@ -142,7 +143,7 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
     progress bar follows the work, not the order).
     """
     if cache is None:
-        yield from _run(items, codes, settings_kw, fix, write, jobs, on_done)
+        yield from _run(items, codes, settings_kw, fix, write, jobs, on_done, digests=False)
         return
     import time
 
@@ -195,11 +196,11 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
         yield res
 
 
-def _run(items, codes, settings_kw, fix, write, jobs, on_done=None) -> Iterator:
+def _run(items, codes, settings_kw, fix, write, jobs, on_done=None, digests=True) -> Iterator:
     done_one = on_done or (lambda: None)
     jobs = jobs or default_jobs()
     if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
-        _init(codes, settings_kw, fix, write)
+        _init(codes, settings_kw, fix, write, digests)
         _STATE["piece_workers"] = min(jobs, 2)  # a large file among few: its pieces may use a second core
         for item in items:
             res = _one(item)
@@ -216,7 +217,7 @@ def _run(items, codes, settings_kw, fix, write, jobs, on_done=None) -> Iterator:
     chunk = max(1, min(8, len(items) // (jobs * 32)))
     done: dict[int, object] = {}
     nxt = 0
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(codes, settings_kw, fix, write)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(codes, settings_kw, fix, write, digests)) as pool:
         for i, res in zip(order, pool.map(_one, [items[i] for i in order], chunksize=chunk)):
             done_one()
             done[i] = res

@@ -55,10 +55,11 @@ def frame_lines(text: str, findings: list) -> dict:
 
 
 def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, display: str | None = None,
-                 map_pieces=None) -> FileResult:
+                 map_pieces=None, digest_content: bool = True) -> FileResult:
     """Check (fix=False) or fix one file. Never raises for bad input: errors become FileResult.error.
     `map_pieces`: how a file audited in pieces maps the check over them (pipeline.parallel.fork_map: two
-    processes); None checks them one after another."""
+    processes); None checks them one after another. `digest_content`: give the result its content digest (what a
+    results cache keys it by; a run without a cache skips hashing every file)."""
     # imported here, not at the top: a warm run needs FileResult (the cache's results) but none of these
     from neuron_migrate.files.load import load_for_analysis
     from neuron_migrate.files.source import SourceError
@@ -91,9 +92,10 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
     except OSError as exc:
         res.error = f"cannot read: {exc.strerror or exc}"
         return res
-    from neuron_migrate.pipeline.cache import digest
+    if digest_content:
+        from neuron_migrate.pipeline.cache import digest
 
-    res.digest = digest(src.raw)
+        res.digest = digest(src.raw)
     if not ruleset.could_match(text):
         res.skipped = True
         return res
