@@ -38,8 +38,13 @@ class FrozenRecord(Record):
     __slots__ = ()
 
     def _set(self, **fields) -> None:
-        for name, value in fields.items():
-            object.__setattr__(self, name, value)
+        try:
+            attrs = self.__dict__  # (reading it is allowed; one update instead of a __setattr__ per field)
+        except AttributeError:  # a subclass with __slots__ only
+            for name, value in fields.items():
+                object.__setattr__(self, name, value)
+            return
+        attrs.update(fields)
 
     def __hash__(self) -> int:
         return hash(self._key())

@@ -8,10 +8,11 @@ class Span:
     """A source range: 1-based lines, 0-based columns counted in characters (not bytes)."""
 
     def __init__(self, line: int, col: int, end_line: int, end_col: int):
-        object.__setattr__(self, "line", line)
-        object.__setattr__(self, "col", col)
-        object.__setattr__(self, "end_line", end_line)
-        object.__setattr__(self, "end_col", end_col)
+        d = self.__dict__  # stored directly: __setattr__ refuses (spans are built by the hundred thousand)
+        d["line"] = line
+        d["col"] = col
+        d["end_line"] = end_line
+        d["end_col"] = end_col
 
     def _key(self) -> tuple:
         return (self.line, self.col, self.end_line, self.end_col)

@@ -46,3 +46,21 @@ def test_mutable_records_compare_by_value_are_unhashable_and_pickle():
     assert Fix(FixSafety.SAFE, []).imports is not Fix(FixSafety.SAFE, []).imports  # fresh defaults per instance
     frozen_back = pickle.loads(pickle.dumps(Span(1, 0, 1, 1)))
     assert frozen_back == Span(1, 0, 1, 1) and hash(frozen_back) == hash(Span(1, 0, 1, 1))
+
+
+def test_frozen_record_fields_set_with_or_without_an_instance_dict():
+    from neuron_migrate.files.records import FrozenRecord
+
+    class Slotted(FrozenRecord):
+        __slots__ = ("a", "b")
+        _fields = ("a", "b")
+
+        def __init__(self, a, b):
+            self._set(a=a, b=b)
+
+    s = Slotted(1, [2])
+    assert (s.a, s.b) == (1, [2]) and not hasattr(s, "__dict__") and s == Slotted(1, [2])
+    e = Entry("aten::add", "aten_op", Status.NATIVE)
+    assert e.__dict__["name"] == "aten::add" and e.note is None
+    with pytest.raises(AttributeError):
+        s.a = 3
