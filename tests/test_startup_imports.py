@@ -1,12 +1,12 @@
 """What the command line imports for the one-file case (pre-commit, the editor): a piped audit needs neither
-rich.console, yaml, libcst, torch, hashlib (OpenSSL), tempfile, dataclasses nor inspect (about 20 ms of start-up
-together); a rewrite with nothing to fix needs no libcst."""
+rich.console, yaml, libcst, torch, hashlib (OpenSSL), tempfile, dataclasses, inspect nor textwrap (about 20 ms of
+start-up together; rules dedent their docs when something reads them); a rewrite with nothing to fix needs no libcst."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
-WATCHED = ("rich.console", "yaml", "libcst", "torch", "hashlib", "tempfile", "dataclasses", "inspect")
+WATCHED = ("rich.console", "yaml", "libcst", "torch", "hashlib", "tempfile", "dataclasses", "inspect", "textwrap")
 
 
 def _run(tmp_path, command: str, source: str) -> tuple[str, list]:

@@ -47,7 +47,7 @@ def rule(
                 summary=summary,
                 fix_safety=FixSafety(fix),
                 severity=Severity(severity),
-                docs=_dedent(docs),
+                docs="",
                 examples=[e if isinstance(e, Example) else Example(*e) for e in examples],
                 triggers=list(triggers),
                 check=check,
@@ -55,7 +55,7 @@ def rule(
                 origin=check.__module__,
                 opt_in=opt_in,
                 language=language,
-            )
+            ).docs_to_dedent(docs)
         )
         return check
 
@@ -64,12 +64,6 @@ def rule(
 
 def defined_rules() -> list[Rule]:
     return list(_DEFINED)
-
-
-def _dedent(text: str) -> str:
-    import textwrap
-
-    return textwrap.dedent(text).strip()
 
 
 def _words_from_triggers(triggers: Iterable[tuple[str, str]]) -> tuple[str, ...]:

@@ -68,7 +68,7 @@ class Rule(Record, _RuleLinks):
         self.summary = summary  # one line
         self.fix_safety = fix_safety
         self.severity = severity
-        self.docs = docs
+        self.docs = docs  # (a decorated rule's docs are dedented on first read: see `docs_to_dedent`)
         self.examples = [] if examples is None else examples
         # (site kind, key) pairs the rule subscribes to; key is a qualified name, a method name or "*"
         self.triggers = [] if triggers is None else triggers
@@ -84,6 +84,25 @@ class Rule(Record, _RuleLinks):
     def __reduce__(self):
         # pickled by code: results cross process boundaries without docs or check functions
         return (_rule_by_code, (self.code,))
+
+    @property
+    def docs(self) -> str:
+        d = self._docs
+        if self._dedent:  # only explain, SARIF and the editor read docs: most runs never pay for textwrap
+            import textwrap
+
+            d = self._docs = textwrap.dedent(d).strip()
+            self._dedent = False
+        return d
+
+    @docs.setter
+    def docs(self, value: str) -> None:
+        self._docs, self._dedent = value, False
+
+    def docs_to_dedent(self, raw: str) -> "Rule":
+        """Docs written indented in a module (the `rule` decorator's): dedented and stripped when first read."""
+        self._docs, self._dedent = raw, True
+        return self
 
 
 class CataloguedRule(_RuleLinks):

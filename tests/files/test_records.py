@@ -64,3 +64,13 @@ def test_frozen_record_fields_set_with_or_without_an_instance_dict():
     assert e.__dict__["name"] == "aten::add" and e.note is None
     with pytest.raises(AttributeError):
         s.a = 3
+
+
+def test_decorated_rule_docs_are_dedented_when_read():
+    from neuron_migrate.rules.model import Rule, Severity
+
+    r = Rule("NM999", "x", "s", FixSafety.SAFE, Severity.INFO, "").docs_to_dedent("\n    First line.\n\n      indented\n    ")
+    assert r.docs == "First line.\n\n  indented" and r.docs == "First line.\n\n  indented"
+    r.docs = "  set as is  "
+    assert r.docs == "  set as is  "
+    assert get_rule("NM101").docs.startswith("Under PyTorch/XLA") and "\n    " not in get_rule("NM101").docs[:200]

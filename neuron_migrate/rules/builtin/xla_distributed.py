@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import textwrap
 from collections import Counter
 
 from neuron_migrate.names.analysis import walk
