@@ -8,9 +8,12 @@ they cannot coexist.
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from neuron_migrate.rules.api import rule
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 RELEASE_NOTES = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html"
 INSTALL_DOC = "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/_sources/setup/pytorch/update-manual.rst"

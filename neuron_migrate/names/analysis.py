@@ -11,10 +11,14 @@ from __future__ import annotations
 import ast
 import re
 from collections import deque
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.span import Span
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _SCOPE_TYPES = frozenset(_SCOPES)

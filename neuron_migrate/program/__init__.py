@@ -6,9 +6,13 @@ reach the device, which string values flow into which comparisons. Rules ask it 
 """
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 
 def cached(analysis, key: str, build: Callable[[object], T]) -> T:

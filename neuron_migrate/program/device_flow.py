@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional
 
 from neuron_migrate.program import cached, nodes_with_function
 from neuron_migrate.program import values as _values
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 DEVICE, CPU, UNKNOWN = "device", "cpu", "unknown"
 _ACCEL_STRINGS = re.compile(r"^(neuron|cuda|xla)(:\d+)?$")

@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import ast
 import enum
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 DIST = "torch.distributed"
 INIT = {f"{DIST}.init_process_group", f"{DIST}.distributed_c10d.init_process_group"}

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional
 
 from neuron_migrate.program import cached, nodes_with_function
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
 ACCELERATORS = frozenset(DEVICE_WORDS) - {"cpu", "meta"}

@@ -13,9 +13,13 @@ A Python rule is one function plus its metadata:
 from __future__ import annotations
 
 import ast
-from typing import Callable, Iterable, Optional, Union
+from collections.abc import Callable, Iterable
 
 from neuron_migrate.rules.model import Edit, Example, Finding, Fix, FixSafety, ImportReq, Rule, Severity, Span
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional, Union
 
 _DEFINED: list[Rule] = []
 

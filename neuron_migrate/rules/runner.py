@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.records import Record
@@ -10,6 +9,10 @@ from neuron_migrate.names.analysis import Analysis, AnalysisError, Site
 from neuron_migrate.rules.api import Ctx, Settings
 from neuron_migrate.rules.model import Finding
 from neuron_migrate.rules.registry import RuleSet
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 # any case: `# NOQA: nm101` and `# Neuron-Migrate: IGNORE[...]` count (they used to be silently ignored)
 _SUPPRESS = re.compile(

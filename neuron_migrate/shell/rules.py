@@ -13,10 +13,13 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Optional
 
 from neuron_migrate.rules.api import rule
 from neuron_migrate.rules.builtin.xla_env import BF16_DOC, ENV_DOC, env_kind
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 DIST_GUIDE = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html"
 ENV_REF = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html"

@@ -5,12 +5,16 @@ import functools
 import json
 import os
 import re
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
 
 from neuron_migrate.files.records import FrozenRecord
 from neuron_migrate.table.choice import TableError, _data_dir, available_tables, confidence_rank, default_table_path
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "Entry",

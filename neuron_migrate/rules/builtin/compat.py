@@ -7,10 +7,13 @@ loads it.
 from __future__ import annotations
 
 import ast
-from typing import Optional
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import kwarg, rule
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 RN = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html"
 COMPILE_REF = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from collections.abc import Iterator
 
 from neuron_migrate.names.analysis import child_blocks, walk
 from neuron_migrate.rules.api import const_value, kwarg, rule

@@ -7,7 +7,6 @@ torch's policies (or one wrap of each) would not run.
 from __future__ import annotations
 
 import ast
-from typing import Optional
 
 from neuron_migrate.names.analysis import child_nodes
 from neuron_migrate.program import cached
@@ -16,6 +15,10 @@ from neuron_migrate.program.distributed import Group
 from neuron_migrate.program.distributed import facts as distributed_facts
 from neuron_migrate.rules.api import has_star_args, rule
 from neuron_migrate.rules.model import Fix
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
 
 PKG = "torch_xla.distributed.fsdp"
 WRAPPERS = (f"{PKG}.XlaFullyShardedDataParallel", f"{PKG}.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel")
