@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import io
 import re
-import tokenize
 
 from neuron_migrate.files.lines import source_lines
 from neuron_migrate.names.analysis import walk
@@ -18,6 +17,8 @@ _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9][A-Za-z0-9]*(?:[ 
 
 def _string_interior_lines(text: str) -> set:
     """Lines whose end lies inside a multi-line token (a comment cannot be added there)."""
+    import tokenize  # only fixes that add a noqa comment need it: not imported at start-up
+
     out = set()
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from pathlib import Path
 
 from neuron_migrate.rules.api import rule
@@ -208,6 +207,8 @@ def neuron_cc_flags(site, ctx):
     value = site.data.get("value")
     if value is None:
         return None
+    import shlex  # only a launcher that sets NEURON_CC_FLAGS needs it: not imported at start-up
+
     try:
         flags = shlex.split(value)
     except ValueError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import ast
 import io
 import re
-import tokenize
 from bisect import bisect_right
 
 from neuron_migrate.files.lines import source_lines
@@ -14,6 +13,8 @@ from neuron_migrate.rules.model import Span
 
 def _comment_lines(text: str) -> set:
     """Lines holding a real comment token (not a '#' inside a string)."""
+    import tokenize  # only files with suppression comments get here: not imported at start-up
+
     out = set()
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
