@@ -763,6 +763,46 @@ def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = Non
     )
 
 
+def _build_compiled(path: Path, data: dict[str, Any], env: Mapping[str, str] | None,
+                    api_map: dict[str, tuple[str, ...]] | None) -> Table:
+    """`_build` for a compiled table, whose data `compile_table` validated and whose inputs' digests matched: the
+    same entries without re-checking each one (the table is loaded by every run that touches it). Data that does
+    not have the validated shape (a compiled file edited by hand) goes through `_build`, which says what is wrong."""
+    try:
+        env = os.environ if env is None else env
+        sources = data["sources"]
+        status_of = {s.value: s for s in Status}
+        entries: list[Entry] = []
+        for raw in data["entries"]:
+            status, sid, conf, note = status_of[raw["status"]], raw["source"], raw.get("confidence"), raw.get("note")
+            applied = None
+            when_env = raw.get("when_env")
+            if when_env is not None:
+                for var, forms in when_env.items():
+                    for val, form in forms.items():
+                        if _env_value(env.get(var)) == _env_value(str(val)):
+                            status, sid, conf = status_of[form["status"]], form["source"], form.get("confidence")
+                            note = form.get("note", note)
+                            applied = f"{var}={val}"
+            src = sources[sid]
+            entries.append(Entry(raw["name"], raw["kind"], status, raw.get("dtypes"), note, str(sid), src.get("url"),
+                                 src.get("kind"), conf or src.get("confidence"), when_env, applied))
+        dispatch = data.get("dispatch")
+        api_map_path = path.parent / API_MAP_FILE
+        return Table(
+            version=str(data["version"]),
+            path=path,
+            entries=entries,
+            meta={k: data[k] for k in ("version", "torch_neuronx", "neuron_sdk", "torch") if k in data},
+            sources=sources,
+            api_map_path=api_map_path if api_map_path.is_file() else None,
+            api_map=api_map,
+            dispatch_path=(path.parent / dispatch) if dispatch else None,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return _build(path, data, env, api_map)
+
+
 # -- the compiled (JSON) form: same data, no YAML parse
 
 def _sha256(p: Path) -> str:
@@ -827,7 +867,7 @@ def _load(path: Path, env: Mapping[str, str] | None) -> Table:
     got = _load_compiled(path)
     if got is not None:
         data, api = got
-        t = _build(path, data, env, api)
+        t = _build_compiled(path, data, env, api)
         t.loaded_from = "compiled"
     else:
         t = _build(path, _resolve(path), env)

@@ -82,3 +82,28 @@ def test_default_load_reads_no_yaml():
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("switch", [None, "0", "1"])
+def test_compiled_build_skips_no_form_of_any_entry(path, switch):
+    """The compiled table is built without re-validating each entry; its entries (the when_env form chosen for the
+    environment, and the forms kept) are the validating build's, whichever way the switches are set."""
+    from neuron_migrate.table.loader import ENV_SWITCHES, _build_compiled, _load_compiled
+
+    env = {} if switch is None else {v: switch for v in ENV_SWITCHES}
+    data, api = _load_compiled(path.resolve())
+    fast, slow = _build_compiled(path.resolve(), data, env, api), _build(path.resolve(), data, env, api)
+    assert [(e, e.when_env) for e in fast.entries] == [(e, e.when_env) for e in slow.entries]
+    assert (fast.version, fast.meta, fast.sources, fast._dispatch_path, fast._api_map_path) == (
+        slow.version, slow.meta, slow.sources, slow._dispatch_path, slow._api_map_path)
+    assert any(e.env_applied for e in fast.entries) == (switch == "0")  # the shipped forms are for "0"
+
+
+def test_a_compiled_form_edited_by_hand_fails_as_the_yaml_would():
+    from neuron_migrate.table.loader import TableError, _build_compiled, _load_compiled
+
+    data, api = _load_compiled(TABLES[0].resolve())
+    broken = {**data, "entries": [*data["entries"][:3], {"name": "x", "kind": "api"}]}
+    with pytest.raises(TableError, match="entry 'x'"):
+        _build_compiled(TABLES[0].resolve(), broken, {}, api)
