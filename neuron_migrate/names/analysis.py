@@ -550,6 +550,7 @@ class Wanted:
         self.any_kinds = any_kinds
         self._memo: dict[str, dict[str, bool]] = {}  # kind -> key -> answer: keys repeat across sites and files
         self._memo_size = 0
+        self._predicates: dict[str, Callable[[str], bool]] = {}
 
     @classmethod
     def everything(cls) -> "Wanted":
@@ -571,16 +572,17 @@ class Wanted:
         return hit
 
     def _wants(self, kind: str, key: str) -> bool:
-        if kind in self.any_kinds:
-            return True
-        if key in self.exact.get(kind, ()):
-            return True
-        prefixes = self.prefixes.get(kind)
-        return bool(prefixes) and key.startswith(tuple(prefixes))
+        return self.predicate(kind)(key)
 
     def predicate(self, kind: str) -> Callable[[str], bool]:
         """`wants(kind, key)` for one kind, without the memo: for kinds whose keys rarely repeat (strings,
         docstrings included, attribute and keyword names), where a memo only grows."""
+        p = self._predicates.get(kind)
+        if p is None:
+            p = self._predicates[kind] = self._predicate(kind)
+        return p
+
+    def _predicate(self, kind: str) -> Callable[[str], bool]:
         if kind in self.any_kinds:
             return _always
         exact = frozenset(self.exact.get(kind, ()))

@@ -659,10 +659,10 @@ def _check_source(fname: str, sid: str, s: Any) -> None:
         raise TableError(f"{fname}: source {sid!r}: missing 'url'")
 
 
-def _form(where: str, raw: dict[str, Any], sources: dict[str, Any]) -> tuple[Status, str, dict, str | None]:
-    """(status, source id, source, confidence) of an entry or of one of its when_env forms."""
+def _check_form(where: str, raw: dict[str, Any], sources: dict[str, Any]) -> None:
+    """An entry, or one of its when_env forms: a known status and source, a confidence, string notes."""
     try:
-        status = Status(raw.get("status"))
+        Status(raw.get("status"))
     except ValueError:
         raise TableError(
             f"{where}: status must be one of {', '.join(s.value for s in Status)}, got {raw.get('status')!r}"
@@ -678,11 +678,16 @@ def _form(where: str, raw: dict[str, Any], sources: dict[str, Any]) -> tuple[Sta
     for opt in ("dtypes", "note"):
         if raw.get(opt) is not None and not isinstance(raw.get(opt), str):
             raise TableError(f"{where}: {opt!r} must be a string")
-    return status, str(sid), sources[sid], conf
 
 
 def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = None,
            api_map: dict[str, tuple[str, ...]] | None = None) -> Table:
+    """The table of resolved data, which is checked first (a TableError names what is wrong)."""
+    _validate(path, data)
+    return _table(path, data, env, api_map)
+
+
+def _validate(path: Path, data: dict[str, Any]) -> None:
     fname = path.name
     missing = [k for k in _REQUIRED_TOP if k not in data]
     if missing:
@@ -695,8 +700,6 @@ def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = Non
     raw_entries = data["entries"]
     if not isinstance(raw_entries, list):
         raise TableError(f"{fname}: 'entries' must be a list")
-    env = os.environ if env is None else env
-    entries: list[Entry] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_entries):
         where = f"{fname}: entries[{i}]"
@@ -712,8 +715,7 @@ def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = Non
         kind = raw.get("kind")
         if kind not in KINDS:
             raise TableError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        status, sid, src, conf = _form(where, raw, sources)
-        note, dtypes, applied = raw.get("note"), raw.get("dtypes"), None
+        _check_form(where, raw, sources)
         when_env = raw.get("when_env")
         if when_env is not None:
             if not isinstance(when_env, dict):
@@ -724,38 +726,42 @@ def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = Non
                 for val, form in forms.items():
                     if not isinstance(form, dict):
                         raise TableError(f"{where}: when_env.{var}.{val} must be a mapping")
-                    fst, fsid, fsrc, fconf = _form(f"{where} when_env.{var}={val}", form, sources)
-                    if _env_value(env.get(var)) == _env_value(str(val)):
-                        status, sid, src, conf = fst, fsid, fsrc, fconf
-                        note = form.get("note", note)
-                        applied = f"{var}={val}"
-        entries.append(
-            Entry(
-                name=name,
-                kind=kind,
-                status=status,
-                dtypes=dtypes,
-                note=note,
-                source_id=sid,
-                source_url=src.get("url"),
-                source_kind=src.get("kind"),
-                confidence=conf or src.get("confidence"),
-                when_env=when_env,
-                env_applied=applied,
-            )
-        )
-    meta = {k: data[k] for k in ("version", "torch_neuronx", "neuron_sdk", "torch") if k in data}
-    api_map_path = path.parent / API_MAP_FILE
+                    _check_form(f"{where} when_env.{var}={val}", form, sources)
     dispatch = data.get("dispatch")
     if dispatch is not None and not isinstance(dispatch, str):
         raise TableError(f"{fname}: 'dispatch' must be a file name")
     if dispatch and not (path.parent / dispatch).is_file():
         raise TableError(f"{fname}: dispatch file {dispatch!r} not found next to the table")
+
+
+def _table(path: Path, data: dict[str, Any], env: Mapping[str, str] | None,
+           api_map: dict[str, tuple[str, ...]] | None) -> Table:
+    """The Table of data of the checked shape: each entry in the form `env` chooses (its when_env forms)."""
+    env = os.environ if env is None else env
+    sources = data["sources"]
+    status_of = {s.value: s for s in Status}
+    entries: list[Entry] = []
+    for raw in data["entries"]:
+        status, sid, conf, note = status_of[raw["status"]], raw["source"], raw.get("confidence"), raw.get("note")
+        applied = None
+        when_env = raw.get("when_env")
+        if when_env is not None:
+            for var, forms in when_env.items():
+                for val, form in forms.items():
+                    if _env_value(env.get(var)) == _env_value(str(val)):
+                        status, sid, conf = status_of[form["status"]], form["source"], form.get("confidence")
+                        note = form.get("note", note)
+                        applied = f"{var}={val}"
+        src = sources[sid]
+        entries.append(Entry(raw["name"], raw["kind"], status, raw.get("dtypes"), note, str(sid), src.get("url"),
+                             src.get("kind"), conf or src.get("confidence"), when_env, applied))
+    dispatch = data.get("dispatch")
+    api_map_path = path.parent / API_MAP_FILE
     return Table(
         version=str(data["version"]),
         path=path,
         entries=entries,
-        meta=meta,
+        meta={k: data[k] for k in ("version", "torch_neuronx", "neuron_sdk", "torch") if k in data},
         sources=sources,
         api_map_path=api_map_path if api_map_path.is_file() else None,
         api_map=api_map,
@@ -765,40 +771,11 @@ def _build(path: Path, data: dict[str, Any], env: Mapping[str, str] | None = Non
 
 def _build_compiled(path: Path, data: dict[str, Any], env: Mapping[str, str] | None,
                     api_map: dict[str, tuple[str, ...]] | None) -> Table:
-    """`_build` for a compiled table, whose data `compile_table` validated and whose inputs' digests matched: the
-    same entries without re-checking each one (the table is loaded by every run that touches it). Data that does
-    not have the validated shape (a compiled file edited by hand) goes through `_build`, which says what is wrong."""
+    """`_build` for a compiled table, whose data `compile_table` checked and whose inputs' digests matched: the
+    table without checking each entry again (every run that touches the table loads it). Data of another shape (a
+    compiled file edited by hand) goes through `_build`, which says what is wrong."""
     try:
-        env = os.environ if env is None else env
-        sources = data["sources"]
-        status_of = {s.value: s for s in Status}
-        entries: list[Entry] = []
-        for raw in data["entries"]:
-            status, sid, conf, note = status_of[raw["status"]], raw["source"], raw.get("confidence"), raw.get("note")
-            applied = None
-            when_env = raw.get("when_env")
-            if when_env is not None:
-                for var, forms in when_env.items():
-                    for val, form in forms.items():
-                        if _env_value(env.get(var)) == _env_value(str(val)):
-                            status, sid, conf = status_of[form["status"]], form["source"], form.get("confidence")
-                            note = form.get("note", note)
-                            applied = f"{var}={val}"
-            src = sources[sid]
-            entries.append(Entry(raw["name"], raw["kind"], status, raw.get("dtypes"), note, str(sid), src.get("url"),
-                                 src.get("kind"), conf or src.get("confidence"), when_env, applied))
-        dispatch = data.get("dispatch")
-        api_map_path = path.parent / API_MAP_FILE
-        return Table(
-            version=str(data["version"]),
-            path=path,
-            entries=entries,
-            meta={k: data[k] for k in ("version", "torch_neuronx", "neuron_sdk", "torch") if k in data},
-            sources=sources,
-            api_map_path=api_map_path if api_map_path.is_file() else None,
-            api_map=api_map,
-            dispatch_path=(path.parent / dispatch) if dispatch else None,
-        )
+        return _table(path, data, env, api_map)
     except (KeyError, TypeError, ValueError, AttributeError):
         return _build(path, data, env, api_map)
 
@@ -821,7 +798,7 @@ def compile_table(path: str | Path) -> dict[str, Any]:
     path = Path(path).resolve()
     files: list[Path] = []
     data = _resolve(path, (), files)
-    _build(path, data)  # validate
+    _validate(path, data)
     amap = path.parent / API_MAP_FILE
     inputs = {p.name: _sha256(p) for p in files}
     api = None
