@@ -162,8 +162,6 @@ def test_catalogued_rules_report_what_the_rules_do():
 
 
 def test_workers_take_the_largest_files_first_and_results_keep_the_input_order(tmp_path, monkeypatch):
-    from concurrent.futures import ProcessPoolExecutor
-
     from neuron_migrate.pipeline import parallel
     from neuron_migrate.rules.registry import RuleSet, all_rules
 
@@ -173,22 +171,21 @@ def test_workers_take_the_largest_files_first_and_results_keep_the_input_order(t
         p.write_text("import torch_xla.core.xla_model as xm\n" + "x = 1\n" * ((i * 7) % 30) + "xm.mark_step()\n")
         paths.append(str(p))
     sent = []
-    original = ProcessPoolExecutor.map
+    original = parallel.fork_pool
 
-    def spy(self, fn, iterable, chunksize=1):
-        batch = list(iterable)
-        sent.extend(path for path, _ in batch)
-        return original(self, fn, batch, chunksize=chunksize)
+    def spy(chunks, jobs, initargs):
+        sent.extend(item[0] for c in chunks for _, item in c)
+        return original(chunks, jobs, initargs)
 
-    monkeypatch.setattr(ProcessPoolExecutor, "map", spy)
+    monkeypatch.setattr(parallel, "fork_pool", spy)
     done = []
     results, done_before = [], []
     for r in parallel._run([(p, p) for p in paths], RuleSet(all_rules()).spec, {}, False, False, 2, lambda: done.append(1)):
         done_before.append(len(done))
         results.append(r)
     assert [r.path for r in results] == paths
-    # the first file is the smallest: it is done last, and the progress callback has counted every file by then
-    assert done_before[0] == len(done) == 30
+    # progress counts files as they are done, never fewer than have been handed back
+    assert all(d >= k + 1 for k, d in enumerate(done_before)) and len(done) == 30
     assert [r.findings[-1].span.line for r in results] == [2 + (i * 7) % 30 for i in range(30)]
     sizes = [Path(p).stat().st_size for p in sent]
     assert sizes == sorted(sizes, reverse=True) and sorted(sent) == sorted(paths)

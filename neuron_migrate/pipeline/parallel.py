@@ -207,20 +207,161 @@ def _run(items, codes, settings_kw, fix, write, jobs, on_done=None, digests=True
             done_one()
             yield res
         return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = mp.get_context("fork") if hasattr(os, "fork") else mp.get_context("spawn")
     # the largest files first (in small chunks), so that no worker is left alone with a big file at the end while
     # the others idle; results are handed back in the order of `items`
     order = sorted(range(len(items)), key=lambda i: -_size(items[i][0]))
     chunk = max(1, min(8, len(items) // (jobs * 32)))
+    initargs = (codes, settings_kw, fix, write, digests)
     done: dict[int, object] = {}
     nxt = 0
-    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(codes, settings_kw, fix, write, digests)) as pool:
-        for i, res in zip(order, pool.map(_one, [items[i] for i in order], chunksize=chunk)):
-            done_one()
-            done[i] = res
-            while nxt in done:
-                yield done.pop(nxt)
-                nxt += 1
+    if hasattr(os, "fork"):
+        chunks = [[(i, items[i]) for i in order[k:k + chunk]] for k in range(0, len(order), chunk)]
+        finished = fork_pool(chunks, jobs, initargs)
+    else:  # no fork (Windows): the standard pool, whose workers start a fresh interpreter each
+        finished = _spawn_pool(order, items, jobs, chunk, initargs)
+    for i, res in finished:
+        done_one()
+        done[i] = res
+        while nxt in done:
+            yield done.pop(nxt)
+            nxt += 1
+
+
+def _spawn_pool(order, items, jobs, chunk, initargs) -> Iterator:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_init, initargs=initargs) as pool:
+        yield from zip(order, pool.map(_one, [items[i] for i in order], chunksize=chunk))
+
+
+class WorkerError(RuntimeError):
+    """A worker process of fork_pool died before it returned the results of the files it was given."""
+
+
+_HEADER = 8  # a message between fork_pool's processes: its length (8 bytes, little-endian), then a pickle
+
+
+def fork_pool(chunks: list, jobs: int, initargs: tuple) -> Iterator[tuple[int, object]]:
+    """(position, result) for every (position, item) of `chunks`, as `jobs` forked workers finish them (each runs
+    _init(*initargs), then _one per item). Chunks go out in the given order, two at a time per worker, the next as
+    one comes back. Lighter than a ProcessPoolExecutor (whose imports, threads and queues cost a short run more
+    than its files): a worker inherits this process's modules and rules, and talks to it through two pipes.
+    An exception in a worker is raised here; a worker that dies (killed, out of memory) raises WorkerError; when
+    this generator is left early (an error, Ctrl-C, close()) the workers are killed."""
+    import pickle
+    import select
+
+    todo = list(reversed(chunks))  # popped from the end: the given order
+    workers: dict[int, list] = {}  # result fd -> [pid, task fd, chunks out, bytes read so far]
+    try:
+        for _ in range(min(jobs, len(chunks))):
+            task_r, task_w = os.pipe()
+            result_r, result_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns, never runs the parent's exit handlers or flushes its buffers
+                try:
+                    for fd in [task_w, result_r, *(x for fd, w in workers.items() for x in (fd, w[1]))]:
+                        os.close(fd)  # the other workers' pipes: their ends must close when the parent's do
+                    _worker_loop(task_r, result_w, initargs)
+                finally:
+                    os._exit(0)
+            os.close(task_r)
+            os.close(result_w)
+            workers[result_r] = [pid, task_w, [], bytearray()]
+            for _ in range(2):
+                if todo:
+                    _send(workers[result_r], todo.pop(), pickle)
+        while any(w[2] for w in workers.values()):
+            ready, _, _ = select.select([fd for fd, w in workers.items() if w[2]], [], [])
+            for fd in ready:
+                w = workers[fd]
+                data = os.read(fd, 1 << 20)
+                if not data:
+                    status = _reap(w[0])
+                    paths = ", ".join(str(item[0]) for c in w[2] for _, item in c)
+                    raise WorkerError(f"a worker process died (exit status {status}) while checking {paths}")
+                buf = w[3]
+                buf += data
+                while len(buf) >= _HEADER and len(buf) >= _HEADER + int.from_bytes(buf[:_HEADER], "little"):
+                    size = int.from_bytes(buf[:_HEADER], "little")
+                    kind, value = pickle.loads(buf[_HEADER:_HEADER + size])
+                    del buf[:_HEADER + size]
+                    if kind == "error":
+                        raise value
+                    w[2].pop(0)
+                    if todo:
+                        _send(w, todo.pop(), pickle)
+                    yield from value
+    finally:
+        _stop(workers)
+
+
+def _send(worker: list, chunk: list, pickle) -> None:
+    data = pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
+    worker[2].append(chunk)
+    try:
+        _write_all(worker[1], len(data).to_bytes(_HEADER, "little") + data)
+    except BrokenPipeError:  # the worker died: its result pipe's end of file says so, naming this chunk's files
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_message(fd: int, pickle):
+    """The next message on fd, or None at end of file."""
+    def read(n: int) -> bytes | None:
+        parts, left = [], n
+        while left:
+            part = os.read(fd, left)
+            if not part:
+                return None
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+    head = read(_HEADER)
+    if head is None:
+        return None
+    body = read(int.from_bytes(head, "little"))
+    return None if body is None else pickle.loads(body)
+
+
+def _worker_loop(task_fd: int, result_fd: int, initargs: tuple) -> None:
+    """A fork_pool worker: chunks in, ("ok", [(position, result), ...]) or ("error", exception) out, until the
+    task pipe closes. Ctrl-C is the parent's to handle (it kills the workers), so it is ignored here."""
+    import pickle
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _init(*initargs)
+        while True:
+            chunk = _read_message(task_fd, pickle)
+            if chunk is None:
+                return
+            message = ("ok", [(i, _one(item)) for i, item in chunk])
+            try:
+                data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # noqa: BLE001 - a result that cannot be pickled: the parent raises it
+                data = pickle.dumps(("error", WorkerError(f"a result could not be sent back: {exc!r}")))
+            _write_all(result_fd, len(data).to_bytes(_HEADER, "little") + data)
+    except Exception as exc:  # noqa: BLE001 - raised in the parent, as the serial loop would raise it
+        try:
+            data = pickle.dumps(("error", exc), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - an exception that cannot be pickled: its text
+            data = pickle.dumps(("error", WorkerError(f"{type(exc).__name__}: {exc}")))
+        _write_all(result_fd, len(data).to_bytes(_HEADER, "little") + data)
+
+
+def _stop(workers: dict) -> None:
+    """Close the task pipes (a worker between chunks exits), kill what is still working, wait for all."""
+    for fd, (_pid, task_fd, _out, _buf) in workers.items():
+        os.close(task_fd)
+        os.close(fd)
+    for pid, _task_fd, out, _buf in workers.values():
+        _reap(pid, kill=bool(out))
