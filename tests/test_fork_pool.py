@@ -139,3 +139,25 @@ def test_a_run_over_many_files_uses_the_fork_pool_and_keeps_serial_results(tmp_p
     for a, b in zip(two, one):
         assert [finding_to_dict(f) for f in a.findings] == [finding_to_dict(f) for f in b.findings]
         assert a.new_text == b.new_text and a.changed and "mark_step" not in a.new_text
+
+
+def test_the_cli_reports_a_killed_worker_in_one_line(tmp_path, monkeypatch, capsys):
+    from neuron_migrate.cli import app
+
+    for i in range(parallel.PARALLEL_MIN_FILES + 2):
+        (tmp_path / f"k{i:02d}.py").write_text("import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    real = parallel._one
+
+    def one(item):
+        if item[0].endswith("k03.py"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(item)
+
+    monkeypatch.setattr(parallel, "_one", one)
+    monkeypatch.setattr("sys.argv", ["neuron-migrate", "audit", "--no-cache", "-j", "2", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        app.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert err.startswith("neuron-migrate: error: a worker process died") and "k03.py" in err
+    assert "Traceback" not in err and err.count("\n") == 1

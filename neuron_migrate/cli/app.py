@@ -21,6 +21,15 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("neuron-migrate: interrupted\n")
         sys.exit(130)
+    except Exception as exc:
+        from neuron_migrate.pipeline.parallel import WorkerError
+
+        if not isinstance(exc, WorkerError):
+            raise
+        # a worker killed from outside (out of memory): one line, not a traceback (writes are atomic: no file is
+        # left half-written)
+        sys.stderr.write(f"neuron-migrate: error: {exc}\n")
+        sys.exit(2)
 
 
 def __getattr__(name: str):
