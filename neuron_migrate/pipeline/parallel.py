@@ -253,7 +253,7 @@ def fork_pool(chunks: list, jobs: int, initargs: tuple) -> Iterator[tuple[int, o
     import select
 
     todo = list(reversed(chunks))  # popped from the end: the given order
-    workers: dict[int, list] = {}  # result fd -> [pid, task fd, chunks out, bytes read so far]
+    workers: dict[int, list] = {}  # result fd -> [pid, task fd, chunks out]
     try:
         for _ in range(min(jobs, len(chunks))):
             task_r, task_w = os.pipe()
@@ -268,7 +268,7 @@ def fork_pool(chunks: list, jobs: int, initargs: tuple) -> Iterator[tuple[int, o
                     os._exit(0)
             os.close(task_r)
             os.close(result_w)
-            workers[result_r] = [pid, task_w, [], bytearray()]
+            workers[result_r] = [pid, task_w, []]
             for _ in range(2):
                 if todo:
                     _send(workers[result_r], todo.pop(), pickle)
@@ -276,23 +276,18 @@ def fork_pool(chunks: list, jobs: int, initargs: tuple) -> Iterator[tuple[int, o
             ready, _, _ = select.select([fd for fd, w in workers.items() if w[2]], [], [])
             for fd in ready:
                 w = workers[fd]
-                data = os.read(fd, 1 << 20)
-                if not data:
+                message = _read_message(fd, pickle)  # the worker is writing it whole: read to its end
+                if message is None:
                     status = _reap(w[0])
                     paths = ", ".join(str(item[0]) for c in w[2] for _, item in c)
                     raise WorkerError(f"a worker process died (exit status {status}) while checking {paths}")
-                buf = w[3]
-                buf += data
-                while len(buf) >= _HEADER and len(buf) >= _HEADER + int.from_bytes(buf[:_HEADER], "little"):
-                    size = int.from_bytes(buf[:_HEADER], "little")
-                    kind, value = pickle.loads(buf[_HEADER:_HEADER + size])
-                    del buf[:_HEADER + size]
-                    if kind == "error":
-                        raise value
-                    w[2].pop(0)
-                    if todo:
-                        _send(w, todo.pop(), pickle)
-                    yield from value
+                kind, value = message
+                if kind == "error":
+                    raise value
+                w[2].pop(0)
+                if todo:
+                    _send(w, todo.pop(), pickle)
+                yield from value
     finally:
         _stop(workers)
 
@@ -313,7 +308,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _read_message(fd: int, pickle):
-    """The next message on fd, or None at end of file."""
+    """The next message on fd (both directions of fork_pool), or None at end of file, also in mid-message."""
     def read(n: int) -> bytes | None:
         parts, left = [], n
         while left:
@@ -360,8 +355,8 @@ def _worker_loop(task_fd: int, result_fd: int, initargs: tuple) -> None:
 
 def _stop(workers: dict) -> None:
     """Close the task pipes (a worker between chunks exits), kill what is still working, wait for all."""
-    for fd, (_pid, task_fd, _out, _buf) in workers.items():
+    for fd, (_pid, task_fd, _out) in workers.items():
         os.close(task_fd)
         os.close(fd)
-    for pid, _task_fd, out, _buf in workers.values():
+    for pid, _task_fd, out in workers.values():
         _reap(pid, kill=bool(out))
