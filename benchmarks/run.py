@@ -19,7 +19,7 @@ Besides the tree, every run times `audit FILE` and `rewrite FILE` on a fixed set
 to the repository). Every command runs in a fresh subprocess with output to /dev/null; the tools take turns
 within each repetition so that background load hits them alike. Reported per command: median wall time,
 lines/s, peak memory (sum of the RSS of the command's process tree, sampled every 20 ms from /proc, and the
-largest single process from wait4), and ratios to TorchFix and Ruff. TorchFix and Ruff live in their own
+largest single process, read through GNU time where it is installed), and ratios to TorchFix and Ruff. TorchFix and Ruff live in their own
 virtual environment (<cache>/venv), never in the project's dependencies. Commands that do not exist are
 marked missing instead of failing the run. No unit test is ever timed: speed targets live here only.
 """
@@ -281,47 +281,98 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _tree_rss_kb(pid: int) -> int:
     kids = _children()
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         todo.extend(kids.get(p, ()))
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
-        except (OSError, ValueError, IndexError):
-            pass
+        total += _rss_kb(p)
     return total
 
 
+def _gnu_time() -> Optional[str]:
+    """GNU time, when installed: the largest process's peak RSS is read through it (see measure)."""
+    path = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
+    if path is None:
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "GNU" in out.stdout + out.stderr else None
+
+
+GNU_TIME = _gnu_time()
+# The peak RSS wait4 reports for a child includes the RSS its parent had when it forked it (Linux keeps the
+# high-water mark across fork and exec): a command started by this runner, once the runner has grown (it writes
+# the 15 MB generated file), would report at least the runner's size. GNU time, a small process, starts the
+# command and reports its own child's peak instead; without it the figure is a floor of the runner's size.
+RSS_SOURCE = ("GNU time's report of the command's own process (%M)" if GNU_TIME else
+              "wait4 (no GNU time here: at least this runner's own RSS when it started the command)")
+
+
 def measure(cmd: list[str], cwd: Path, env: dict, sample: bool = True, limit: Optional[float] = None) -> Run:
+    import tempfile
+    import threading
+
     full_env = dict(os.environ, NO_COLOR="1", **env)
     # Users run with bytecode caches (pip writes them at install); a PYTHONDONTWRITEBYTECODE=1 left in the
     # environment would recompile every module of neuron-migrate on every run (~0.1-0.5 s of CPU here).
     full_env.pop("PYTHONDONTWRITEBYTECODE", None)
+    rss_file = None
+    if GNU_TIME:
+        fd, rss_file = tempfile.mkstemp(prefix="nm-bench-rss-")
+        os.close(fd)
+        cmd = [GNU_TIME, "-f", "%M", "-o", rss_file, "--", *cmd]
+    peak = [0]
+    timed_out = [False]
+    stop = threading.Event()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    peak = 0
-    timed_out = False
-    status = rusage = None
-    while True:
-        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if sample and os.path.isdir("/proc"):
-            peak = max(peak, _tree_rss_kb(proc.pid))
-        if limit is not None and not timed_out and time.perf_counter() - t0 > limit:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.02)
+
+    def watch() -> None:
+        # RSS samples and the time limit, every 20 ms, in a thread: the main thread waits for the exit itself,
+        # so the wall time ends when the command does (polling would round it up to the next 20 ms)
+        while not stop.wait(0.02):
+            if sample and os.path.isdir("/proc"):
+                kb = _tree_rss_kb(proc.pid)
+                if GNU_TIME:
+                    kb -= _rss_kb(proc.pid)  # GNU time itself is not part of the command
+                peak[0] = max(peak[0], kb)
+            if limit is not None and not timed_out[0] and time.perf_counter() - t0 > limit:
+                timed_out[0] = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _, status, rusage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    stop.set()
+    watcher.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(wall, max(peak, rusage.ru_maxrss), rusage.ru_maxrss, proc.returncode, timed_out,
+    max_rss = rusage.ru_maxrss
+    if rss_file is not None:
+        try:
+            lines = Path(rss_file).read_text().split()
+            max_rss = int(lines[-1])
+        except (OSError, ValueError, IndexError):
+            max_rss = peak[0]  # killed before GNU time wrote it: the samples (wait4's figure is the runner's)
+        finally:
+            os.unlink(rss_file)
+    return Run(wall, max(peak[0], max_rss), max_rss, proc.returncode, timed_out[0],
                rusage.ru_utime + rusage.ru_stime)
 
 
@@ -522,7 +573,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "torchfix": _version([tf, "--version"]),
         "ruff": _version([ruff, "--version"]),
         "libcst (torchfix venv)": _version([str(tools / "python"), "-c", "import libcst, importlib.metadata as m; print(m.version('libcst'))"]) if tools else "missing",
-        "libcst (neuron-migrate)": _version([sys.executable, "-c", "import importlib.metadata as m; print(m.version('libcst'))"]),
+        "libcst (neuron-migrate)": _version([str(Path(nm).with_name('python')), "-c", "import importlib.metadata as m; print(m.version('libcst'))"]),
     }
     ctx = dict(tree_name=tree_name, n_files=n_files, n_lines=n_lines, repeat=repeat, samples=samples, tree=tree,
                main=main_benches, jobs=jobs_benches, cache=cache_benches, singles=single_benches, small_ref=small_ref,
@@ -608,7 +659,9 @@ def render(c: dict) -> str:
         f"- tree `{c['tree_name']}`: {c['n_files']} files, {c['n_lines']:,} lines (`{c['tree']}`); corpus: "
         + ", ".join(p.key for p in corpus.PACKAGES) + " (all pinned versions exist on PyPI; none substituted)",
         f"- {c['repeat']} timed run(s) per tree command and {c['repeat'] * c['samples']} per single-file command, "
-        "tools taking turns within each repetition; medians; output to /dev/null",
+        "tools taking turns within each repetition; medians; output to /dev/null; wall time from the start to the "
+        "command's exit (a blocking wait; RSS is sampled in a thread)",
+        f"- peak RSS of the largest process: {RSS_SOURCE}",
         "",
         "## Targets (issue 14)",
         "",
@@ -650,7 +703,7 @@ def render(c: dict) -> str:
                        f"{f'{100 * r:.1f}%' if r is not None else ''} |")
     out += ["", "## Single files (the pre-commit and editor case)", "",
             "`rewrite` changes: what `rewrite --check` said before the timings (only files it leaves unchanged count",
-            "for the rewrite target). Peak RSS is the largest process (wait4).", "",
+            "for the rewrite target). Peak RSS is the largest process (see the header for how it is read).", "",
             "| file | why | lines | `rewrite` changes | `audit FILE` median wall (s) | audit CPU (s) | `rewrite FILE` median wall (s) | rewrite CPU (s) | audit peak RSS (MB) |",
             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for path, why, lines, changes, a, rw in c["singles"]:
