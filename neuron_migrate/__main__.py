@@ -1,3 +1,3 @@
-from neuron_migrate.cli.app import main
+from neuron_migrate.cli.app import entry
 
-main()
+entry()

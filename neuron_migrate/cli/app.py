@@ -8,12 +8,16 @@ from __future__ import annotations
 import sys
 
 
-def main() -> None:
+def main(exit_at_once: bool = False) -> None:
+    """Run the command line in sys.argv. `exit_at_once` (the console script and `python -m neuron_migrate`, never
+    an embedding caller): a one-line audit or rewrite ends the process without tearing the interpreter down."""
     try:
         from neuron_migrate.cli.fast import run
 
         code = run(sys.argv[1:])
         if code is not None:
+            if exit_at_once:
+                _exit_at_once(code)
             sys.exit(code)
         from neuron_migrate.cli.typer_app import app
 
@@ -32,6 +36,32 @@ def main() -> None:
         sys.exit(2)
 
 
+def entry() -> None:
+    """The console script `neuron-migrate`."""
+    main(exit_at_once=True)
+
+
+def _exit_at_once(code: int) -> None:
+    """Exit now with `code`, the run being over: its output written, its files closed, its workers reaped. Freeing
+    every module and object at interpreter shutdown costs a few milliseconds of each run (a tenth of a warm audit)
+    and does nothing a finished run needs. Exit handlers still run and output is flushed; the normal exit is taken
+    when threads are alive (shutdown joins them) or a flush fails (its usual message and status)."""
+    import atexit
+    import os
+
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
+
+
 def __getattr__(name: str):
     if name == "app":
         from neuron_migrate.cli.typer_app import app
@@ -41,4 +71,4 @@ def __getattr__(name: str):
 
 
 if __name__ == "__main__":
-    main()
+    entry()

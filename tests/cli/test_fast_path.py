@@ -113,3 +113,50 @@ def test_version_comes_from_the_metadata_beside_the_package(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path)
     assert out.stdout.split() == ["9.8.7", "False"], out.stdout + out.stderr
+
+
+# The run is wrapped so that, once it is over, an object is left that only interpreter teardown would finalize (a
+# module entry: shutdown empties sys.modules; objects made before the run are frozen out of the GC's reach).
+_ENTRY = ("import atexit, os, sys\nfrom neuron_migrate.cli import app, fast\n"
+          "class Finalized:\n    def __del__(self, write=os.write):\n        write(1, b'FINALIZED\\n')\n"
+          "run = fast.run\n"
+          "def wrapped(argv):\n    code = run(argv)\n    sys.modules['teardown_probe'] = Finalized()\n    return code\n"
+          "fast.run = wrapped\n"
+          "atexit.register(lambda: sys.stdout.write('ATEXIT\\n'))\n"
+          "{extra}"
+          "sys.argv = ['neuron-migrate', 'audit', '--no-cache', {args}]\napp.{fn}()\n")
+
+
+def _entry_run(tmp_path, fn: str, args: str, extra: str = "") -> subprocess.CompletedProcess:
+    code = _ENTRY.format(fn=fn, args=args, extra=extra)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_the_console_entry_exits_at_once_with_main_s_output_and_status(tmp_path):
+    """entry() (the console script) ends a fast-path run without interpreter teardown: same output (block-buffered
+    into a pipe, flushed), same exit status, exit handlers run; objects are not finalized (main() finalizes them)."""
+    for i in range(40):
+        (tmp_path / f"t{i}.py").write_text("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\nxm.mark_step()\n")
+    (tmp_path / "clean.py").write_text("x = 1\n")
+    for args, status in (("'.'", 1), ("'clean.py'", 0), ("'missing.py'", 2)):
+        fast_run = _entry_run(tmp_path, "entry", args)
+        normal = _entry_run(tmp_path, "main", args)
+        assert fast_run.returncode == normal.returncode == status, fast_run.stderr + normal.stderr
+        assert fast_run.stderr == normal.stderr
+        assert normal.stdout.endswith("ATEXIT\nFINALIZED\n"), normal.stdout
+        assert fast_run.stdout == normal.stdout[: -len("FINALIZED\n")], fast_run.stdout
+    assert fast_run.stdout.count("\n") > 1 and _entry_run(tmp_path, "entry", "'.'").stdout.count("NM1") >= 80
+
+
+def test_the_console_entry_takes_the_normal_exit_while_a_thread_runs(tmp_path):
+    """Interpreter shutdown joins non-daemon threads: with one alive, entry() must not cut it short."""
+    (tmp_path / "clean.py").write_text("x = 1\n")
+    # the thread is still blocked when the run ends; interpreter shutdown releases it (threading's own exit hook,
+    # which concurrent.futures uses too) and then joins it, so the file exists only if shutdown ran
+    extra = ("import threading, pathlib\nrelease = threading.Event()\n"
+             "def late():\n    release.wait()\n    pathlib.Path('thread-done').write_text('yes')\n"
+             "threading.Thread(target=late).start()\nthreading._register_atexit(release.set)\n")
+    out = _entry_run(tmp_path, "entry", "'clean.py'", extra)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "thread-done").read_text() == "yes"
+    assert out.stdout.endswith("ATEXIT\nFINALIZED\n")
