@@ -436,36 +436,74 @@ _COMPOUND = (*_DEFS, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, 
              *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), ast.Match)
 
 
-def _holding_region(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND):
-    """The innermost statement of `kinds` (a function or class, or one of _COMPOUND) within top-level lines a..b
-    that holds every edit (and is not itself edited), as (first line, last line, indentation), when its lines can
-    be dedented losslessly (else the next one out)."""
+# edit kinds a window of sibling statements (see _holding_region) may hold: they remove or rewrite code and write no
+# new statement (whose blocks libcst would indent by the parsed text's default indentation, which a window may not
+# show)
+_WINDOW_EDITS = frozenset({"delete_stmt", "replace_expr"})
+
+
+def _holding_region(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str], kinds: tuple = _COMPOUND,
+                    windows: bool = False):
+    """The innermost region within top-level lines a..b that holds every edit and keeps the applier's changes
+    inside, as (first line, last line, indentation), when its lines can be dedented losslessly (else the next one
+    out). A region is a statement of `kinds` (a function or class, or one of _COMPOUND) that is not itself edited,
+    or, with `windows`, three consecutive statements of one block whose first and last hold no edit (see
+    _window_around): the middle one may vanish whole (an emptied `if FLAG:` goes, which is why `if` is no region of
+    its own), and the block still keeps the other two."""
     lo = min(e.span.line for e in edits)
     hi = max(e.span.end_line for e in edits)
     keys = {(e.span.line, e.span.end_line) for e in edits}
+    windows = windows and all(e.kind in _WINDOW_EDITS for e in edits)
+    edited = _LineRanges((e.span.line, e.span.end_line) for e in edits) if windows else None
     node = _top_level(tree).at(a)
-    holders = []  # outermost first
+    candidates = []  # (first line, last line), outermost first
     while node is not None:
         if isinstance(node, kinds) and (node.lineno, node.end_lineno) not in keys:
             if _stmt_start(node) < lo and hi <= node.end_lineno and (a, b) != (_stmt_start(node), node.end_lineno):
-                holders.append(node)
+                candidates.append((_stmt_start(node), node.end_lineno))
         child = None
         for block in child_blocks(node):
-            for st in block:
+            for i, st in enumerate(block):
                 if _stmt_start(st) <= lo and hi <= (st.end_lineno or st.lineno):
                     child = st
+                    if edited is not None:
+                        window = _window_around(block, i, edited)
+                        if window is not None:
+                            candidates.append(window)
                     break
             if child is not None:
                 break
         node = child
-    for best in reversed(holders):
-        ra, rb = _stmt_start(best), best.end_lineno
+    for ra, rb in reversed(candidates):
         first = lines[ra - 1]
         prefix = first[: len(first) - len(first.lstrip(" \t"))]
         # not losslessly dedentable: a less indented line (inside a string, say) or a whitespace-only one
         if prefix and all(not ln.strip("\r\n") or (ln.startswith(prefix) and ln.strip()) for ln in lines[ra - 1 : rb]):
             return ra, rb, prefix
     return None
+
+
+def _window_around(block: list, i: int, edited: "_LineRanges") -> Optional[tuple[int, int]]:
+    """Lines of block[i - 1 : i + 2] (block[i - 1 : i + 1] when block[i] ends the block) when rewriting them alone,
+    dedented, as a module of two or three statements, is rewriting them in place: block[i] holds the edits, its
+    neighbours hold none and share no line with a statement outside. The applier then treats them as in the block:
+    block[i - 1] stays, so the block is never emptied and its first statement is never the one removed (whose
+    successor would lose its leading blank lines there); a removed block[i] carries its comments to block[i + 1], or
+    to the block's footer (the module's, here: the same lines, indented alike once the window is indented back)."""
+    if i < 1:
+        return None
+    before = block[i - 1]
+    last = block[i + 1] if i + 1 < len(block) else block[i]
+    ra, rb = _stmt_start(before), last.end_lineno or last.lineno
+    if edited.meets(ra, before.end_lineno or before.lineno):
+        return None
+    if last is not block[i] and edited.meets(_stmt_start(last), rb):
+        return None
+    if i >= 2 and (block[i - 2].end_lineno or block[i - 2].lineno) >= ra:
+        return None  # `x = 1; y = 2` with y first in the window: its line holds x too
+    if i + 2 < len(block) and _stmt_start(block[i + 2]) <= rb:
+        return None
+    return ra, rb
 
 
 def _unshift(k: tuple, delta: int, n: int) -> tuple:
@@ -501,7 +539,7 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
     For a `replace_expr` edit the applier writes libcst's parse of the edit's text, which prints back as that text,
     in place of the node, keeping the node's own parentheses (outside the ast range): the same characters as
     splicing the text into the range. It differs in four cases, all left to libcst: the node is inside an f-string
-    (quotes may need changing), the node is the operand of `not` (a written comparison is negated in place), the
+    (quotes may need changing), the text is a comparison written as the operand of `not` (negated in place), the
     text brings parentheses of its own (they would replace the node's), and the text spans lines (libcst indents
     its continuation lines by the enclosing block's indentation). Ranges are found in the ast so an edit that names
     no expression is left to libcst too; non-ASCII lines (columns in characters, not bytes) as well."""
@@ -522,7 +560,8 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
     while stack:
         node, blocked = stack.pop()
         end = getattr(node, "end_lineno", None)
-        if end is not None and not edited.meets(node.lineno, end):
+        # (a decorated statement starts at its first decorator, above its own line number)
+        if end is not None and not edited.meets(_stmt_start(node) if hasattr(node, "decorator_list") else node.lineno, end):
             continue  # holds no edited line (a sibling method of the one being rewritten, say): nothing to find
         if isinstance(node, ast.expr):
             k = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
@@ -532,7 +571,8 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
                 found.add(k)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             o = node.operand
-            if (o.lineno, o.col_offset, o.end_lineno, o.end_col_offset) in want:
+            e = want.get((o.lineno, o.col_offset, o.end_lineno, o.end_col_offset))
+            if e is not None and _writes_comparison(e.text):
                 return None
         inner_blocked = blocked or isinstance(node, ast.JoinedStr)
         for child in child_nodes(node):
@@ -561,6 +601,15 @@ def _splice(chunk: str, first_line: int, stmts: list[ast.stmt], edits: list[Edit
         pos = b
     out.append(chunk[pos:])
     return "".join(out)
+
+
+def _writes_comparison(text: str) -> bool:
+    """Does an edit's text parse to a comparison (which the applier negates in place under `not`)? Text that does
+    not parse at all is left to libcst, which reports it."""
+    try:
+        return isinstance(ast.parse(text, mode="eval").body, ast.Compare)
+    except (SyntaxError, ValueError, RecursionError):
+        return True
 
 
 _SIMPLE_STMTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass, ast.Import, ast.ImportFrom, ast.Assert,
@@ -695,8 +744,9 @@ def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[st
     changes never leave such a statement (comments of a removed statement move within its block, an emptied block
     gets `pass` there), so each region can be rewritten on its own."""
     regions: list[list] = []
+    windows = kinds is _COMPOUND  # the regions rewrite uses; _DEFS regions check them (_CHECK_REGIONS)
     for e in edits:
-        r = _holding_region(tree, a, b, [e], lines, kinds)
+        r = _holding_region(tree, a, b, [e], lines, kinds, windows)
         if r is None:
             return None
         regions.append([r[0], r[1], r[2], [e]])
@@ -706,7 +756,7 @@ def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[st
         while merged and r[0] <= merged[-1][1]:  # nested or shared: the innermost region holding both
             prev = merged.pop()
             both = prev[3] + r[3]
-            u = _holding_region(tree, a, b, both, lines, kinds)
+            u = _holding_region(tree, a, b, both, lines, kinds, windows)
             if u is None:
                 return None
             r = [u[0], u[1], u[2], both]

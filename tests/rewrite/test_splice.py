@@ -180,3 +180,73 @@ def _delete(text: str, needle: str) -> Edit:
 ])
 def test_statement_deletes_splice_or_refuse_and_agree_with_libcst(text, needle, spliced):
     _splice_agrees(text, _delete(text, needle), spliced)
+
+
+WINDOWS = (
+    "class Trainer:\n"
+    "    def save(self, flag):\n"
+    "        prepare()\n"
+    "\n"
+    "        if flag:\n"
+    "            # sync first\n"
+    "            xm.mark_step()\n"  # an `if FLAG:` emptied by a fix goes as a whole, with its comment
+    "\n"
+    "        # then save\n"
+    "        save()\n"
+    "        for b in batches:\n"
+    "            write(b)\n"
+    "        if is_xla():\n"
+    "            xm.mark_step()\n"  # the same at the end of the function: nothing follows it
+    "\n"
+    "    def other(self):\n"
+    "        return 1\n"
+)
+
+
+def test_an_emptied_if_between_two_statements_is_rewritten_with_its_neighbours_only(monkeypatch):
+    """An `if FLAG:` that a fix empties is removed, which changes the block around it: libcst gets it with the
+    statements on either side (a window, which keeps the block non-empty and its first statement in place), not the
+    whole function; at the end of a block the window is the statement before and the `if`. Equal to one pass."""
+    tree = ast.parse(WINDOWS)
+    marks = [n for n in ast.walk(tree) if isinstance(n, ast.Expr) and "mark_step" in ast.unparse(n)]
+    edits = [Edit("delete_stmt", Span(s.lineno, s.col_offset, s.end_lineno, s.end_col_offset)) for s in marks]
+    one_pass, _ = _apply_edits(WINDOWS, edits)
+    assert "if flag" not in one_pass and "sync first" not in one_pass and "is_xla" not in one_pass
+    calls = []
+    real = apply._apply_edits
+    monkeypatch.setattr(apply, "_CHECK_REGIONS", True)  # also rewritten one function at a time: must be the same
+    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    out, applied = apply_fixes(WINDOWS, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
+    assert out == one_pass and len(applied) == 2
+    windows = [c for c in calls if not c.startswith("def ")]  # (the check's function-at-a-time passes start so)
+    assert windows == ["prepare()\n\nif flag:\n    # sync first\n    xm.mark_step()\n\n# then save\nsave()\n",
+                       "for b in batches:\n    write(b)\nif is_xla():\n    xm.mark_step()\n"]
+
+
+@pytest.mark.parametrize("text", [
+    "def f():\n    if flag:\n        xm.mark_step()\n    save()\n",  # first in its block: its successor's blanks
+    "def f():\n    a(); b()\n    if flag:\n        xm.mark_step()\n    save()\n",  # a neighbour shares its line
+    "def f():\n    prepare()\n    if flag:\n        xm.mark_step()\n    save(); other(\n        1)\n",
+])
+def test_no_window_where_the_block_would_not_see_the_same_change(monkeypatch, text):
+    """Where a window could differ from the block (the `if` opens the block; a neighbour's line holds a statement
+    outside it), the function is rewritten as before; the text equals one pass either way."""
+    tree = ast.parse(text)
+    (mark,) = [n for n in ast.walk(tree) if isinstance(n, ast.Expr) and "mark_step" in ast.unparse(n)]
+    e = Edit("delete_stmt", Span(mark.lineno, mark.col_offset, mark.end_lineno, mark.end_col_offset))
+    calls = []
+    real = apply._apply_edits
+    monkeypatch.setattr(apply, "_CHECK_REGIONS", False)
+    monkeypatch.setattr(apply, "_apply_edits", lambda t, ed: calls.append(t) or real(t, ed))
+    out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e])], tree)
+    assert out == real(text, [e])[0] and len(applied) == 1
+    assert calls == [text]  # the top-level function, whole
+
+
+@pytest.mark.parametrize("text, needle, new, spliced", [
+    ("if not torch.cuda.is_available():\n    pass\n", "torch.cuda.is_available()", "torch.accelerator.is_available()", True),
+    ("ok = not a.is_cuda and b\n", "a.is_cuda", "a.device.type == 'neuron'", False),  # a comparison: negated
+    ("@xp.trace_me('step')\ndef f():\n    return 1\n", "xp.trace_me('step')", "torch.profiler.record_function('step')", True),
+])
+def test_splice_under_not_and_in_decorators_agrees_with_libcst(text, needle, new, spliced):
+    _splice_agrees(text, _edit(text, needle, new), spliced)
