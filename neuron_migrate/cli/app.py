@@ -45,12 +45,15 @@ def _exit_at_once(code: int) -> None:
     """Exit now with `code`, the run being over: its output written, its files closed, its workers reaped. Freeing
     every module and object at interpreter shutdown costs a few milliseconds of each run (a tenth of a warm audit)
     and does nothing a finished run needs. Exit handlers still run and output is flushed; the normal exit is taken
-    when threads are alive (shutdown joins them) or a flush fails (its usual message and status)."""
+    when threads are alive (shutdown joins them), a profiler, tracer or monitoring tool is attached (`python -m
+    cProfile` writes its data once the program returns) or a flush fails (its usual message and status)."""
     import atexit
     import os
 
     threading = sys.modules.get("threading")
     if threading is not None and threading.active_count() > 1:
+        sys.exit(code)
+    if sys.getprofile() is not None or sys.gettrace() is not None or _monitored():
         sys.exit(code)
     atexit._run_exitfuncs()
     try:
@@ -60,6 +63,13 @@ def _exit_at_once(code: int) -> None:
     except (OSError, ValueError):
         sys.exit(code)
     os._exit(code)
+
+
+def _monitored() -> bool:
+    """A sys.monitoring tool is registered (Python 3.12+: coverage, profilers and debuggers that do not use
+    sys.settrace)."""
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6))
 
 
 def __getattr__(name: str):

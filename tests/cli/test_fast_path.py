@@ -160,3 +160,15 @@ def test_the_console_entry_takes_the_normal_exit_while_a_thread_runs(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "thread-done").read_text() == "yes"
     assert out.stdout.endswith("ATEXIT\nFINALIZED\n")
+
+
+def test_the_console_entry_lets_a_profiler_write_its_data(tmp_path):
+    """`python -m cProfile -m neuron_migrate ...` writes its data after the program returns: with a profiler
+    attached the normal exit is taken (the benchmark profiles the audit this way)."""
+    (tmp_path / "t.py").write_text("import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    out = subprocess.run([sys.executable, "-m", "cProfile", "-o", "out.prof", "-m", "neuron_migrate", "audit", "--no-cache", "t.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "NM101" in out.stdout, out.stdout + out.stderr  # (cProfile itself exits 0 after SystemExit)
+    import pstats
+
+    assert any("check_text" in str(fn) for fn in pstats.Stats(str(tmp_path / "out.prof")).stats)
