@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections import Counter
 from typing import Optional
 
-from neuron_migrate.rules.lines import move_findings
+from neuron_migrate.rules.lines import line_map, move_findings, renumber_lines
 from neuron_migrate.rewrite.prune import unused_import_fixes
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.model import Finding, FixSafety
@@ -55,12 +56,13 @@ def _release(result) -> None:
 _LINE_NUMBER = re.compile(r"\blines? \d")
 
 
-def _left_after_import_removal(findings: list[Finding], todo: list[Finding], chosen: list, applied: list) -> Optional[list[Finding]]:
+def _left_after_import_removal(findings: list[Finding], todo: list[Finding], chosen: list, applied: list,
+                               old: str, new: str) -> Optional[list[Finding]]:
     """The findings left once this round's fixes are applied, when those fixes only removed unused imports and
     re-analysing the result could not tell more; None when it must be analysed again. That is so when every
     fix found was applied, none had a helper or import to add, and no finding left lies in an edited statement
-    (it would be gone or changed) or names a line by number in its message (the number may have moved). The
-    fixes of the findings left (comment edits, unsafe fixes) move with them."""
+    (it would be gone or changed) or names a line that is gone (`old` -> `new`); lines a message names move as an
+    analysis of `new` would name them. The fixes of the findings left (comment edits, unsafe fixes) move with them."""
     if not chosen or len(applied) != len(chosen) or len(chosen) != len(todo):
         return None
     if not all(f.unused_import_only and not f.imports and not f.helpers for f in chosen):
@@ -68,11 +70,18 @@ def _left_after_import_removal(findings: list[Finding], todo: list[Finding], cho
     edited = [e.span for f in chosen for e in f.edits]
     done = {id(f) for f in applied}
     left = [f for f in findings if f.fix is None or id(f.fix) not in done]
-    for f in left:
-        if _LINE_NUMBER.search(f.message) or _LINE_NUMBER.search(f.note or ""):
-            return None
+    to_new = None
+    for k, f in enumerate(left):
         if any(sp.line <= f.span.end_line and f.span.line <= sp.end_line for sp in edited):
             return None
+        if _LINE_NUMBER.search(f.message) or _LINE_NUMBER.search(f.note or ""):
+            to_new = to_new or line_map(old, new, kept_only=True)
+            message, note = renumber_lines(f.message, to_new), renumber_lines(f.note or "", to_new)
+            if message is None or note is None:
+                return None
+            if (message, note) != (f.message, f.note or ""):
+                f = left[k] = copy.copy(f)
+                f.message, f.note = message, note if f.note else f.note
     return left
 
 
@@ -134,7 +143,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
             break
-        left = _left_after_import_removal(result.findings, todo, chosen, applied)
+        left = _left_after_import_removal(result.findings, todo, chosen, applied, current, new_text)
         if left is not None:
             # removing imports nothing used changes no other finding: the text is only parsed, to validate it,
             # and the findings left move onto it (what the import pruning below does too)

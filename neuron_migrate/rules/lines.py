@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_left, bisect_right
-from typing import Callable
+import re
+from typing import Callable, Optional
 
 from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.span import Span
@@ -98,8 +99,9 @@ def _gap_opcodes(a: list, b: list, i1: int, i2: int, j1: int, j2: int, add) -> N
         add("equal", i2 - tail, i2, j2 - tail, j2)
 
 
-def line_map(old: str, new: str) -> Callable[[int], int]:
-    """A function from 1-based lines of `old` to 1-based lines of `new`."""
+def line_map(old: str, new: str, kept_only: bool = False) -> Callable[[int], Optional[int]]:
+    """A function from 1-based lines of `old` to 1-based lines of `new`. With `kept_only`, lines the diff does not
+    keep as they are (deleted or replaced) map to None."""
     if old == new:
         return lambda n: n
     a, b = source_lines(old), source_lines(new)
@@ -117,11 +119,39 @@ def line_map(old: str, new: str) -> Callable[[int], int]:
             return last
         if tag == "equal":
             return j1 + (i - i1) + 1
+        if kept_only:
+            return None
         if j2 == j1:  # deleted: where it was
             return min(j1 + 1, last)
         return j1 + min(i - i1, j2 - j1 - 1) + 1
 
     return to_new
+
+
+# how messages name lines of their file: "line 12", "lines 12, 40", "lines 12-18" (rule messages, see cuda_device)
+_LINE_REFS = re.compile(r"\b(lines? )(\d+(?:(?:, |-)\d+)*)")
+_MORE_NUMBERS = re.compile(r"(?: ?,| and| or| to|-) ?\d")  # matched where a list of lines ends
+
+
+def renumber_lines(message: str, to_new: Callable[[int], Optional[int]]) -> Optional[str]:
+    """`message` with the lines it names (see _LINE_REFS) moved by `to_new`; None when one of them maps to None
+    (gone) or a list of lines goes on in a form not understood here."""
+    out, pos = [], 0
+    for m in _LINE_REFS.finditer(message):
+        if _MORE_NUMBERS.match(message, m.end()):
+            return None
+        moved = []
+        for part in re.split(r"(, |-)", m.group(2)):
+            if part in (", ", "-"):
+                moved.append(part)
+                continue
+            line = to_new(int(part))
+            if line is None:
+                return None
+            moved.append(str(line))
+        out += [message[pos : m.start(2)], "".join(moved)]
+        pos = m.end()
+    return "".join(out) + message[pos:]
 
 
 def move_findings(findings: list, old: str, new: str, fixes: bool = False) -> list:

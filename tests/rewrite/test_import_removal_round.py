@@ -69,11 +69,43 @@ def test_a_finding_in_an_edited_statement_makes_the_round_analysed(ruleset):
     removed = Finding(rule, "f.py", Span(2, 0, 2, 20), "unused import", fix=removal)
     other = Finding(rule, "f.py", Span(5, 0, 5, 3), "left")
     on_it = Finding(rule, "f.py", Span(2, 0, 2, 5), "on the import")
-    numbered = Finding(rule, "f.py", Span(7, 0, 7, 3), "see line 3")
-    take = engine._left_after_import_removal
+    numbered = Finding(rule, "f.py", Span(7, 0, 7, 3), "see line 3", note="and lines 4-8")
+    gone = Finding(rule, "f.py", Span(7, 0, 7, 3), "see line 2")  # the removed import's line
+    old = "".join(f"line{i}\n" for i in range(1, 9))
+    new = old.replace("line2\n", "")
+    take = lambda findings, todo, chosen, applied: engine._left_after_import_removal(findings, todo, chosen, applied, old, new)  # noqa: E731
     assert take([removed, other], [removed], [removal], [removal]) == [other]
     assert take([removed, other, on_it], [removed], [removal], [removal]) is None
-    assert take([removed, numbered], [removed], [removal], [removal]) is None
+    (moved,) = take([removed, numbered], [removed], [removal], [removal])
+    assert (moved.message, moved.note) == ("see line 2", "and lines 3-7")  # named as an analysis of `new` names it
+    assert (numbered.message, numbered.note) == ("see line 3", "and lines 4-8")  # the round's finding is not changed
+    assert take([removed, gone], [removed], [removal], [removal]) is None
     plain = Fix(FixSafety.SAFE, [Edit("delete_stmt", Span(2, 0, 2, 20))])
     assert take([removed], [removed], [plain], [plain]) is None  # not marked as an import removal
     assert take([removed], [removed], [removal], []) is None  # not applied
+
+
+# round 2 removes the xm import; the finding left names a line below it, which moves up
+NAMED_LINE = '''import torch_xla.core.xla_model as xm
+from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+
+def f(loader: "MpDeviceLoader"):
+    xm.mark_step()
+    return loader
+'''
+
+
+def test_a_message_naming_a_line_is_renumbered_as_a_full_analysis_names_it(ruleset, monkeypatch):
+    checks = []
+    real_check = engine.check_text
+    monkeypatch.setattr(engine, "check_text", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    short = _outcome(NAMED_LINE, ruleset, Settings())
+    n_short = len(checks)
+    monkeypatch.setattr(engine, "_left_after_import_removal", lambda *a: None)
+    checks.clear()
+    full = _outcome(NAMED_LINE, ruleset, Settings())
+    assert n_short == len(checks) - 1 == 2
+    assert short == full
+    (left,) = short[3]
+    assert "on line 4 names `MpDeviceLoader`" in left[2]  # line 5 before the import went

@@ -203,3 +203,19 @@ def test_line_opcodes_hand_difflib_only_the_runs_between_unique_lines(monkeypatc
     ops = _line_opcodes(a, b)
     assert max(sizes, default=0) <= 12
     assert sum(i2 - i1 for tag, i1, i2, _j1, _j2 in ops if tag == "equal") == len(b)  # every kept line matched
+
+
+@pytest.mark.parametrize("message, want", [
+    ("left unchanged (lines 567, 571, 576), so", "left unchanged (lines 565, 569, 574), so"),
+    ("the `if` block (lines 10-20) is removed", "the `if` block (lines 8-18) is removed"),
+    ("line 12: a; line 40: b", "line 10: a; line 38: b"),
+    ("xm.optimizer_step (line 12, 14) all-reduced", "xm.optimizer_step (line 10, 12) all-reduced"),
+    ("2 calls, no line named, xla:1", "2 calls, no line named, xla:1"),
+    ("the call at line 5", None),  # a line that is gone
+    ("lines 12 and 14", None),  # a list in a form not read here
+    ("lines 12,13", None),
+])
+def test_renumber_lines_moves_every_line_a_message_names(message, want):
+    from neuron_migrate.rules.lines import renumber_lines
+
+    assert renumber_lines(message, lambda n: None if n == 5 else n - 2) == want
