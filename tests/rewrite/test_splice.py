@@ -91,6 +91,15 @@ def _splice_agrees(text: str, e: Edit, spliced: bool) -> None:
     assert out == via_libcst and len(applied) == 1
 
 
+def _libcst_texts(monkeypatch, check_regions: bool) -> list:
+    """The texts libcst is given from now on (each region, dedented), with _CHECK_REGIONS set as asked."""
+    calls: list = []
+    real = apply._apply_edits
+    monkeypatch.setattr(apply, "_CHECK_REGIONS", check_regions)
+    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    return calls
+
+
 def test_regions_rewrite_separate_methods_like_one_pass(monkeypatch):
     """Edits in two methods of a class go through libcst one method at a time; the text equals one pass over the
     whole class."""
@@ -107,10 +116,7 @@ def test_regions_rewrite_separate_methods_like_one_pass(monkeypatch):
     edits = [Edit("delete_stmt", Span(s.lineno, s.col_offset, s.end_lineno, s.end_col_offset)) for s in stmts]
     edits.append(_edit(text, "x.cuda()", "x.to(device)"))
     one_pass, _ = _apply_edits(text, edits)
-    calls = []
-    real = apply._apply_edits
-    monkeypatch.setattr(apply, "_CHECK_REGIONS", False)  # count only the regions rewrite uses
-    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    calls = _libcst_texts(monkeypatch, check_regions=False)  # count only the regions rewrite uses
     out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
     assert out == one_pass and len(applied) == 3
     assert len(calls) == 2 and all(c.startswith("def ") for c in calls)  # each method on its own, dedented
@@ -142,10 +148,7 @@ def test_regions_are_the_innermost_block_that_keeps_the_change_inside(monkeypatc
     edits = [Edit("delete_stmt", Span(6, 16, 6, 30)), Edit("delete_stmt", Span(12, 12, 12, 26))]
     one_pass, _ = _apply_edits(BLOCKS, edits)
     assert "if flag" not in one_pass and "sync first" not in one_pass and "# then save" in one_pass
-    calls = []
-    real = apply._apply_edits
-    monkeypatch.setattr(apply, "_CHECK_REGIONS", True)  # also rewritten one function at a time: must be the same
-    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    calls = _libcst_texts(monkeypatch, check_regions=True)  # also rewritten one function at a time: must be the same
     out, applied = apply_fixes(BLOCKS, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
     assert out == one_pass and len(applied) == 2
     assert calls[0].startswith("with ctx():\n") and calls[1].startswith("def save(")  # the with; the if's function
@@ -212,10 +215,7 @@ def test_an_emptied_if_between_two_statements_is_rewritten_with_its_neighbours_o
     edits = [Edit("delete_stmt", Span(s.lineno, s.col_offset, s.end_lineno, s.end_col_offset)) for s in marks]
     one_pass, _ = _apply_edits(WINDOWS, edits)
     assert "if flag" not in one_pass and "sync first" not in one_pass and "is_xla" not in one_pass
-    calls = []
-    real = apply._apply_edits
-    monkeypatch.setattr(apply, "_CHECK_REGIONS", True)  # also rewritten one function at a time: must be the same
-    monkeypatch.setattr(apply, "_apply_edits", lambda t, e: calls.append(t) or real(t, e))
+    calls = _libcst_texts(monkeypatch, check_regions=True)  # also rewritten one function at a time: must be the same
     out, applied = apply_fixes(WINDOWS, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
     assert out == one_pass and len(applied) == 2
     windows = [c for c in calls if not c.startswith("def ")]  # (the check's function-at-a-time passes start so)
@@ -234,13 +234,10 @@ def test_no_window_where_the_block_would_not_see_the_same_change(monkeypatch, te
     tree = ast.parse(text)
     (mark,) = [n for n in ast.walk(tree) if isinstance(n, ast.Expr) and "mark_step" in ast.unparse(n)]
     e = Edit("delete_stmt", Span(mark.lineno, mark.col_offset, mark.end_lineno, mark.end_col_offset))
-    calls = []
-    real = apply._apply_edits
-    monkeypatch.setattr(apply, "_CHECK_REGIONS", False)
-    monkeypatch.setattr(apply, "_apply_edits", lambda t, ed: calls.append(t) or real(t, ed))
+    calls = _libcst_texts(monkeypatch, check_regions=False)
     out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e])], tree)
-    assert out == real(text, [e])[0] and len(applied) == 1
     assert calls == [text]  # the top-level function, whole
+    assert out == _apply_edits(text, [e])[0] and len(applied) == 1
 
 
 @pytest.mark.parametrize("text, needle, new, spliced", [
