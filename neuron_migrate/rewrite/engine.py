@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ast
-import copy
 import re
 from collections import Counter
 from typing import Optional
@@ -61,8 +60,9 @@ def _left_after_import_removal(findings: list[Finding], todo: list[Finding], cho
     """The findings left once this round's fixes are applied, when those fixes only removed unused imports and
     re-analysing the result could not tell more; None when it must be analysed again. That is so when every
     fix found was applied, none had a helper or import to add, and no finding left lies in an edited statement
-    (it would be gone or changed) or names a line that is gone (`old` -> `new`); lines a message names move as an
-    analysis of `new` would name them. The fixes of the findings left (comment edits, unsafe fixes) move with them."""
+    (it would be gone or changed) or names a line that is gone (`old` -> `new`). The caller moves them onto `new`
+    (move_findings: their spans, the lines their messages name, the fixes of those left: comment edits, unsafe
+    fixes), which then reads as an analysis of `new` would report them."""
     if not chosen or len(applied) != len(chosen) or len(chosen) != len(todo):
         return None
     if not all(f.unused_import_only and not f.imports and not f.helpers for f in chosen):
@@ -70,18 +70,14 @@ def _left_after_import_removal(findings: list[Finding], todo: list[Finding], cho
     edited = [e.span for f in chosen for e in f.edits]
     done = {id(f) for f in applied}
     left = [f for f in findings if f.fix is None or id(f.fix) not in done]
-    to_new = None
-    for k, f in enumerate(left):
+    kept = None
+    for f in left:
         if any(sp.line <= f.span.end_line and f.span.line <= sp.end_line for sp in edited):
             return None
         if _LINE_NUMBER.search(f.message) or _LINE_NUMBER.search(f.note or ""):
-            to_new = to_new or line_map(old, new, kept_only=True)
-            message, note = renumber_lines(f.message, to_new), renumber_lines(f.note or "", to_new)
-            if message is None or note is None:
+            kept = kept or line_map(old, new, kept_only=True)
+            if renumber_lines(f.message, kept) is None or renumber_lines(f.note or "", kept) is None:
                 return None
-            if (message, note) != (f.message, f.note or ""):
-                f = left[k] = copy.copy(f)
-                f.message, f.note = message, note if f.note else f.note
     return left
 
 

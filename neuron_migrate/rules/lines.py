@@ -175,8 +175,11 @@ def move_findings(findings: list, old: str, new: str, fixes: bool = False) -> li
             if any(sp is not e.span for sp, e in zip(spans, fix.edits)):
                 fix = copy.copy(fix)
                 fix.edits = [Edit(e.kind, sp, e.text) for sp, e in zip(spans, fix.edits)]
-        if span is not f.span or fix is not f.fix:
+        # the lines a message names move too (a list it names in a form not read here is left as it is)
+        message = renumber_lines(f.message, to_new) or f.message if "line" in f.message else f.message
+        note = (renumber_lines(f.note, to_new) or f.note) if f.note and "line" in f.note else f.note
+        if span is not f.span or fix is not f.fix or message != f.message or note != f.note:
             f = copy.copy(f)
-            f.span, f.fix = span, fix
+            f.span, f.fix, f.message, f.note = span, fix, message, note
         out.append(f)
     return out

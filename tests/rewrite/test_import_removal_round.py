@@ -76,7 +76,10 @@ def test_a_finding_in_an_edited_statement_makes_the_round_analysed(ruleset):
     take = lambda findings, todo, chosen, applied: engine._left_after_import_removal(findings, todo, chosen, applied, old, new)  # noqa: E731
     assert take([removed, other], [removed], [removal], [removal]) == [other]
     assert take([removed, other, on_it], [removed], [removal], [removal]) is None
-    (moved,) = take([removed, numbered], [removed], [removal], [removal])
+    from neuron_migrate.rules.lines import move_findings
+
+    assert take([removed, numbered], [removed], [removal], [removal]) == [numbered]
+    (moved,) = move_findings([numbered], old, new, fixes=True)  # as fix_text moves what is left
     assert (moved.message, moved.note) == ("see line 2", "and lines 3-7")  # named as an analysis of `new` names it
     assert (numbered.message, numbered.note) == ("see line 3", "and lines 4-8")  # the round's finding is not changed
     assert take([removed, gone], [removed], [removal], [removal]) is None

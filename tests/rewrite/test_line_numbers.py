@@ -219,3 +219,42 @@ def test_renumber_lines_moves_every_line_a_message_names(message, want):
     from neuron_migrate.rules.lines import renumber_lines
 
     assert renumber_lines(message, lambda n: None if n == 5 else n - 2) == want
+
+
+def _named_lines(findings) -> list:
+    return sorted((f.rule.code, f.span.line, f.message) for f in findings if _LINE_REF.search(f.message))
+
+
+_LINE_REF = __import__("re").compile(r"\blines? \d")
+
+
+def test_lines_named_in_messages_are_those_of_the_rewritten_file(ruleset):
+    """A finding left after a rewrite was found in the text of the last round; later rounds and pruned imports
+    move lines after it. The lines its message names move with its span: they read as an audit of the rewritten
+    file reports them (here NM103 names the three 'xla' strings, below two imports that go)."""
+    text = ("import torch\n"
+            "import torch_xla.core.xla_model as xm\n"
+            "import torch_xla.distributed.parallel_loader as pl\n"
+            "\n"
+            "from settings import PREFETCH\n"
+            "\n\n"
+            "def train(model, loader, backend=\"xla\"):\n"
+            "    device = xm.xla_device()\n"
+            "    for x, y in pl.MpDeviceLoader(loader, device, batches_per_execution=PREFETCH):\n"
+            "        model(x)\n"
+            "    if backend == \"xla\":\n"
+            "        print(\"on xla\")\n"
+            "    elif backend in (\"xla\", \"tpu\"):\n"
+            "        print(\"tpu\")\n")
+    out = fix_text(text, "t.py", ruleset, Settings(unsafe_fixes=True))
+    left = _named_lines(out.remaining)
+    assert [(c, n) for c, n, _m in left] == [("NM103", 4)] and "(lines 4, 9, 11)" in left[0][2], left  # 8, 12, 14
+    assert all('"xla"' in _line(out.text, n) for n in (4, 9, 11))
+    assert left == _named_lines(check_text(out.text, "t.py", ruleset).findings)
+
+
+@pytest.mark.parametrize("path", REALISTIC, ids=lambda p: p.name)
+def test_named_lines_match_an_audit_of_the_output_on_realistic_scripts(ruleset, path):
+    text = path.read_text()
+    out = fix_text(text, path.name, ruleset, Settings(unsafe_fixes=True))
+    assert _named_lines(out.remaining) == _named_lines(check_text(out.text, path.name, ruleset).findings)
