@@ -3,15 +3,15 @@
 A fix is found in the text of the round that applied it (the original file in round one, an intermediate text
 later), and inserted imports and helpers, pruned imports and later rounds move every line below them. What
 `rewrite` reports (notes, the list of fixes, findings left for the user) refers to the file the user gets: each
-finding's lines are mapped from the text it was found in to the final text by a line diff. A line the rewrite
-replaced maps into its replacement (the first line of it when the replacement is shorter); a deleted line maps
-to the line that now stands where it was.
+finding's lines, and the lines its message names ("line 12", "lines 12, 40"), are mapped from the text it was
+found in to the final text by a line diff. A line the rewrite replaced maps into its replacement (the first line
+of it when the replacement is shorter); a deleted line maps to the line that now stands where it was.
 """
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left, bisect_right
 import re
+from bisect import bisect_left, bisect_right
 from typing import Callable, Optional
 
 from neuron_migrate.files.lines import source_lines
