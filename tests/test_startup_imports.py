@@ -41,3 +41,16 @@ def test_audit_of_a_file_that_touches_the_table_imports_none_of_them(tmp_path):
 def test_rewrite_of_a_file_with_nothing_to_fix_does_not_import_libcst(tmp_path):
     out, imported = _run(tmp_path, "rewrite", "import torch\n\nx = torch.ones(3)\n")
     assert "libcst" not in imported and "torch" not in imported
+
+
+def test_rewrite_whose_edits_are_all_spliced_does_not_import_libcst(tmp_path):
+    """Expression edits and plain statement deletions are written into the text (rewrite/apply.py:_splice):
+    libcst (0.1-0.3 s to import) loads only for an edit it must make, such as a block a deletion empties."""
+    spliced = ("import torch\nimport torch_xla.core.xla_model as xm\n\n\ndef step(model, x):\n"
+               "    device = xm.xla_device()\n    y = model(x.to(device))\n    xm.mark_step()\n    return y\n")
+    out, imported = _run(tmp_path, "rewrite", spliced)
+    assert 'torch.device("neuron")' in out and "-    xm.mark_step()" in out  # it did rewrite the file
+    assert "libcst" not in imported
+    emptied = "import torch_xla.core.xla_model as xm\n\n\ndef step():\n    xm.mark_step()\n"  # the body becomes `pass`
+    out, imported = _run(tmp_path, "rewrite", emptied)
+    assert "+    pass" in out and "libcst" in imported

@@ -25,6 +25,9 @@ def main(exit_at_once: bool = False) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("neuron-migrate: interrupted\n")
         sys.exit(130)
+    except BrokenPipeError:
+        _reader_gone()
+        sys.exit(1)
     except Exception as exc:
         from neuron_migrate.pipeline.parallel import WorkerError
 
@@ -60,9 +63,25 @@ def _exit_at_once(code: int) -> None:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
+    except BrokenPipeError:
+        _reader_gone()
+        os._exit(1)
     except (OSError, ValueError):
         sys.exit(code)
     os._exit(code)
+
+
+def _reader_gone() -> None:
+    """The reader of the output went away (`neuron-migrate audit . | head`): the run stops without a traceback and
+    with status 1, as click stops the other commands. Standard output is pointed at /dev/null first, so that the
+    exit's flush of what is still buffered cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _monitored() -> bool:

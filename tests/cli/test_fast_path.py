@@ -172,3 +172,21 @@ def test_the_console_entry_lets_a_profiler_write_its_data(tmp_path):
     import pstats
 
     assert any("check_text" in str(fn) for fn in pstats.Stats(str(tmp_path / "out.prof")).stats)
+
+
+@pytest.mark.parametrize("command", ["audit", "rewrite"])
+def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path, command):
+    """`neuron-migrate audit . | head -1`: once the reader closes the pipe, the run stops with status 1 (as click
+    stops the other commands) and nothing on stderr, not a BrokenPipeError traceback. The output is far larger than
+    a pipe holds, so the write after the close is certain to fail."""
+    body = "import torch_xla.core.xla_model as xm\n\n\ndef step(x):\n" + "".join(
+        f"    y{i} = x.to(xm.xla_device())\n    xm.mark_step()\n" for i in range(30))
+    for i in range(40):
+        (tmp_path / f"t{i}.py").write_text(body)
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_migrate", command, "--no-cache", "-j", "1", "."], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1, err
+    assert first and "Traceback" not in err and "BrokenPipe" not in err and err == "", err
