@@ -402,13 +402,12 @@ def _rewrite_region(tree: ast.Module, lines: list[str], ra: int, rb: int, prefix
 
 
 def _regions(tree: ast.Module, a: int, b: int, edits: list[Edit], lines: list[str],
-             kinds: tuple = _COMPOUND) -> Optional[list[tuple]]:
+             kinds: tuple = _COMPOUND, windows: bool = True) -> Optional[list[tuple]]:
     """Disjoint (first line, last line, indentation, edits) regions of top-level lines a..b, each the innermost
-    statement of `kinds` holding its edits (see _holding_region), or None when some edit has none. The applier's
-    changes never leave such a statement (comments of a removed statement move within its block, an emptied block
-    gets `pass` there), so each region can be rewritten on its own."""
+    statement of `kinds` (or, with `windows`, window of a block) holding its edits (see _holding_region), or None
+    when some edit has none. The applier's changes never leave such a region (comments of a removed statement move
+    within its block, an emptied block gets `pass` there), so each region can be rewritten on its own."""
     regions: list[list] = []
-    windows = kinds is _COMPOUND  # the regions rewrite uses; _DEFS regions check them (_CHECK_REGIONS)
     for e in edits:
         r = _holding_region(tree, a, b, [e], lines, kinds, windows)
         if r is None:
@@ -435,18 +434,19 @@ def _rewrite_chunk(tree: ast.Module, lines: list[str], a: int, b: int, edits: li
     spliced = _splice_region(tree, lines, a, b, None, edits)
     if spliced is not None:
         return spliced, {_skey(e.span) for e in edits}
-    code, keys = _rewrite_regions(tree, lines, a, b, edits, _COMPOUND)
+    code, keys = _rewrite_regions(tree, lines, a, b, edits, _COMPOUND, windows=True)
     if _CHECK_REGIONS:
-        wide = _rewrite_regions(tree, lines, a, b, edits, _DEFS)
+        wide = _rewrite_regions(tree, lines, a, b, edits, _DEFS, windows=False)
         if wide != (code, keys):
             sys.stderr.write(f"REGION MISMATCH at line {a}\n--- functions\n{wide[0]}\n--- blocks\n{code}\n")
             raise SpliceMismatch(f"rewriting blocks differs from rewriting functions at line {a}")
     return code, keys
 
 
-def _rewrite_regions(tree: ast.Module, lines: list[str], a: int, b: int, edits: list[Edit], kinds: tuple) -> tuple[str, set]:
-    """_rewrite_chunk's libcst part, one region (innermost statement of `kinds` holding edits) at a time."""
-    regions = _regions(tree, a, b, edits, lines, kinds)
+def _rewrite_regions(tree: ast.Module, lines: list[str], a: int, b: int, edits: list[Edit], kinds: tuple,
+                     windows: bool) -> tuple[str, set]:
+    """_rewrite_chunk's libcst part, one region (innermost statement of `kinds`, or window, holding edits) at a time."""
+    regions = _regions(tree, a, b, edits, lines, kinds, windows)
     if regions is None:
         return _libcst_region(lines, a, b, None, edits)
     out: list[str] = []

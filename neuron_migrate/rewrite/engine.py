@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections import Counter
 from typing import Optional
 
-from neuron_migrate.rules.lines import line_map, move_findings, renumber_lines
+from neuron_migrate.names.analysis import AnalysisError
 from neuron_migrate.rewrite.prune import unused_import_fixes
 from neuron_migrate.rules.api import Settings
+from neuron_migrate.rules.builtin.meta import COMMENT_EDIT, apply_comment_fixes
+from neuron_migrate.rules.lines import line_map, move_findings, names_lines, renumber_lines
 from neuron_migrate.rules.model import Finding, FixSafety
 from neuron_migrate.rules.registry import RuleSet
-from neuron_migrate.names.analysis import AnalysisError
-from neuron_migrate.rules.builtin.meta import COMMENT_EDIT, apply_comment_fixes
 from neuron_migrate.rules.runner import RuleCrash, check_text
 
 MAX_ROUNDS = 12
@@ -52,9 +51,6 @@ def _release(result) -> None:
         result.analysis.release()
 
 
-_LINE_NUMBER = re.compile(r"\blines? \d")
-
-
 def _left_after_import_removal(findings: list[Finding], todo: list[Finding], chosen: list, applied: list,
                                old: str, new: str) -> Optional[list[Finding]]:
     """The findings left once this round's fixes are applied, when those fixes only removed unused imports and
@@ -74,7 +70,7 @@ def _left_after_import_removal(findings: list[Finding], todo: list[Finding], cho
     for f in left:
         if any(sp.line <= f.span.end_line and f.span.line <= sp.end_line for sp in edited):
             return None
-        if _LINE_NUMBER.search(f.message) or _LINE_NUMBER.search(f.note or ""):
+        if names_lines(f.message) or names_lines(f.note or ""):
             kept = kept or line_map(old, new, kept_only=True)
             if renumber_lines(f.message, kept) is None or renumber_lines(f.note or "", kept) is None:
                 return None

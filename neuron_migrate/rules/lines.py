@@ -133,6 +133,11 @@ _LINE_REFS = re.compile(r"\b(lines? )(\d+(?:(?:, |-)\d+)*)")
 _MORE_NUMBERS = re.compile(r"(?: ?,| and| or| to|-) ?\d")  # matched where a list of lines ends
 
 
+def names_lines(text: str) -> bool:
+    """Does the text name a line of its file (see _LINE_REFS)?"""
+    return _LINE_REFS.search(text) is not None
+
+
 def renumber_lines(message: str, to_new: Callable[[int], Optional[int]]) -> Optional[str]:
     """`message` with the lines it names (see _LINE_REFS) moved by `to_new`; None when one of them maps to None
     (gone) or a list of lines goes on in a form not understood here."""
@@ -176,8 +181,8 @@ def move_findings(findings: list, old: str, new: str, fixes: bool = False) -> li
                 fix = copy.copy(fix)
                 fix.edits = [Edit(e.kind, sp, e.text) for sp, e in zip(spans, fix.edits)]
         # the lines a message names move too (a list it names in a form not read here is left as it is)
-        message = renumber_lines(f.message, to_new) or f.message if "line" in f.message else f.message
-        note = (renumber_lines(f.note, to_new) or f.note) if f.note and "line" in f.note else f.note
+        message = (renumber_lines(f.message, to_new) or f.message) if names_lines(f.message) else f.message
+        note = (renumber_lines(f.note, to_new) or f.note) if f.note and names_lines(f.note) else f.note
         if span is not f.span or fix is not f.fix or message != f.message or note != f.note:
             f = copy.copy(f)
             f.span, f.fix, f.message, f.note = span, fix, message, note
