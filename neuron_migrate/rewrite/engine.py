@@ -166,7 +166,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             from neuron_migrate.rewrite.apply import ApplyError, apply_fixes
 
             try:
-                current, _ = apply_fixes(current, prune)
+                current, _ = apply_fixes(current, prune, _tree_of(last_tree, current))
             except ApplyError as exc:
                 raise FixError(f"removing imports the rewrite left unused: {exc}") from None
     outcome.text = current

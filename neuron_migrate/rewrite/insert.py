@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from functools import lru_cache
 from typing import Optional
 
 from neuron_migrate.files.lines import source_lines
@@ -331,11 +332,13 @@ def _nl(text: str) -> str:
     return "\r\n" if i > 0 and text[i - 1] == "\r" else "\n"
 
 
-def _helper_names(src: str) -> set[str]:
+@lru_cache(maxsize=256)
+def _helper_names(src: str) -> frozenset:
+    """The names a helper's source loads (asked again for every import and helper placed: parsed once)."""
     try:
-        return _all_names(ast.parse(src))[0]
+        return frozenset(_all_names(ast.parse(src))[0])
     except SyntaxError:
-        return set()
+        return frozenset()
 
 
 _SIMPLE_FROM = re.compile(r"from ([\w.]+) import ([\w, ]+?)([ \t]*(?:#.*)?)(\r?\n)?$")

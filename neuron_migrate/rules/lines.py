@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import re
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from typing import Callable, Optional
 
 from neuron_migrate.files.lines import source_lines
@@ -37,23 +38,30 @@ def _line_opcodes(a: list, b: list) -> list:
             ops.append((tag, i1, i2, j1, j2))
 
     i0 = j0 = 0
-    for i, j in [*_unique_anchors(a, b), (len(a), len(b))]:
+    run_i = run_j = -1  # a run of anchors that follow each other in both texts: one "equal" block
+    for i, j in _unique_anchors(a, b):
+        if i == i0 and j == j0 and run_i >= 0:  # nothing between this anchor and the last: the run goes on
+            i0, j0 = i + 1, j + 1
+            continue
+        if run_i >= 0:
+            add("equal", run_i, i0, run_j, j0)
         _gap_opcodes(a, b, i0, i, j0, j, add)
-        if i < len(a):
-            add("equal", i, i + 1, j, j + 1)
+        run_i, run_j = i, j
         i0, j0 = i + 1, j + 1
+    if run_i >= 0:
+        add("equal", run_i, i0, run_j, j0)
+    _gap_opcodes(a, b, i0, len(a), j0, len(b), add)
     return ops
 
 
 def _unique_anchors(a: list, b: list) -> list:
     """(i, j) pairs of lines that occur once in `a` and once in `b`, the longest run increasing in both."""
-    count_a: dict = {}
-    for line in a:
-        count_a[line] = count_a.get(line, 0) + 1
-    where_b: dict = {}
-    for j, line in enumerate(b):
-        where_b[line] = -1 if line in where_b else j  # -1: repeated in b
-    pairs = [(i, where_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and where_b.get(line, -1) >= 0]
+    count_a, count_b = Counter(a), Counter(b)
+    where_b = {line: j for j, line in enumerate(b)}  # read only for lines that occur once in b
+    pairs = [(i, where_b[line]) for i, line in enumerate(a) if count_a[line] == 1 and count_b[line] == 1]
+    js = [j for _i, j in pairs]
+    if js == sorted(js):  # nothing moved (the usual rewrite): every pair is in the one longest run
+        return pairs
     # longest increasing subsequence of the j's (patience sorting), pairs already in increasing i
     tails: list = []  # tails[k]: index into pairs of the smallest last j of an increasing run of length k + 1
     back = [-1] * len(pairs)
@@ -80,9 +88,15 @@ def _gap_opcodes(a: list, b: list, i1: int, i2: int, j1: int, j2: int, add) -> N
     if i1 == i2 or j1 == j2:
         add("delete" if i1 < i2 else "insert", i1, i2, j1, j2)
         return
-    while i1 < i2 and j1 < j2 and a[i1] == b[j1]:
-        add("equal", i1, i1 + 1, j1, j1 + 1)
-        i1, j1 = i1 + 1, j1 + 1
+    if i2 - i1 == j2 - j1 and a[i1:i2] == b[j1:j2]:  # the usual gap: lines that repeat, unchanged
+        add("equal", i1, i2, j1, j2)
+        return
+    k, n = 0, min(i2 - i1, j2 - j1)
+    while k < n and a[i1 + k] == b[j1 + k]:
+        k += 1
+    if k:
+        add("equal", i1, i1 + k, j1, j1 + k)
+        i1, j1 = i1 + k, j1 + k
     tail = 0
     while tail < min(i2 - i1, j2 - j1) and a[i2 - 1 - tail] == b[j2 - 1 - tail]:
         tail += 1

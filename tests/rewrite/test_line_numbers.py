@@ -182,6 +182,92 @@ def test_line_opcodes_on_random_edits_are_a_diff():
         assert (i_at, j_at) == (len(a), len(b)) and rebuilt == b
 
 
+def _reference_line_opcodes(a: list, b: list) -> list:
+    """_line_opcodes as first written: every unique line anchored one at a time (longest increasing run by patience
+    sorting, always), every gap diffed line by line. The fast paths (runs of anchors, unchanged gaps, a run that
+    needs no sorting) must give exactly these opcodes: reported lines must not move with the speed-ups."""
+    import difflib
+    from bisect import bisect_left
+
+    ops: list = []
+
+    def add(tag, i1, i2, j1, j2):
+        if i1 == i2 and j1 == j2:
+            return
+        if tag == "equal" and ops and ops[-1][0] == "equal":
+            ops[-1] = ("equal", ops[-1][1], i2, ops[-1][3], j2)
+        else:
+            ops.append((tag, i1, i2, j1, j2))
+
+    def gap(i1, i2, j1, j2):
+        if i1 == i2 or j1 == j2:
+            add("delete" if i1 < i2 else "insert", i1, i2, j1, j2)
+            return
+        while i1 < i2 and j1 < j2 and a[i1] == b[j1]:
+            add("equal", i1, i1 + 1, j1, j1 + 1)
+            i1, j1 = i1 + 1, j1 + 1
+        tail = 0
+        while tail < min(i2 - i1, j2 - j1) and a[i2 - 1 - tail] == b[j2 - 1 - tail]:
+            tail += 1
+        if i2 - tail > i1 or j2 - tail > j1:
+            if i2 - tail == i1 or j2 - tail == j1:
+                add("delete" if i2 - tail > i1 else "insert", i1, i2 - tail, j1, j2 - tail)
+            else:
+                m = difflib.SequenceMatcher(None, a[i1:i2 - tail], b[j1:j2 - tail], autojunk=False)
+                for tag, x1, x2, y1, y2 in m.get_opcodes():
+                    add(tag, x1 + i1, x2 + i1, y1 + j1, y2 + j1)
+        if tail:
+            add("equal", i2 - tail, i2, j2 - tail, j2)
+
+    pairs = [(i, b.index(line)) for i, line in enumerate(a) if a.count(line) == 1 and b.count(line) == 1]
+    tails, tail_js, back = [], [], [-1] * len(pairs)
+    for k, (_i, j) in enumerate(pairs):
+        pos = bisect_left(tail_js, j)
+        back[k] = tails[pos - 1] if pos else -1
+        if pos == len(tails):
+            tails.append(k)
+            tail_js.append(j)
+        else:
+            tails[pos], tail_js[pos] = k, j
+    run, k = [], tails[-1] if tails else -1
+    while k >= 0:
+        run.append(pairs[k])
+        k = back[k]
+    i0 = j0 = 0
+    for i, j in [*run[::-1], (len(a), len(b))]:
+        gap(i0, i, j0, j)
+        if i < len(a):
+            add("equal", i, i + 1, j, j + 1)
+        i0, j0 = i + 1, j + 1
+    return ops
+
+
+def test_line_opcodes_fast_paths_give_the_plain_algorithms_opcodes():
+    import random
+
+    from neuron_migrate.rules.lines import _line_opcodes
+
+    rng = random.Random(11)
+    for n in range(3000):
+        vocab = rng.choice([4, 30, 300])  # many repeats, some, nearly all lines unique
+        a = [rng.choice("abcdefgh") + str(rng.randrange(vocab)) for _ in range(rng.randrange(0, 60))]
+        b = list(a)
+        for _ in range(rng.randrange(0, 8)):
+            op = rng.randrange(5)
+            if op == 0 and b:
+                del b[rng.randrange(len(b))]
+            elif op == 1:
+                b.insert(rng.randrange(len(b) + 1), rng.choice(["", ")", "new"]) + str(rng.randrange(3)))
+            elif op == 2 and len(b) > 1:  # a moved line: the anchors are no longer in order
+                b.insert(rng.randrange(len(b)), b.pop(rng.randrange(len(b))))
+            elif op == 3 and b:
+                b[rng.randrange(len(b))] = f"changed {n}"
+            elif op == 4 and b:  # a block of repeated lines (blank lines, closing brackets) inserted
+                at = rng.randrange(len(b) + 1)
+                b[at:at] = ["", ")"] * rng.randrange(1, 3)
+        assert _line_opcodes(a, b) == _reference_line_opcodes(a, b), (a, b)
+
+
 def test_line_opcodes_hand_difflib_only_the_runs_between_unique_lines(monkeypatch):
     """Many changes in a long file of repeated lines: SequenceMatcher over the whole texts is quadratic in the
     repeats (a 4,000-line rewrite took 19 s in it); anchored on the unique lines, it sees a few lines at a time."""
