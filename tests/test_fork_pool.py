@@ -161,3 +161,74 @@ def test_the_cli_reports_a_killed_worker_in_one_line(tmp_path, monkeypatch, caps
     assert stop.value.code == 2
     assert err.startswith("neuron-migrate: error: a worker process died") and "k03.py" in err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_two_files_go_to_two_workers(monkeypatch):
+    """Chunks are dealt one round at a time: the first worker does not take both of two files while the second
+    idles (a pre-commit run of two large files took as long as running them one after the other)."""
+    _use(monkeypatch, lambda item: os.getpid())
+    got = dict(parallel.fork_pool(_chunks(2, size=1), 2, ()))
+    assert len(set(got.values())) == 2
+
+
+def test_with_few_chunks_the_next_goes_to_the_worker_that_is_free(monkeypatch, tmp_path):
+    """Three files, two workers: file0 (large) holds its worker until file2 is done; file2 must go to the worker
+    that finished file1, not wait behind file0 in the busy worker's queue. (Waits on a file, never on a clock;
+    the bound only ends a broken run.)"""
+    done = tmp_path / "file2-done"
+
+    def one(item):
+        if item[0] == "file0.py":
+            for _ in range(2_000_000):
+                if done.exists():
+                    return (os.getpid(), "file2 was done first")
+                os.sched_yield()
+            return (os.getpid(), "file2 never came")
+        if item[0] == "file2.py":
+            done.touch()
+        return (os.getpid(), "")
+
+    _use(monkeypatch, one)
+    got = dict(parallel.fork_pool(_chunks(3, size=1), 2, ()))
+    assert got[0][1] == "file2 was done first"
+    assert got[2][0] == got[1][0] != got[0][0]
+
+
+@pytest.mark.parametrize("sizes, pooled", [
+    ([200_000, 200_000], True),  # two large files: one each
+    ([100_000, 20_000, 20_000], True),  # the rest holds enough work for the second core
+    ([6_000, 5_000], False),  # two small ones: forking costs more than it saves
+    ([300_000], False),  # one file: nothing to share
+    ([parallel.PARALLEL_MIN_REST_BYTES, 0], False),
+    ([5_000_000, 200_000], False),  # a file checked in pieces keeps both cores for its pieces
+])
+def test_a_few_files_use_the_pool_when_the_second_core_has_work(tmp_path, monkeypatch, sizes, pooled):
+    items = []
+    for k, size in enumerate(sizes):
+        p = tmp_path / f"f{k}.py"
+        p.write_text("x = 1\n" * (size // 6))
+        items.append((str(p), str(p)))
+    assert parallel._worth_a_pool(items) is pooled
+
+
+def test_two_large_files_are_checked_on_two_cores_with_the_serial_results(tmp_path, monkeypatch):
+    from neuron_migrate.rules.model import finding_to_dict
+    from neuron_migrate.rules.registry import RuleSet
+
+    body = "".join(f"def step{i}(model, x):\n    y = model(x)\n    xm.mark_step()\n    return y\n\n\n" for i in range(500))
+    paths = []
+    for name in ("a.py", "b.py"):
+        p = tmp_path / name
+        p.write_text("import torch_xla.core.xla_model as xm\n\n\n" + body)
+        paths.append(str(p))
+    used = []
+    original = parallel.fork_pool
+    monkeypatch.setattr(parallel, "fork_pool", lambda *a: used.append(1) or original(*a))
+    spec = RuleSet.select().spec
+    two = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=False, write=False, jobs=2))
+    one = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=False, write=False, jobs=1))
+    assert used == [1]
+    assert [r.path for r in two] == paths
+    for a, b in zip(two, one):
+        assert [finding_to_dict(f) for f in a.findings] == [finding_to_dict(f) for f in b.findings]
+        assert len(a.findings) >= 500
