@@ -524,7 +524,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         Bench("ruff check --select ALL BIG", [ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", str(big)],
               cwd=big.parent, limit=BIG_LIMIT_S, lines=big_lines),
     ] if big else []
-    file_benches = [b for s in single_benches for b in s[4:]] + small_ref
+    # the single files in one command, as a pre-commit run of a commit touching them all gets them: on every core,
+    # and with -j 1 for comparison
+    few = [path for path, _why in singles]
+    few_kw = dict(cwd=corpus.cache_dir() / "single", sample=False, lines=corpus.count_lines(few))
+    few_benches = [
+        Bench(f"audit {len(few)} FILES", audit + ["--no-cache", *map(str, few)], **few_kw),
+        Bench(f"audit -j 1 {len(few)} FILES", audit + ["--no-cache", "-j", "1", *map(str, few)], **few_kw),
+    ] if len(few) >= 2 else []
+    file_benches = [b for s in single_benches for b in s[4:]] + small_ref + few_benches
     everything = main_benches + jobs_benches + cache_benches + file_benches + big_benches
     for b in everything:
         b.missing = exists(b.cmd, b.cwd or tree)
@@ -577,6 +585,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     }
     ctx = dict(tree_name=tree_name, n_files=n_files, n_lines=n_lines, repeat=repeat, samples=samples, tree=tree,
                main=main_benches, jobs=jobs_benches, cache=cache_benches, singles=single_benches, small_ref=small_ref,
+               few=few_benches,
                big=big_benches, big_path=big, big_lines=big_lines, big_mb=big_mb, cache_clean=cache_clean,
                versions=versions, load_before=load_before, load_after=load_after, loads=loads, prof_text=prof_text,
                elapsed=time.perf_counter() - started, argv=sys.argv[1:] if argv is None else argv)
@@ -716,6 +725,18 @@ def render(c: dict) -> str:
         if _ok(b):
             where = f"`{SMALL_FILE}`" if "FILE" in b.label else "(no file)"
             out.append(f"| {where} | reference: `{b.label}` | | | {b.median:.3f} | {b.cpu:.3f} | | | {_fmt(b.peak_single_mb)} |")
+    if c.get("few"):
+        every, one = c["few"]
+        out += ["", "## A few files in one command (a pre-commit run)", "",
+                f"The {len(c['singles'])} files above ({every.lines:,} lines) given to one `audit`, as a pre-commit hook gives "
+                "it the files of a commit: on every core (fewer than 24 files still use the workers when the files "
+                "besides the largest hold enough work), and with `-j 1`.", "",
+                "| command | median wall (s) | runs (s) | median CPU (s) |", "|---|---:|---|---:|"]
+        for b in (every, one):
+            if _ok(b):
+                out.append(f"| `{b.label}`{_failed(b)} | {b.median:.3f} | {', '.join(f'{x.wall:.2f}' for x in b.runs)} | {b.cpu:.3f} |")
+        if _ok(every) and _ok(one):
+            out += ["", f"Every core / `-j 1`: {every.median / one.median:.2f} of the time."]
     if c["big"]:
         out += ["", f"## Generated file: `{c['big_path'].name}`", "",
                 f"{c['big_path'].stat().st_size / 1e6:.1f} MB, {c['big_lines']:,} lines: `{BIG_TEMPLATE}`'s imports once, then its "
