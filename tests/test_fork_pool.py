@@ -196,7 +196,8 @@ def test_with_few_chunks_the_next_goes_to_the_worker_that_is_free(monkeypatch, t
 
 @pytest.mark.parametrize("sizes, pooled", [
     ([200_000, 200_000], True),  # two large files: one each
-    ([100_000, 20_000, 20_000], True),  # the rest holds enough work for the second core
+    ([250_000, 100_000, 80_000], True),  # the rest holds enough work for the second core
+    ([236_000, 79_000, 8_000, 6_000], False),  # a large file and a few smaller: a worker's start costs more
     ([6_000, 5_000], False),  # two small ones: forking costs more than it saves
     ([300_000], False),  # one file: nothing to share
     ([parallel.PARALLEL_MIN_REST_BYTES, 0], False),
@@ -215,7 +216,7 @@ def test_two_large_files_are_checked_on_two_cores_with_the_serial_results(tmp_pa
     from neuron_migrate.rules.model import finding_to_dict
     from neuron_migrate.rules.registry import RuleSet
 
-    body = "".join(f"def step{i}(model, x):\n    y = model(x)\n    xm.mark_step()\n    return y\n\n\n" for i in range(500))
+    body = "".join(f"def step{i}(model, x):\n    y = model(x)\n    xm.mark_step()\n    return y\n\n\n" for i in range(2500))
     paths = []
     for name in ("a.py", "b.py"):
         p = tmp_path / name
@@ -231,4 +232,4 @@ def test_two_large_files_are_checked_on_two_cores_with_the_serial_results(tmp_pa
     assert [r.path for r in two] == paths
     for a, b in zip(two, one):
         assert [finding_to_dict(f) for f in a.findings] == [finding_to_dict(f) for f in b.findings]
-        assert len(a.findings) >= 500
+        assert len(a.findings) >= 2500

@@ -8,10 +8,12 @@ _STATE: dict = {}
 
 DEFAULT_MAX_BYTES = 20_000_000
 PARALLEL_MIN_FILES = 24  # from this many files on, always on all cores
-# fewer files (a pre-commit run, an editor's save): on all cores when the files besides the largest hold this many
-# bytes, the work a second core takes off the first (~0.6 ms of check per kB against ~10 ms to fork and feed a
-# worker; two 200 kB files: 0.33 -> 0.26 s)
-PARALLEL_MIN_REST_BYTES = 32_000
+# fewer files (a pre-commit run): on all cores when the files besides the largest hold this many bytes, the work a
+# second core takes off the first. A fresh worker pays 50-90 ms before its first file runs at full speed (the
+# pages it shares with this process are copied as it writes to them: reference counts, allocations), against
+# ~0.65 ms of check per kB: trainer.py with accelerator.py (rest 190 kB) 0.33 -> 0.22-0.29 s, while trainer.py
+# with three files of 93 kB went 0.26 -> 0.30 s at 32 kB
+PARALLEL_MIN_REST_BYTES = 160_000
 RACY_NS = 2_000_000_000  # stat signatures of files changed less than 2 s ago are not trusted
 
 
