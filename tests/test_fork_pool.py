@@ -120,25 +120,32 @@ def test_workers_ignore_ctrl_c_which_the_parent_handles(monkeypatch, tmp_path):
 
 
 def test_a_run_over_many_files_uses_the_fork_pool_and_keeps_serial_results(tmp_path, monkeypatch):
-    from neuron_migrate.rules.model import finding_to_dict
-    from neuron_migrate.rules.registry import RuleSet
-
     paths = []
     for i in range(parallel.PARALLEL_MIN_FILES + 6):
         p = tmp_path / f"m{i:02d}.py"
         p.write_text("import torch_xla.core.xla_model as xm\n" + "y = 2\n" * i + "d = xm.xla_device()\nxm.mark_step()\n")
         paths.append(str(p))
+    for a, b in _pooled_and_serial(monkeypatch, paths, fix=True):
+        assert a.new_text == b.new_text and a.changed and "mark_step" not in a.new_text
+
+
+def _pooled_and_serial(monkeypatch, paths: list, fix: bool) -> list:
+    """(result on two cores, result on one) per file, once the run on two cores is seen to use the pool and the
+    two runs to report the same findings in the same order."""
+    from neuron_migrate.rules.model import finding_to_dict
+    from neuron_migrate.rules.registry import RuleSet
+
     used = []
     original = parallel.fork_pool
     monkeypatch.setattr(parallel, "fork_pool", lambda *a: used.append(1) or original(*a))
     spec = RuleSet.select().spec
-    two = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=True, write=False, jobs=2))
-    one = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=True, write=False, jobs=1))
+    two = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=fix, write=False, jobs=2))
+    one = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=fix, write=False, jobs=1))
     assert used == [1]
     assert [r.path for r in two] == paths
     for a, b in zip(two, one):
         assert [finding_to_dict(f) for f in a.findings] == [finding_to_dict(f) for f in b.findings]
-        assert a.new_text == b.new_text and a.changed and "mark_step" not in a.new_text
+    return list(zip(two, one))
 
 
 def test_the_cli_reports_a_killed_worker_in_one_line(tmp_path, monkeypatch, capsys):
@@ -213,23 +220,11 @@ def test_a_few_files_use_the_pool_when_the_second_core_has_work(tmp_path, monkey
 
 
 def test_two_large_files_are_checked_on_two_cores_with_the_serial_results(tmp_path, monkeypatch):
-    from neuron_migrate.rules.model import finding_to_dict
-    from neuron_migrate.rules.registry import RuleSet
-
     body = "".join(f"def step{i}(model, x):\n    y = model(x)\n    xm.mark_step()\n    return y\n\n\n" for i in range(2500))
     paths = []
     for name in ("a.py", "b.py"):
         p = tmp_path / name
         p.write_text("import torch_xla.core.xla_model as xm\n\n\n" + body)
         paths.append(str(p))
-    used = []
-    original = parallel.fork_pool
-    monkeypatch.setattr(parallel, "fork_pool", lambda *a: used.append(1) or original(*a))
-    spec = RuleSet.select().spec
-    two = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=False, write=False, jobs=2))
-    one = list(parallel.run_files([(p, p) for p in paths], spec, {}, fix=False, write=False, jobs=1))
-    assert used == [1]
-    assert [r.path for r in two] == paths
-    for a, b in zip(two, one):
-        assert [finding_to_dict(f) for f in a.findings] == [finding_to_dict(f) for f in b.findings]
+    for a, _b in _pooled_and_serial(monkeypatch, paths, fix=False):
         assert len(a.findings) >= 2500
