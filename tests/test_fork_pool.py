@@ -216,7 +216,7 @@ def test_a_few_files_use_the_pool_when_the_second_core_has_work(tmp_path, monkey
         p = tmp_path / f"f{k}.py"
         p.write_text("x = 1\n" * (size // 6))
         items.append((str(p), str(p)))
-    assert parallel._worth_a_pool(items) is pooled
+    assert parallel._worth_a_pool([parallel._size(path) for path, _display in items]) is pooled
 
 
 def test_two_large_files_are_checked_on_two_cores_with_the_serial_results(tmp_path, monkeypatch):

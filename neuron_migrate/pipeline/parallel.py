@@ -11,8 +11,8 @@ PARALLEL_MIN_FILES = 24  # from this many files on, always on all cores
 # fewer files (a pre-commit run): on all cores when the files besides the largest hold this many bytes, the work a
 # second core takes off the first. A fresh worker pays 50-90 ms before its first file runs at full speed (the
 # pages it shares with this process are copied as it writes to them: reference counts, allocations), against
-# ~0.65 ms of check per kB: trainer.py with accelerator.py (rest 190 kB) 0.33 -> 0.22-0.29 s, while trainer.py
-# with three files of 93 kB went 0.26 -> 0.30 s at 32 kB
+# ~0.65 ms of check per kB: transformers' trainer.py with accelerate's accelerator.py (rest 190 kB) 0.31-0.53 ->
+# 0.29-0.37 s, while trainer.py with three files of 93 kB went 0.26 -> 0.30 s at 32 kB
 PARALLEL_MIN_REST_BYTES = 160_000
 RACY_NS = 2_000_000_000  # stat signatures of files changed less than 2 s ago are not trusted
 
@@ -205,7 +205,9 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
 def _run(items, codes, settings_kw, fix, write, jobs, on_done=None, digests=True) -> Iterator:
     done_one = on_done or (lambda: None)
     jobs = jobs or default_jobs()
-    if jobs <= 1 or not _worth_a_pool(items):
+    # each file's size, read once: it decides whether a few files are worth the workers and orders their work
+    sizes = [_size(path) for path, _display in items] if jobs > 1 and len(items) > 1 else []
+    if jobs <= 1 or not _worth_a_pool(sizes):
         _init(codes, settings_kw, fix, write, digests)
         _STATE["piece_workers"] = min(jobs, 2)  # a large file among few: its pieces may use a second core
         for item in items:
@@ -215,7 +217,7 @@ def _run(items, codes, settings_kw, fix, write, jobs, on_done=None, digests=True
         return
     # the largest files first (in small chunks), so that no worker is left alone with a big file at the end while
     # the others idle; results are handed back in the order of `items`
-    order = sorted(range(len(items)), key=lambda i: -_size(items[i][0]))
+    order = sorted(range(len(items)), key=lambda i: -sizes[i])
     chunk = max(1, min(8, len(items) // (jobs * 32)))
     initargs = (codes, settings_kw, fix, write, digests)
     done: dict[int, object] = {}
@@ -233,17 +235,17 @@ def _run(items, codes, settings_kw, fix, write, jobs, on_done=None, digests=True
             nxt += 1
 
 
-def _worth_a_pool(items) -> bool:
-    """Many files, or a few whose work a second core can share (no file so large that its own pieces want the
-    cores: rules/pieces.py, run serially with two piece workers)."""
-    if len(items) >= PARALLEL_MIN_FILES:
+def _worth_a_pool(sizes: list[int]) -> bool:
+    """Many files, or a few (`sizes`, in bytes) whose work a second core can share (no file so large that its own
+    pieces want the cores: rules/pieces.py, run serially with two piece workers)."""
+    if len(sizes) >= PARALLEL_MIN_FILES:
         return True
-    if len(items) < 2:
+    if len(sizes) < 2:
         return False
     from neuron_migrate.rules.pieces import PIECES_MIN_CHARS
 
-    sizes = sorted(_size(path) for path, _display in items)
-    return sizes[-1] <= PIECES_MIN_CHARS and sum(sizes[:-1]) >= PARALLEL_MIN_REST_BYTES
+    largest = max(sizes)
+    return largest <= PIECES_MIN_CHARS and sum(sizes) - largest >= PARALLEL_MIN_REST_BYTES
 
 
 def _spawn_pool(order, items, jobs, chunk, initargs) -> Iterator:
@@ -264,8 +266,9 @@ _HEADER = 8  # a message between fork_pool's processes: its length (8 bytes, lit
 def fork_pool(chunks: list, jobs: int, initargs: tuple) -> Iterator[tuple[int, object]]:
     """(position, result) for every (position, item) of `chunks`, as `jobs` forked workers finish them (each runs
     _init(*initargs), then _one per item). Chunks go out in the given order, one to each worker in turn (two each
-    when there are many), the next as one comes back. Lighter than a ProcessPoolExecutor (whose imports, threads and queues cost a short run more
-    than its files): a worker inherits this process's modules and rules, and talks to it through two pipes.
+    when there are many), the next as one comes back. Lighter than a ProcessPoolExecutor (whose imports, threads
+    and queues cost a short run more than its files): a worker inherits this process's modules and rules, and
+    talks to it through two pipes.
     An exception in a worker is raised here; a worker that dies (killed, out of memory) raises WorkerError; when
     this generator is left early (an error, Ctrl-C, close()) the workers are killed."""
     import pickle
