@@ -27,29 +27,70 @@ def cached(analysis, key: str, build: Callable[[object], T]) -> T:
     return store[key]
 
 
-def nodes_with_function(analysis) -> list:
-    """(node, innermost enclosing def or None) for the file's nodes, in the order the value and device passes
-    visit them. A def's body belongs to it; its defaults and decorators to the enclosing function (annotations and
-    parameters are not listed). Built once per file and shared, instead of one tree walk per pass."""
-    def build(a) -> list:
+class ProgramNodes:
+    """The nodes the value and device passes look at, each with its innermost enclosing def (None: module level),
+    in the order those passes visit them. A def's body belongs to it; its defaults and decorators to the enclosing
+    function (annotations and parameters are not listed).
+
+    - `flow`: defs, classes, assignments, returns, comparisons, calls, dicts and subscripts (what values.py and
+      device_flow.py interpret);
+    - `binding`: names stored or deleted, `global`/`nonlocal` statements, defs and `if` statements (what decides a
+      function's local names and whether the file is a script).
+
+    Built in one walk of the tree and shared: each pass then loops over its few nodes instead of every node of the
+    file (a third of which are names that are only read)."""
+
+    def __init__(self, flow: list, binding: list):
+        self.flow = flow
+        self.binding = binding
+
+
+# node type -> 1: flow, 2: binding, 3: both (ast.Name: binding when stored or deleted)
+def _program_kinds() -> dict:
+    import ast
+
+    kinds = {t: 1 for t in (ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Return, ast.Compare, ast.Call, ast.Dict,
+                            ast.Subscript)}
+    kinds.update({t: 2 for t in (ast.Global, ast.Nonlocal, ast.If)})
+    kinds.update({ast.FunctionDef: 3, ast.AsyncFunctionDef: 3})
+    return kinds
+
+
+def program_nodes(analysis) -> ProgramNodes:
+    """The file's `ProgramNodes`, built once per analysis."""
+    def build(a) -> ProgramNodes:
         import ast
 
         from neuron_migrate.names.analysis import child_nodes
 
+        kinds = _program_kinds()
+        Name, Load = ast.Name, ast.Load
         defs = (ast.FunctionDef, ast.AsyncFunctionDef)
-        out: list = []
+        flow: list = []
+        binding: list = []
         stack: list = [(a.tree, None)]
+        pop, push = stack.pop, stack.append
         while stack:
-            node, fn = stack.pop()
-            out.append((node, fn))
-            if isinstance(node, defs):
-                for child in node.body:
-                    stack.append((child, node))
-                for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
-                    stack.append((child, fn))
-                continue
+            node, fn = pop()
+            t = type(node)
+            if t is Name:
+                if type(node.ctx) is not Load:
+                    binding.append((node, fn))
+                continue  # no children
+            k = kinds.get(t)
+            if k is not None:
+                if k & 1:
+                    flow.append((node, fn))
+                if k & 2:
+                    binding.append((node, fn))
+                if t in defs:
+                    for child in node.body:
+                        push((child, node))
+                    for child in [*node.args.defaults, *[d for d in node.args.kw_defaults if d], *node.decorator_list]:
+                        push((child, fn))
+                    continue
             for child in child_nodes(node):
-                stack.append((child, fn))
-        return out
+                push((child, fn))
+        return ProgramNodes(flow, binding)
 
-    return cached(analysis, "nodes_with_function", build)
+    return cached(analysis, "program_nodes", build)

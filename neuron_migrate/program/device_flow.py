@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import re
 
-from neuron_migrate.program import cached, nodes_with_function
+from neuron_migrate.program import cached, program_nodes
 from neuron_migrate.program import values as _values
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
@@ -52,7 +52,6 @@ _HASATTR_BACKENDS = {"xpu", "mps", "npu", "hpu", "mlu", "musa", "neuron"}
 class DeviceFlow:
     def __init__(self, analysis) -> None:
         self.a = analysis
-        self._fn_of: dict[int, Optional[ast.AST]] = {}
         self._assigns: dict[tuple, list] = {}  # (id(function) or 0, name) -> assigned values
         self._moved: set = set()  # (id(function) or 0, name) of names whose value goes to the device (`x.to(device)`)
         self._moved_inplace: set = set()  # ... and that hold the device value afterwards (`model.to(device)`, `x = x.to(device)`)
@@ -65,11 +64,15 @@ class DeviceFlow:
     # -- public ----------------------------------------------------------------------------------------
     def function_of(self, node) -> Optional[ast.AST]:
         """The innermost function holding `node` (None: module level)."""
-        cur = node
-        while cur is not None:
-            if id(cur) in self._fn_of:
-                return self._fn_of[id(cur)]
-            cur = self.a.parent_of.get(cur)
+        # (program.ProgramNodes' rule, read off the parent map: a def's statements are its body; its decorators,
+        # defaults and annotations belong to the function around it)
+        parent_of = self.a.parent_of
+        child, up = node, parent_of.get(node)
+        while up is not None:
+            t = type(up)
+            if (t is ast.FunctionDef or t is ast.AsyncFunctionDef) and isinstance(child, ast.stmt):
+                return up
+            child, up = up, parent_of.get(up)
         return None
 
     def dispatch_backends(self, node) -> set:
@@ -263,9 +266,7 @@ class DeviceFlow:
                                                        or q.split(".")[-1] in ("double", "half", "long", "bool", "short", "cdouble"))
 
     def _build(self) -> None:
-        fn_of = self._fn_of
-        for node, fn in nodes_with_function(self.a):
-            fn_of[id(node)] = fn
+        for node, fn in program_nodes(self.a).flow:
             t = type(node)
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
                 self._params(node)
@@ -279,7 +280,7 @@ class DeviceFlow:
         for vs in _values.facts(self.a).sets:
             if vs.multi_backend:
                 for m in vs.members:
-                    fn = self._fn_of.get(id(m.node))
+                    fn = self.function_of(m.node)
                     self._backends.setdefault(self._fid(fn), set()).update(vs.kinds)
 
     def _params(self, fdef) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import ast
 import re
 
-from neuron_migrate.program import cached, nodes_with_function
+from neuron_migrate.program import cached, program_nodes
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class ValueSet:
         return "keep" if self.external else "free"
 
 
-# the node kinds _Builder.visit looks at: the walk skips the rest (most of a tree: names, constants, attributes)
+# the node kinds _Builder.visit looks at, besides defs (program.ProgramNodes.flow lists exactly these)
 _VISITED = frozenset({ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Return, ast.Compare, ast.Call, ast.Dict, ast.Subscript})
 
 
@@ -185,7 +185,7 @@ class _Builder:
         parent_of = self.a.parent_of
         defs: list = []
         stored: list = []  # Store names, `global` and `nonlocal` statements: what a function's locals depend on
-        for node, _fn in nodes_with_function(self.a):
+        for node, _fn in program_nodes(self.a).binding:
             t = type(node)
             if t is ast.Name:
                 if type(node.ctx) is ast.Store:
@@ -319,13 +319,12 @@ class _Builder:
 
     # -- the walk ---------------------------------------------------------------------------------------
     def walk(self) -> None:
-        visited = _VISITED
-        for node, fn in nodes_with_function(self.a):
+        for node, fn in program_nodes(self.a).flow:
             t = type(node)
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
                 self.outer[id(node)] = fn
                 self.visit_def(node, fn)
-            elif t in visited:
+            else:  # the kinds of _VISITED
                 self.visit(node, fn)
 
     def visit_def(self, node, fn) -> None:
