@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Optional
 
 from neuron_migrate.names.analysis import AnalysisError
-from neuron_migrate.rewrite.prune import unused_import_fixes
+from neuron_migrate.rewrite.prune import survey_of_analysis, unused_import_fixes
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.builtin.meta import COMMENT_EDIT, apply_comment_fixes
 from neuron_migrate.rules.lines import line_map, move_findings, names_lines, renumber_lines
@@ -87,6 +87,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
     # (text, its ast) of the first and the latest round's check, for the import pruning below (saves two parses)
     first_tree: Optional[tuple] = None
     last_tree: Optional[tuple] = None
+    last_survey: Optional[tuple] = None  # (text, its names/strings/imports for the pruning), read off its analysis
     for _ in range(MAX_ROUNDS):
         try:
             # the check of each round also re-parses the previous round's output: that is the validation
@@ -106,6 +107,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         if not todo:
             outcome.remaining = result.findings
             outcome.suppressed = result.suppressed
+            if outcome.applied and result.analysis is not None:  # the pruning below will survey this text
+                last_survey = (current, survey_of_analysis(result.analysis))
             _release(result)
             break
         # the applier is loaded only once a file has a fix to apply, and libcst (0.1-0.3 s to import) only once an
@@ -161,7 +164,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         outcome.remaining.remove(f)
     found_in.append((checked, list(done)))
     if fixed and current != text:
-        prune = unused_import_fixes(text, current, _tree_of(first_tree, text), _tree_of(last_tree, current))
+        prune = unused_import_fixes(text, current, _tree_of(first_tree, text), _tree_of(last_tree, current),
+                                    _tree_of(last_survey, current))
         if prune:
             from neuron_migrate.rewrite.apply import ApplyError, apply_fixes
 

@@ -42,6 +42,45 @@ def _survey(tree: ast.AST) -> tuple[Counter, str, list]:
     return names, "\n".join(strings), imports
 
 
+def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
+    """`_survey` of an analysed text's tree, from what the name analysis already holds: its parent map lists every
+    node of the tree but the root and the parts of a def the walk does not enter (its parameters, and type
+    parameters, walked here), so names and strings are two comprehensions over it instead of a walk; imports are
+    found by a walk of statements only (they never stand inside an expression), in `_survey`'s order."""
+    tree = analysis.tree
+    Name, Constant, Store = ast.Name, ast.Constant, ast.Store
+    nodes = list(analysis.parent_of)
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    # parameters, their annotations and defaults are in the parent map, save a def's type parameters (3.12+)
+    extra = [n for d in nodes if type(d) in defs for tp in getattr(d, "type_params", None) or () for n in ast.walk(tp)]
+    if extra:
+        nodes += extra
+    names = Counter([n.id for n in nodes if type(n) is Name and type(n.ctx) is not Store])
+    strings = "\n".join([n.value for n in nodes if type(n) is Constant and type(n.value) is str])
+    return names, strings, _imports_outside_try(tree)
+
+
+_STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _imports_outside_try(tree: ast.AST) -> list:
+    """The imports `_survey` lists, in its order: the same walk, entering only what may hold statements."""
+    imports = []
+    trys = (ast.Try, getattr(ast, "TryStar", ast.Try))
+    holders = _STATEMENT_HOLDERS
+    stack = [(tree, False)]
+    while stack:
+        node, in_try = stack.pop()
+        for child in child_nodes(node):
+            t = type(child)
+            if t is ast.Import or t is ast.ImportFrom:
+                if not in_try:
+                    imports.append(child)
+            elif isinstance(child, holders):
+                stack.append((child, in_try or isinstance(child, trys)))
+    return imports
+
+
 def _bound(alias: ast.alias, is_from: bool) -> str:
     return alias.asname or (alias.name if is_from else alias.name.split(".")[0])
 
@@ -55,15 +94,17 @@ def _alias_text(a: ast.alias) -> str:
 
 
 def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Module] = None,
-                        after_tree: Optional[ast.Module] = None) -> list[Fix]:
+                        after_tree: Optional[ast.Module] = None, after_survey: Optional[tuple] = None) -> list[Fix]:
     """Fixes that remove imports of `after` whose names `before` used and `after` no longer does (the texts' trees,
-    when the caller has them, save parsing them again)."""
+    when the caller has them, save parsing them again; `after_survey`, `survey_of_analysis` of an analysis of
+    `after`, saves walking its tree)."""
     try:
         old_tree = before_tree or ast.parse(before)
-        new_tree = after_tree or ast.parse(after)
+        if after_survey is None:
+            after_survey = _survey(after_tree or ast.parse(after))
     except (SyntaxError, ValueError, RecursionError):
         return []
-    new_uses, strings, imports = _survey(new_tree)
+    new_uses, strings, imports = after_survey
     # the names the rewritten text imports and no longer uses; the original text's uses are counted only when there
     # are some (one walk of the original tree saved for most files)
     unused = []
