@@ -286,17 +286,48 @@ _SIMPLE_STMTS = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass, a
 _LINE_REST = re.compile(r"[ \t]*(?:#[^\r\n]*)?\r?\n?\Z")  # what may follow a statement on its last line
 
 
+def _pure_test(node: ast.expr, chunk_lines: list[str], first_line: int) -> bool:
+    """rewrite/cst_apply.py's `_pure` on the ast: names, attributes, ints, True/False/None, `not`/`-`, `and`/`or`,
+    comparisons of those, and argument-less calls whose callee's text says `available` or `xla`. (A string literal
+    is pure there unless implicitly concatenated, which the ast does not show: it is left to libcst here.)"""
+    t = type(node)
+    if t is ast.Name or t is ast.Attribute:
+        return True
+    if t is ast.Constant:
+        v = node.value
+        return v is None or type(v) is bool or type(v) is int
+    if t is ast.UnaryOp:
+        return _pure_test(node.operand, chunk_lines, first_line)
+    if t is ast.BoolOp:
+        return all(_pure_test(v, chunk_lines, first_line) for v in node.values)
+    if t is ast.Compare:
+        return all(_pure_test(v, chunk_lines, first_line) for v in (node.left, *node.comparators))
+    if t is ast.Call and not node.args and not node.keywords:
+        f = node.func
+        if f.lineno < first_line or f.end_lineno >= first_line + len(chunk_lines):
+            return False
+        text = "".join(chunk_lines[f.lineno - first_line : f.end_lineno - first_line + 1])
+        if f.lineno == f.end_lineno:
+            text = text[f.col_offset : f.end_col_offset]
+        return "available" in text or "xla" in text.lower()
+    return False
+
+
 def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt], deletes: dict) -> Optional[list]:
     """The line ranges `delete_stmt` edits remove, where libcst's removal is exactly those lines, or None.
 
     The applier drops the statement's line node, trailing comment included, with the blank lines above it unless
     they hold a comment (then all of them are carried to what follows: they stay). It does more (a block left empty
     gets `pass`, an emptied `else:` goes, the next statement's blank lines are trimmed) when the statement opens its
-    block or is the last one left. So: a simple statement alone on its lines, after a sibling that stays (a simple
-    one when comment lines come between: a block's footer may hold some), or a top-level statement that is the
-    whole chunk (libcst turns it into nothing)."""
+    block or is the last one left. So: a simple statement alone on its lines, after a sibling that stays (after a
+    compound one, comment lines between them must not be indented under it: a block's footer holds those), or a
+    top-level statement that is the whole chunk (libcst turns it into nothing). An `if FLAG:` (a test without side
+    effects, no `else`) whose every statement is deleted is removed whole by the applier, as one statement would
+    be: the same rules apply to it, when no comment indented under it follows it (its block's footer, which goes
+    with it)."""
     last_line = first_line + len(chunk_lines) - 1
     cut: dict = {}
+    covered: set = set()  # deletes inside an emptied `if` that goes whole
 
     def whole_lines(st) -> bool:
         head = chunk_lines[st.lineno - first_line][: st.col_offset]
@@ -306,16 +337,57 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
     def key(st) -> tuple:
         return (st.lineno, st.col_offset, st.end_lineno, st.end_col_offset)
 
+    def comments_above_stay(gap, st) -> bool:
+        """Lines between a compound statement and `st` that hold a comment: the applier carries them to what follows
+        `st`, unless they belong to the block above (libcst's block footer: comments indented under it)."""
+        return all(not ln.strip() or len(ln) - len(ln.lstrip(" \t")) <= st.col_offset for ln in gap)
+
+    def emptied_if(st, node, block) -> bool:
+        """`st` is an `if` the applier removes whole (every statement of its indented body deleted, no `else`, a
+        pure test), and none of its lines is also changed otherwise: not an `elif`, no comment indented under it
+        after its last statement."""
+        if (type(st) is not ast.If or st.orelse or st.body[0].lineno <= st.lineno
+                or not all(key(b) in deletes for b in st.body) or st.end_lineno > last_line):
+            return False
+        if type(node) is ast.If and block is node.orelse:
+            return False  # an `elif` (or `else: if`): the applier decides it with its parent
+        if not _pure_test(st.test, chunk_lines, first_line):
+            return False
+        for ln in chunk_lines[st.end_lineno + 1 - first_line :]:
+            text = ln.strip()
+            if text and not text.startswith("#"):
+                break
+            if text and len(ln) - len(ln.lstrip(" \t")) > st.col_offset:
+                return False  # the footer of its block: libcst drops it with the `if`
+        return True
+
     for st in stmts:
-        if key(st) in deletes:
-            if not (isinstance(st, _SIMPLE_STMTS) and st.lineno == first_line and st.end_lineno == last_line and whole_lines(st)):
+        if key(st) in deletes or emptied_if(st, None, None):
+            # a statement that is the whole chunk (a top-level one): libcst leaves nothing of it
+            if not ((key(st) not in deletes or isinstance(st, _SIMPLE_STMTS)) and st.lineno == first_line
+                    and st.end_lineno == last_line and whole_lines(st)):
                 return None
             cut[key(st)] = (st.lineno, st.end_lineno)
-    todo = [st for st in stmts if not isinstance(st, _SIMPLE_STMTS)]
+            covered.update(k for k in deletes if st.lineno <= k[0] and k[2] <= st.end_lineno)
+    todo = [st for st in stmts if not isinstance(st, _SIMPLE_STMTS) and key(st) not in cut]
     while todo:
         node = todo.pop()
         for block in child_blocks(node):
             for i, st in enumerate(block):
+                if i and emptied_if(st, node, block):
+                    inside = [k for k in deletes if st.lineno <= k[0] and k[2] <= st.end_lineno]
+                    prev = block[i - 1]
+                    if key(prev) in deletes or prev.end_lineno < first_line or not whole_lines(st):
+                        return None
+                    gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
+                    if not any(ln.strip() for ln in gap):
+                        cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)
+                    elif isinstance(prev, _SIMPLE_STMTS) or comments_above_stay(gap, st):
+                        cut[key(st)] = (st.lineno, st.end_lineno)
+                    else:
+                        return None
+                    covered.update(inside)
+                    continue
                 if key(st) in deletes and i == 0:
                     # the block's first statement: libcst also drops the blank lines that would now open the block
                     nxt = block[1] if len(block) > 1 else None
@@ -335,15 +407,15 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
                     gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
                     if not any(ln.strip() for ln in gap):
                         cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)  # blank lines above go with it
-                    elif isinstance(prev, _SIMPLE_STMTS):
+                    elif isinstance(prev, _SIMPLE_STMTS) or comments_above_stay(gap, st):
                         # the lines above are all the statement's own and hold a comment: libcst carries them to
-                        # what follows, so they stay where they are (after a block, some could be its footer)
+                        # what follows, so they stay where they are (after a block, unless indented under it)
                         cut[key(st)] = (st.lineno, st.end_lineno)
                     else:
                         return None
                 elif not isinstance(st, _SIMPLE_STMTS):
                     todo.append(st)
-    if len(cut) != len(deletes):
+    if {k for k in cut if k in deletes} | covered != set(deletes):
         return None
     return sorted(cut.values())
 

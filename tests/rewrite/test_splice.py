@@ -177,6 +177,7 @@ def _delete(text: str, needle: str) -> Edit:
     ("for b in data:\n    step(b)\n\n    # sync\n\n    xm.mark_step()\n    log()\n", "xm.mark_step()", True),
     ("for b in data:\n    if b:\n        step(b)\n\n    xm.mark_step()\n", "xm.mark_step()", True),
     ("for b in data:\n    if b:\n        step(b)\n        # inner\n\n    xm.mark_step()\n", "xm.mark_step()", False),  # footer
+    ("for b in data:\n    if b:\n        step(b)\n\n    # outer\n    xm.mark_step()\n", "xm.mark_step()", True),  # not under it
     ("for b in data:\n    step(b); xm.mark_step()\n", "xm.mark_step()", False),  # shares its line
     ("for b in data:\n    step(b)\n    xm.mark_step(); log()\n", "xm.mark_step()", False),
     ("if x:\n    step()\n    if y:\n        pass\n", "if y:\n        pass", False),  # a compound statement
@@ -185,12 +186,14 @@ def test_statement_deletes_splice_or_refuse_and_agree_with_libcst(text, needle, 
     _splice_agrees(text, _delete(text, needle), spliced)
 
 
+# (tests that compare with a string literal: libcst removes such an `if` too, the text splice leaves it to libcst,
+# whose rewrite of a window is what these tests are about)
 WINDOWS = (
     "class Trainer:\n"
-    "    def save(self, flag):\n"
+    "    def save(self, mode):\n"
     "        prepare()\n"
     "\n"
-    "        if flag:\n"
+    "        if mode == 'xla':\n"
     "            # sync first\n"
     "            xm.mark_step()\n"  # an `if FLAG:` emptied by a fix goes as a whole, with its comment
     "\n"
@@ -198,7 +201,7 @@ WINDOWS = (
     "        save()\n"
     "        for b in batches:\n"
     "            write(b)\n"
-    "        if is_xla():\n"
+    "        if backend == 'xla':\n"
     "            xm.mark_step()\n"  # the same at the end of the function: nothing follows it
     "\n"
     "    def other(self):\n"
@@ -214,19 +217,19 @@ def test_an_emptied_if_between_two_statements_is_rewritten_with_its_neighbours_o
     marks = [n for n in ast.walk(tree) if isinstance(n, ast.Expr) and "mark_step" in ast.unparse(n)]
     edits = [Edit("delete_stmt", Span(s.lineno, s.col_offset, s.end_lineno, s.end_col_offset)) for s in marks]
     one_pass, _ = _apply_edits(WINDOWS, edits)
-    assert "if flag" not in one_pass and "sync first" not in one_pass and "is_xla" not in one_pass
+    assert "if mode" not in one_pass and "sync first" not in one_pass and "backend" not in one_pass
     calls = _libcst_texts(monkeypatch, check_regions=True)  # also rewritten one function at a time: must be the same
     out, applied = apply_fixes(WINDOWS, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
     assert out == one_pass and len(applied) == 2
     windows = [c for c in calls if not c.startswith("def ")]  # (the check's function-at-a-time passes start so)
-    assert windows == ["prepare()\n\nif flag:\n    # sync first\n    xm.mark_step()\n\n# then save\nsave()\n",
-                       "for b in batches:\n    write(b)\nif is_xla():\n    xm.mark_step()\n"]
+    assert windows == ["prepare()\n\nif mode == 'xla':\n    # sync first\n    xm.mark_step()\n\n# then save\nsave()\n",
+                       "for b in batches:\n    write(b)\nif backend == 'xla':\n    xm.mark_step()\n"]
 
 
 @pytest.mark.parametrize("text", [
     "def f():\n    if flag:\n        xm.mark_step()\n    save()\n",  # first in its block: its successor's blanks
-    "def f():\n    a(); b()\n    if flag:\n        xm.mark_step()\n    save()\n",  # a neighbour shares its line
-    "def f():\n    prepare()\n    if flag:\n        xm.mark_step()\n    save(); other(\n        1)\n",
+    "def f():\n    a(); b()\n    if mode == 'xla':\n        xm.mark_step()\n    save()\n",  # a neighbour shares its line
+    "def f():\n    prepare()\n    if mode == 'xla':\n        xm.mark_step()\n    save(); other(\n        1)\n",
 ])
 def test_no_window_where_the_block_would_not_see_the_same_change(monkeypatch, text):
     """Where a window could differ from the block (the `if` opens the block; a neighbour's line holds a statement
@@ -247,3 +250,41 @@ def test_no_window_where_the_block_would_not_see_the_same_change(monkeypatch, te
 ])
 def test_splice_under_not_and_in_decorators_agrees_with_libcst(text, needle, new, spliced):
     _splice_agrees(text, _edit(text, needle, new), spliced)
+
+
+@pytest.mark.parametrize("text, spliced", [
+    # taken: the `if` goes with its comments, as one statement would (blank lines above it too, unless a comment)
+    ("def f():\n    prepare()\n\n    if flag:\n        # sync first\n        xm.mark_step()\n\n    # then save\n    save()\n", True),
+    ("def f():\n    prepare()\n    # flush the graph\n    if is_torch_xla_available():\n        xm.mark_step()\n\n    save()\n", True),
+    ("def f():\n    prepare()\n    if flag:  # on TPU\n        xm.mark_step()\n        xm.mark_step()  # twice\n", True),
+    ("def f():\n    prepare()\n    if (\n        a.b\n        and not c == 1\n    ):\n        xm.mark_step()\n    save()\n", True),
+    ("def f():\n    prepare()\n    if state.kind is DistributedType.XLA or torch.cuda.is_available():\n        xm.mark_step()\n", True),
+    ("for b in data:\n    step(b)\n    if b:\n        xm.mark_step()\n\n# after\nlog()\n", True),
+    # refused, and libcst's text either way
+    ("def f():\n    prepare()\n    if mode == 'xla':\n        xm.mark_step()\n    save()\n", False),  # a string: libcst
+    ("def f():\n    prepare()\n    if sync(x):\n        xm.mark_step()\n    save()\n", False),  # kept: `if sync(x): pass`
+    ("def f():\n    prepare()\n    if flag:\n        xm.mark_step()\n    else:\n        log()\n", False),
+    ("def f():\n    if a:\n        prepare()\n    elif flag:\n        xm.mark_step()\n    save()\n", False),  # an elif
+    ("def f():\n    if flag:\n        xm.mark_step()\n\n    save()\n", False),  # opens its block
+    ("def f():\n    prepare()\n    if flag:\n        xm.mark_step()\n        # footer\n    save()\n", False),
+    ("def f():\n    prepare()\n    if flag: xm.mark_step()\n    save()\n", False),  # one line
+    ("def f():\n    prepare(); other()\n    if flag:\n        xm.mark_step()\n    save()\n", True),
+    ("def f():\n    if a:\n        prepare()\n    # c\n    if flag:\n        xm.mark_step()\n", True),  # after a block
+    ("def f():\n    if a:\n        prepare()\n        # c\n    if flag:\n        xm.mark_step()\n", False),  # its footer
+    ("if flag:\n    xm.mark_step()\n", True),  # a top-level `if`, the whole chunk: libcst leaves nothing
+])
+def test_an_emptied_if_flag_is_spliced_out_or_refused_and_agrees_with_libcst(text, spliced):
+    """An `if FLAG:` whose statements the fixes delete is removed whole by libcst's applier; the text splice cuts the
+    same lines where it can tell they are the same (rewrite/apply.py:_deleted_lines), and leaves the rest to libcst."""
+    tree = ast.parse(text)
+    marks = [n for n in ast.walk(tree) if isinstance(n, ast.Expr) and "mark_step" in ast.unparse(n)]
+    edits = [Edit("delete_stmt", Span(m.lineno, m.col_offset, m.end_lineno, m.end_col_offset)) for m in marks]
+    got = _splice(text, 1, tree.body, edits)
+    via_libcst, keys = _apply_edits(text, edits)
+    assert len(keys) == len(edits)
+    assert (got is not None) is spliced
+    if got is not None:
+        assert got == via_libcst
+        assert "mark_step" not in got
+    out, applied = apply_fixes(text, [Fix(FixSafety.SAFE, [e]) for e in edits], tree)
+    assert out == via_libcst and len(applied) == len(edits)
