@@ -44,22 +44,22 @@ def _survey(tree: ast.AST) -> tuple[Counter, str, list]:
 
 def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
     """`_survey` of an analysed text's tree, from what the name analysis already holds: its parent map lists every
-    node of the tree but the root and the parts of a def the walk does not enter (its parameters, and type
-    parameters, walked here), so names and strings are two comprehensions over it instead of a walk; imports are
-    found by a walk of statements only (they never stand inside an expression), in `_survey`'s order."""
+    node of the tree but the root, the parameter nodes of defs and lambdas (which hold no name: their annotations
+    and defaults are listed) and a def's type parameters (3.12+, walked here), so names and strings are two
+    comprehensions over it instead of a walk; imports are found by a walk of statements only (they never stand
+    inside an expression), in `_survey`'s order."""
     tree = analysis.tree
     Name, Constant, Store = ast.Name, ast.Constant, ast.Store
     nodes = list(analysis.parent_of)
-    defs = (ast.FunctionDef, ast.AsyncFunctionDef)
-    # parameters, their annotations and defaults are in the parent map, save a def's type parameters (3.12+)
-    extra = [n for d in nodes if type(d) in defs for tp in getattr(d, "type_params", None) or () for n in ast.walk(tp)]
-    if extra:
-        nodes += extra
+    if _TYPE_PARAMS:
+        defs = (ast.FunctionDef, ast.AsyncFunctionDef)
+        nodes += [n for d in nodes if type(d) in defs for tp in d.type_params for n in ast.walk(tp)]
     names = Counter([n.id for n in nodes if type(n) is Name and type(n.ctx) is not Store])
     strings = "\n".join([n.value for n in nodes if type(n) is Constant and type(n.value) is str])
     return names, strings, _imports_outside_try(tree)
 
 
+_TYPE_PARAMS = "type_params" in ast.FunctionDef._fields  # Python 3.12+
 _STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
