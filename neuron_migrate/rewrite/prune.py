@@ -18,28 +18,29 @@ from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
 
 
 def _survey(tree: ast.AST) -> tuple[Counter, str, list]:
-    """The tree's Name loads (and dels) by name, its strings joined, and its imports outside `try:`, in one walk
-    (import statements hold no Name, so the walk need not enter them)."""
+    """The tree's Name loads (and dels) by name, its strings joined, and its imports outside `try:`."""
+    names, strings = _loads_and_strings(tree)
+    return names, strings, _imports_outside_try(tree)
+
+
+def _loads_and_strings(tree: ast.AST) -> tuple[Counter, str]:
+    """The tree's Name loads (and dels) by name and its strings joined, in one walk (import statements hold
+    neither, so the walk need not enter them)."""
     names: Counter = Counter()
     strings = []
-    imports = []
-    trys = (ast.Try, getattr(ast, "TryStar", ast.Try))
-    stack = [(tree, False)]
+    stack = [tree]
     while stack:
-        node, in_try = stack.pop()
-        for child in child_nodes(node):
+        for child in child_nodes(stack.pop()):
             t = type(child)
-            if t is ast.Import or t is ast.ImportFrom:
-                if not in_try:
-                    imports.append(child)
-                continue
             if t is ast.Name:
                 if type(child.ctx) is not ast.Store:
                     names[child.id] += 1
-            elif t is ast.Constant and type(child.value) is str:
-                strings.append(child.value)
-            stack.append((child, in_try or isinstance(child, trys)))
-    return names, "\n".join(strings), imports
+            elif t is ast.Constant:
+                if type(child.value) is str:
+                    strings.append(child.value)
+            elif t is not ast.Import and t is not ast.ImportFrom:
+                stack.append(child)
+    return names, "\n".join(strings)
 
 
 def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
@@ -64,7 +65,9 @@ _STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 def _imports_outside_try(tree: ast.AST) -> list:
-    """The imports `_survey` lists, in its order: the same walk, entering only what may hold statements."""
+    """The imports outside `try:` blocks (an import under `try:` is an availability probe: it stays), in the order
+    of a walk that takes each node's children in order and goes on from the last one pushed, entering only what
+    may hold statements."""
     imports = []
     trys = (ast.Try, getattr(ast, "TryStar", ast.Try))
     holders = _STATEMENT_HOLDERS
@@ -118,7 +121,7 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
             unused.append((stmt, is_from, candidates))
     if not unused:
         return []
-    old_uses = _survey(old_tree)[0]
+    old_uses = _loads_and_strings(old_tree)[0]
     lines = source_lines(after, keepends=True)
     fixes = []
     for stmt, is_from, candidates in unused:
