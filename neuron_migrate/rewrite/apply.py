@@ -304,11 +304,9 @@ def _pure_test(node: ast.expr, chunk_lines: list[str], first_line: int) -> bool:
         return all(_pure_test(v, chunk_lines, first_line) for v in (node.left, *node.comparators))
     if t is ast.Call and not node.args and not node.keywords:
         f = node.func
-        if f.lineno < first_line or f.end_lineno >= first_line + len(chunk_lines):
-            return False
-        text = "".join(chunk_lines[f.lineno - first_line : f.end_lineno - first_line + 1])
-        if f.lineno == f.end_lineno:
-            text = text[f.col_offset : f.end_col_offset]
+        if f.lineno != f.end_lineno or not first_line <= f.lineno < first_line + len(chunk_lines):
+            return False  # a callee over several lines: left to libcst
+        text = chunk_lines[f.lineno - first_line][f.col_offset : f.end_col_offset]
         return "available" in text or "xla" in text.lower()
     return False
 

@@ -272,6 +272,7 @@ def test_splice_under_not_and_in_decorators_agrees_with_libcst(text, needle, new
     ("def f():\n    if a:\n        prepare()\n    # c\n    if flag:\n        xm.mark_step()\n", True),  # after a block
     ("def f():\n    if a:\n        prepare()\n        # c\n    if flag:\n        xm.mark_step()\n", False),  # its footer
     ("if flag:\n    xm.mark_step()\n", True),  # a top-level `if`, the whole chunk: libcst leaves nothing
+    ("def f():\n    prepare()\n    if (torch.cuda\n            .is_available)():\n        xm.mark_step()\n", False),
 ])
 def test_an_emptied_if_flag_is_spliced_out_or_refused_and_agrees_with_libcst(text, spliced):
     """An `if FLAG:` whose statements the fixes delete is removed whole by libcst's applier; the text splice cuts the
