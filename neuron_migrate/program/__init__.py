@@ -45,15 +45,19 @@ class ProgramNodes:
         self.binding = binding
 
 
-# node type -> 1: flow, 2: binding, 3: both (ast.Name: binding when stored or deleted)
-def _program_kinds() -> dict:
-    import ast
+_KINDS: dict = {}  # node type -> 1: flow, 2: binding, 3: both (ast.Name: binding when stored or deleted)
 
-    kinds = {t: 1 for t in (ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Return, ast.Compare, ast.Call, ast.Dict,
-                            ast.Subscript)}
-    kinds.update({t: 2 for t in (ast.Global, ast.Nonlocal, ast.If)})
-    kinds.update({ast.FunctionDef: 3, ast.AsyncFunctionDef: 3})
-    return kinds
+
+def _program_kinds() -> dict:
+    """_KINDS, filled on first use (this package imports no `ast` at start-up)."""
+    if not _KINDS:
+        import ast
+
+        _KINDS.update({t: 1 for t in (ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Return, ast.Compare, ast.Call,
+                                      ast.Dict, ast.Subscript)})
+        _KINDS.update({t: 2 for t in (ast.Global, ast.Nonlocal, ast.If)})
+        _KINDS.update({ast.FunctionDef: 3, ast.AsyncFunctionDef: 3})
+    return _KINDS
 
 
 def program_nodes(analysis) -> ProgramNodes:

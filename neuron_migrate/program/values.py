@@ -112,10 +112,6 @@ class ValueSet:
         return "keep" if self.external else "free"
 
 
-# the node kinds _Builder.visit looks at, besides defs (program.ProgramNodes.flow lists exactly these)
-_VISITED = frozenset({ast.ClassDef, ast.Assign, ast.AnnAssign, ast.Return, ast.Compare, ast.Call, ast.Dict, ast.Subscript})
-
-
 class ValueFacts:
     def __init__(self) -> None:
         self._set_of: dict[int, ValueSet] = {}
@@ -324,7 +320,7 @@ class _Builder:
             if t is ast.FunctionDef or t is ast.AsyncFunctionDef:
                 self.outer[id(node)] = fn
                 self.visit_def(node, fn)
-            else:  # the kinds of _VISITED
+            else:  # the other kinds ProgramNodes.flow lists (program/__init__.py)
                 self.visit(node, fn)
 
     def visit_def(self, node, fn) -> None:
@@ -337,7 +333,7 @@ class _Builder:
                 self.flow(default, self.param_slot(node, arg.arg), fn, "default", "device" in arg.arg.lower())
 
     def visit(self, node, fn) -> None:
-        """The node kinds of _VISITED (the walk offers no others)."""
+        """The node kinds of ProgramNodes.flow other than defs (the walk offers no others)."""
         if isinstance(node, ast.ClassDef):
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:

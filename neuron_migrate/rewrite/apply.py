@@ -325,7 +325,7 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
     with it)."""
     last_line = first_line + len(chunk_lines) - 1
     cut: dict = {}
-    covered: set = set()  # deletes inside an emptied `if` that goes whole
+    covered: set = set()  # the deletes whose lines are cut (an emptied `if` takes those of its statements)
 
     def whole_lines(st) -> bool:
         head = chunk_lines[st.lineno - first_line][: st.col_offset]
@@ -359,6 +359,10 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
                 return False  # the footer of its block: libcst drops it with the `if`
         return True
 
+    def within(st) -> list:
+        """The deletes in `st`'s lines (itself, or the statements of an emptied `if`): gone with it."""
+        return [k for k in deletes if st.lineno <= k[0] and k[2] <= st.end_lineno]
+
     for st in stmts:
         if key(st) in deletes or emptied_if(st, None, None):
             # a statement that is the whole chunk (a top-level one): libcst leaves nothing of it
@@ -366,40 +370,17 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
                     and st.end_lineno == last_line and whole_lines(st)):
                 return None
             cut[key(st)] = (st.lineno, st.end_lineno)
-            covered.update(k for k in deletes if st.lineno <= k[0] and k[2] <= st.end_lineno)
+            covered.update(within(st))
     todo = [st for st in stmts if not isinstance(st, _SIMPLE_STMTS) and key(st) not in cut]
     while todo:
         node = todo.pop()
         for block in child_blocks(node):
             for i, st in enumerate(block):
-                if i and emptied_if(st, node, block):
-                    inside = [k for k in deletes if st.lineno <= k[0] and k[2] <= st.end_lineno]
+                gone_if = bool(i) and emptied_if(st, node, block)
+                if i and (gone_if or key(st) in deletes):
+                    # a simple statement, or an emptied `if`, after a sibling that stays
                     prev = block[i - 1]
-                    if key(prev) in deletes or prev.end_lineno < first_line or not whole_lines(st):
-                        return None
-                    gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
-                    if not any(ln.strip() for ln in gap):
-                        cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)
-                    elif isinstance(prev, _SIMPLE_STMTS) or comments_above_stay(gap, st):
-                        cut[key(st)] = (st.lineno, st.end_lineno)
-                    else:
-                        return None
-                    covered.update(inside)
-                    continue
-                if key(st) in deletes and i == 0:
-                    # the block's first statement: libcst also drops the blank lines that would now open the block
-                    nxt = block[1] if len(block) > 1 else None
-                    above = chunk_lines[st.lineno - first_line - 1] if st.lineno > first_line else ""
-                    if (nxt is None or key(nxt) in deletes or not isinstance(st, _SIMPLE_STMTS) or "#" in above
-                            or not above.rstrip().endswith(":") or st.end_lineno >= last_line or not whole_lines(st)):
-                        return None
-                    end = st.end_lineno
-                    while end < last_line and not chunk_lines[end + 1 - first_line].strip():
-                        end += 1
-                    cut[key(st)] = (st.lineno, end)
-                elif key(st) in deletes:
-                    prev = block[i - 1]
-                    if (key(prev) in deletes or not isinstance(st, _SIMPLE_STMTS)
+                    if (key(prev) in deletes or not (gone_if or isinstance(st, _SIMPLE_STMTS))
                             or prev.end_lineno < first_line or st.end_lineno > last_line or not whole_lines(st)):
                         return None
                     gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
@@ -411,9 +392,22 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
                         cut[key(st)] = (st.lineno, st.end_lineno)
                     else:
                         return None
+                    covered.update(within(st))
+                elif key(st) in deletes:
+                    # the block's first statement: libcst also drops the blank lines that would now open the block
+                    nxt = block[1] if len(block) > 1 else None
+                    above = chunk_lines[st.lineno - first_line - 1] if st.lineno > first_line else ""
+                    if (nxt is None or key(nxt) in deletes or not isinstance(st, _SIMPLE_STMTS) or "#" in above
+                            or not above.rstrip().endswith(":") or st.end_lineno >= last_line or not whole_lines(st)):
+                        return None
+                    end = st.end_lineno
+                    while end < last_line and not chunk_lines[end + 1 - first_line].strip():
+                        end += 1
+                    cut[key(st)] = (st.lineno, end)
+                    covered.add(key(st))
                 elif not isinstance(st, _SIMPLE_STMTS):
                     todo.append(st)
-    if {k for k in cut if k in deletes} | covered != set(deletes):
+    if covered != set(deletes):
         return None
     return sorted(cut.values())
 
