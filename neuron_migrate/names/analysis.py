@@ -259,6 +259,11 @@ class Analysis:
         self.module_scope: Scope
         self.defined_names: set[str] = set()  # every name bound anywhere (to avoid collisions)
         self.scope_of: dict[ast.AST, Scope] = {}  # function/lambda node -> its scope (module: module_scope)
+        # what the walk resolved, in source order, for whole-program indexes (program/distributed.py) that would
+        # otherwise walk the tree and resolve every name again: (call, callee's qualified name) for each call of an
+        # imported name, (node, qualified name) for each other load of one (a Name or the top of an attribute chain)
+        self.resolved_calls: list[tuple[ast.Call, str]] = []
+        self.resolved_refs: list[tuple[ast.AST, str]] = []
         self._wanted = wanted or Wanted.everything()
         try:
             self._walk()
@@ -428,6 +433,7 @@ class Analysis:
         want_string, want_attr, want_method = wanted.predicate("string"), wanted.predicate("attr"), wanted.predicate("method")
         want_keyword = wanted.predicate("keyword")
         uses = self.uses
+        call_resolved, ref_resolved = self.resolved_calls.append, self.resolved_refs.append
         while stack:
             node, scope = pop()
             t = type(node)
@@ -447,6 +453,7 @@ class Analysis:
                     key = (id(owner), name)
                     uses[key] = uses.get(key, 0) + 1
                     kind = "ref"
+                    ref_resolved((node, q))
                 else:
                     kind = "store"  # Store or Del
                 add_qualname(q)
@@ -481,6 +488,7 @@ class Analysis:
                 q = resolve(node.func, scope)
                 if q is not None:
                     add_qualname(q)
+                    call_resolved((node, q))
                     if wants("call", q):
                         add_site(Site("call", q, node, self, scope))
                     # the callee chain itself is consumed: do not offer it again as a ref
@@ -497,7 +505,11 @@ class Analysis:
                 q = resolve(node, scope)
                 if q is not None:
                     add_qualname(q)
-                    kind = "store" if type(node.ctx) is not Load else "ref"  # Store or Del
+                    if type(node.ctx) is Load:
+                        kind = "ref"
+                        ref_resolved((node, q))
+                    else:
+                        kind = "store"  # Store or Del
                     if wants(kind, q):
                         add_site(Site(kind, q, node, self, scope))
                     self._mark_inner(node)

@@ -29,7 +29,7 @@ import ast
 import enum
 from collections.abc import Iterable
 
-from neuron_migrate.names.analysis import child_nodes, walk
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
@@ -89,6 +89,10 @@ def _join(states: Iterable[Group]) -> Group:
     return out or Group.MAYBE
 
 
+def _source_order(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
 def facts(analysis) -> "DistributedFacts":
     return cached(analysis, "distributed", DistributedFacts)
 
@@ -140,51 +144,39 @@ class DistributedFacts:
         return self.analysis.resolve(node, self._scope(node), count_use=False)
 
     def _index(self, tree: ast.Module) -> None:
-        """Calls, value uses and defs by name, in one walk. The walk is breadth-first, so a call is met before its
-        callee (`callees` is complete for every Name or Attribute it reaches); loads of names that may be local
-        functions are kept and filtered once every def is known."""
+        """Calls, value uses and defs by name. The calls and uses of imported names are the ones the name walk
+        resolved (names/analysis.py), in its scopes; the rest comes from one loop over the nodes it met (its parent
+        map): defs, calls of plain names that resolve to no import, loads of plain names that may be local
+        functions (kept once every def is known), the torchrun variables' names as strings. The imported names'
+        lists are in the walk's order, the others in source order."""
         a = self.analysis
-        parent_of = a.parent_of
-        callees = set()  # ids of Call.func nodes: a callee is indexed as its call, not again as a value use
-        maybe_local: list = []  # Name loads that resolve to no import: local refs if a def of that name exists
-        # walk()'s breadth-first order, each node with the scope _scope() gives it (the innermost def or lambda
-        # above it, else the module), handed down from its parent instead of climbed to from every name
-        scope_of, module_scope = a.scope_of, a.module_scope
-        nodes, scopes, i = [tree], [module_scope], 0
-        while i < len(nodes):
-            node, scope = nodes[i], scopes[i]
-            i += 1
+        for node, q in a.resolved_calls:
+            self.calls.setdefault(q, []).append(node)
+        for node, q in a.resolved_refs:
+            self.refs.setdefault(q, []).append(node)
+        Name, Call, Attribute, Constant, Load = ast.Name, ast.Call, ast.Attribute, ast.Constant, ast.Load
+        FunctionDef, AsyncFunctionDef = ast.FunctionDef, ast.AsyncFunctionDef
+        resolved = {id(c) for c, _q in a.resolved_calls}
+        defs, local_calls, loads = [], [], []  # loads: Name loads that are neither a callee nor an attribute's base
+        for node, up in a.parent_of.items():
             t = type(node)
-            children = child_nodes(node)
-            if children:
-                nodes += children
-                scopes += [scope_of.get(node, module_scope) if t in _FUNC_TYPES else scope] * len(children)
-            if t is ast.Name or t is ast.Attribute:
-                up = parent_of.get(node)
-                if type(node.ctx) is not ast.Load or id(node) in callees or type(up) is ast.Attribute:
-                    continue
-                # (a node the name walk gave no parent, as under a def's type parameters: _scope() says module)
-                q = a.resolve(node, scope if up is not None else module_scope, count_use=False)
-                if q is not None:
-                    self.refs.setdefault(q, []).append(node)
-                elif t is ast.Name:
-                    maybe_local.append(node)
-            elif t is ast.FunctionDef or t is ast.AsyncFunctionDef:
-                self.defs.setdefault(node.name, []).append(node)
-            elif t is ast.Call:
-                f = node.func
-                callees.add(id(f))
-                if isinstance(f, (ast.Name, ast.Attribute)):
-                    q = a.resolve(f, scope if f in parent_of else module_scope, count_use=False)  # its call's scope
-                    if q is not None:
-                        self.calls.setdefault(q, []).append(node)
-                    elif isinstance(f, ast.Name):
-                        self.local_calls.setdefault(f.id, []).append(node)
-            elif t is ast.Constant and isinstance(node.value, str) and node.value in TORCHRUN_ENV:
+            if t is Name:
+                if type(node.ctx) is Load and type(up) is not Attribute and (type(up) is not Call or up.func is not node):
+                    loads.append(node)
+            elif t is Call:
+                if type(node.func) is Name and id(node) not in resolved:
+                    local_calls.append(node)
+            elif t is FunctionDef or t is AsyncFunctionDef:
+                defs.append(node)
+            elif t is Constant and type(node.value) is str and node.value in TORCHRUN_ENV:
                 self._env_strings = True
-        for node in maybe_local:
-            if node.id in self.defs:
-                self.local_refs.setdefault(node.id, []).append(node)
+        for node in sorted(defs, key=_source_order):
+            self.defs.setdefault(node.name, []).append(node)
+        for node in sorted(local_calls, key=_source_order):
+            self.local_calls.setdefault(node.func.id, []).append(node)
+        imported = {id(n) for n, _q in a.resolved_refs}
+        for node in sorted((n for n in loads if n.id in self.defs and id(n) not in imported), key=_source_order):
+            self.local_refs.setdefault(node.id, []).append(node)
 
     def _calls_of(self, names: Iterable[str]) -> list[ast.Call]:
         return [c for n in names for c in self.calls.get(n, ())]
