@@ -29,3 +29,29 @@ def test_processing_a_file_leaves_no_cyclic_garbage(fix):
         gc.set_debug(0)
         gc.garbage.clear()
     assert not kinds & {"Site", "Scope", "Analysis", "Module", "Name", "Call"}, sorted(kinds)
+
+
+def test_the_editor_server_check_leaves_no_cyclic_garbage_and_its_findings_still_fix():
+    """The language server checks a buffer on every change: each check's tree must go at once, and the findings
+    it returns (diagnostics, then quick fixes) must not need the released analysis."""
+    from neuron_migrate.server.core import Checker
+
+    checker, path = Checker(), str(SCRIPT)
+    text = SCRIPT.read_text(encoding="utf-8")
+    checker.check(text, path)  # warm
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        findings, error = checker.check(text, path)
+        gc.collect()
+        kinds = {type(o).__name__ for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert error is None and findings
+    assert not kinds & {"Site", "Scope", "Analysis", "Module", "Name", "Call"}, sorted(kinds)
+    fixable = [f for f in findings if f.fix is not None]
+    assert fixable
+    fixed = checker.fix_one(text, path, fixable[0])
+    assert fixed is not None and fixed != text
+    assert [f.span for f in findings] == [f.span for f in checker.check(text, path)[0]]

@@ -85,11 +85,16 @@ class Checker:
         if s.excluded:
             return [], None
         try:
-            return check_text(text, path, s.ruleset, s.settings).findings, None
+            result = check_text(text, path, s.ruleset, s.settings)
         except AnalysisError as exc:
             return [], str(exc)
         except RecursionError:
             return [], "nesting too deep to check"
+        if result.analysis is not None:
+            # the tree and its sites form reference cycles: freed now, they do not pile up for the cyclic GC, whose
+            # passes over them slowed every later check of a large buffer (transformers trainer.py: median 116 -> 83 ms)
+            result.analysis.release()
+        return result.findings, None
 
     def fix_one(self, text: str, path: str, finding) -> Optional[str]:
         """The text with only this finding's fix applied (None when it cannot be applied)."""
