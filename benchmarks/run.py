@@ -30,6 +30,7 @@ import datetime as dt
 import ast
 import hashlib
 import io
+import json
 import os
 import re
 import signal
@@ -441,6 +442,45 @@ def _load() -> tuple[float, float, float]:
         return (0.0, 0.0, 0.0)
 
 
+# The editor case: the language server (`neuron-migrate server`) is a resident process, so what an edit costs is one
+# check of the buffer's new text in a process that has already loaded the rules and the table. Timed in one process
+# per repetition (an editor session with these files open), through the server's own Checker, without LSP framing.
+EDITOR_CHECKS = 10  # checks of an edited buffer per file and repetition
+EDITOR_SCRIPT = r"""
+import json, sys, time
+from neuron_migrate.server.core import Checker
+try:
+    from neuron_migrate.pipeline.parallel import tune_gc
+    tune_gc()  # what `neuron-migrate server` does when it starts (older versions: nothing)
+except ImportError:
+    pass
+out = {}
+checker = Checker()
+for path in sys.argv[2:]:
+    text = open(path, encoding="utf-8").read()
+    checker.check(text, path)  # the document's first check (didOpen): not counted
+    times = []
+    for i in range(int(sys.argv[1])):
+        edited = text + f"\n# edit {i}\n"  # each didChange hands the server a new text
+        t = time.perf_counter()
+        findings, error = checker.check(edited, path)
+        times.append(time.perf_counter() - t)
+        assert error is None, error
+    out[path] = times
+print(json.dumps(out))
+"""
+
+
+def editor_checks(py: Path, paths: list, checks: int) -> dict:
+    """{path: [seconds per check]} from one resident Checker, or {} when the server's code is missing."""
+    try:
+        r = subprocess.run([str(py), "-c", EDITOR_SCRIPT, str(checks), *map(str, paths)], capture_output=True,
+                           text=True, timeout=600)
+        return {Path(k): v for k, v in json.loads(r.stdout).items()} if r.returncode == 0 else {}
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tree xla, 1 run per tool, 1 MB generated file, no profile")
@@ -556,6 +596,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     load_before = _load()
     loads = []
+    editor: dict = {}  # path -> seconds per check of an edited buffer in the resident server
     for b in file_benches:  # warm the page cache and the Python bytecode caches; not counted
         if not b.missing and not args.quick:
             measure(b.cmd, b.cwd, b.env, sample=False)
@@ -569,6 +610,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         for _ in range(samples):  # single files are quick: more samples, every tool in turn
             for b in file_benches:
                 timed(b)
+        if py.exists():
+            for path, times in editor_checks(py, few, EDITOR_CHECKS).items():
+                editor.setdefault(path, []).extend(times)
     if big_benches:  # once: it is long, and the target is absolute (seconds, MB), not a ratio
         print("generated file", file=sys.stderr)
         for b in big_benches:
@@ -585,7 +629,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     }
     ctx = dict(tree_name=tree_name, n_files=n_files, n_lines=n_lines, repeat=repeat, samples=samples, tree=tree,
                main=main_benches, jobs=jobs_benches, cache=cache_benches, singles=single_benches, small_ref=small_ref,
-               few=few_benches,
+               few=few_benches, editor=editor,
                big=big_benches, big_path=big, big_lines=big_lines, big_mb=big_mb, cache_clean=cache_clean,
                versions=versions, load_before=load_before, load_after=load_after, loads=loads, prof_text=prof_text,
                elapsed=time.perf_counter() - started, argv=sys.argv[1:] if argv is None else argv)
@@ -713,18 +757,21 @@ def render(c: dict) -> str:
     out += ["", "## Single files (the pre-commit and editor case)", "",
             "`rewrite` changes: what `rewrite --check` said before the timings (only files it leaves unchanged count",
             "for the rewrite target). Peak RSS is the largest process (see the header for how it is read).", "",
-            "| file | why | lines | `rewrite` changes | `audit FILE` median wall (s) | audit CPU (s) | `rewrite FILE` median wall (s) | rewrite CPU (s) | audit peak RSS (MB) |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+            "`server check`: one check of the file's edited text in the resident language server (the editor case, "
+            f"{EDITOR_CHECKS} per repetition in one process; see EDITOR_SCRIPT in run.py), median.", "",
+            "| file | why | lines | `rewrite` changes | `audit FILE` median wall (s) | audit CPU (s) | `rewrite FILE` median wall (s) | rewrite CPU (s) | audit peak RSS (MB) | `server check` (s) |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for path, why, lines, changes, a, rw in c["singles"]:
         rel = path.relative_to(corpus.cache_dir() / "single")
+        server = f"{statistics.median(c['editor'][path]):.3f}" if path in c.get("editor", {}) else "-"
         out.append(f"| `{rel}` | {why} | {lines:,} | {'?' if changes is None else 'yes' if changes else 'no'} | "
                    f"{f'{a.median:.3f}' if _ok(a) else 'missing'}{_failed(a)} | {f'{a.cpu:.3f}' if _ok(a) else '-'} | "
                    f"{f'{rw.median:.3f}' if _ok(rw) else 'missing'}{_failed(rw)} | {f'{rw.cpu:.3f}' if _ok(rw) else '-'} | "
-                   f"{_fmt(a.peak_single_mb) if _ok(a) else '-'} |")
+                   f"{_fmt(a.peak_single_mb) if _ok(a) else '-'} | {server} |")
     for b in c["small_ref"]:
         if _ok(b):
             where = f"`{SMALL_FILE}`" if "FILE" in b.label else "(no file)"
-            out.append(f"| {where} | reference: `{b.label}` | | | {b.median:.3f} | {b.cpu:.3f} | | | {_fmt(b.peak_single_mb)} |")
+            out.append(f"| {where} | reference: `{b.label}` | | | {b.median:.3f} | {b.cpu:.3f} | | | {_fmt(b.peak_single_mb)} | |")
     if c.get("few"):
         every, one = c["few"]
         out += ["", "## A few files in one command (a pre-commit run)", "",
@@ -782,6 +829,12 @@ def targets(c: dict, by: dict) -> list[str]:
     worst_single("`rewrite FILE` <= 0.20 s when nothing changes", 0.20,
                  [(p, rw) for p, _, _, changes, _, rw in c["singles"] if changes is False and _ok(rw)],
                  "no single file that rewrite leaves unchanged")
+    if c.get("editor"):
+        worst_p, worst = max(c["editor"].items(), key=lambda kv: statistics.median(kv[1]))
+        each = ", ".join(f"{_short(p)} {1000 * statistics.median(t):.0f} ms" for p, t in c["editor"].items())
+        out.append(f"- the editor case, reported beside it: one check of an edited buffer in the resident language "
+                   f"server, median {1000 * statistics.median(worst):.0f} ms at worst ({_short(worst_p)}; "
+                   f"{'within' if statistics.median(worst) <= 0.10 else 'over'} 0.10 s); {each}")
     tree = f"on tree `{c['tree_name']}` ({c['n_lines']:,} lines)"
     r = paired(A, RUFF) if _ok(A) and _ok(RUFF) else None
     check(f"audit lines/s >= Ruff `--select ALL` lines/s {tree}", None if r is None else r >= 1.0,

@@ -1,5 +1,5 @@
 """A file's analysis is freed by reference counting when the file is done (Analysis.release), not left to the cyclic
-GC: with cycles, the GC's passes over live trees cost 8-23 % of a run (see pipeline/parallel.py:_tune_gc)."""
+GC: with cycles, the GC's passes over live trees cost 8-23 % of a run (see pipeline/parallel.py:tune_gc)."""
 from __future__ import annotations
 
 import gc

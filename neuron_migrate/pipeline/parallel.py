@@ -27,7 +27,7 @@ def _init(spec, settings_kw, fix, write, digests=True):
 
     source.MAX_BYTES = size or DEFAULT_MAX_BYTES  # `max-file-size` (documented in the README)
     codes, ignored = _split_spec(spec)
-    _tune_gc()
+    tune_gc()
     # piece_workers: the processes one large file's pieces may use (rules/pieces.py); 1 inside a pool's worker,
     # whose siblings already keep the other cores busy
     # digests: whether results carry their content digest (only a results cache reads it)
@@ -35,7 +35,7 @@ def _init(spec, settings_kw, fix, write, digests=True):
                   piece_workers=1, digests=digests)
 
 
-def _tune_gc() -> None:
+def tune_gc() -> None:
     """Per-file work allocates millions of short-lived AST and libcst nodes that reference counting frees (analyses
     are released when a file is done, so they leave no cycles): with the default thresholds the cyclic GC rescans the
     live trees thousands of times per run (8 % of an audit, 23 % of a rewrite, measured on the 198k-line bench tree).

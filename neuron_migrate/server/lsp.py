@@ -326,4 +326,8 @@ def build_server() -> NeuronMigrateServer:
 
 def serve_stdio() -> None:
     logging.basicConfig(level=os.environ.get("NEURON_MIGRATE_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
-    build_server().start_io()
+    server = build_server()
+    from neuron_migrate.pipeline.parallel import tune_gc
+
+    tune_gc()  # every check of a buffer allocates a tree of it: as in the command line's workers
+    server.start_io()
