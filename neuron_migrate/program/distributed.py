@@ -369,7 +369,7 @@ class DistributedFacts:
         """Is the model whose parameters `optimizer` steps wrapped in DDP/FSDP on every path to `at`?"""
         if not isinstance(optimizer, ast.Name) or depth > 3:
             return None
-        fn = _function_of(self.analysis, at)
+        fn = function_of(self.analysis, at)
         defs = _assignments(fn, optimizer.id, self.analysis)
         if not defs:
             return self._through_parameter(fn, optimizer.id, lambda arg, call: self.always_wrapped(arg, call, depth + 1))
@@ -379,7 +379,7 @@ class DistributedFacts:
             if model is None:
                 return None
             # the wrap may come after the optimizer is built: what counts is that it runs before the step
-            results.append(self._model_wrapped(model, at if _function_of(self.analysis, at) is fn else None, assign, depth))
+            results.append(self._model_wrapped(model, at if function_of(self.analysis, at) is fn else None, assign, depth))
         if any(r is None for r in results):
             return None
         return all(results)
@@ -393,7 +393,7 @@ class DistributedFacts:
         if not isinstance(root, ast.Name):
             return None
         name = root.id
-        fn = _function_of(self.analysis, where)
+        fn = function_of(self.analysis, where)
         limit = _stmt_of(self.analysis, at).lineno if at is not None else float("inf")
         found_wrap = False
         for s in _function_statements(self.analysis, fn):
@@ -432,7 +432,7 @@ class DistributedFacts:
             stmt = _stmt_of(self.analysis, call)
             if stmt.value is not call if isinstance(stmt, (ast.Assign, ast.Expr)) else True:
                 return False  # inside an expression (`DDP(m) if flag else m`)
-            if not _unconditional(self.analysis, stmt, _function_of(self.analysis, stmt)):
+            if not _unconditional(self.analysis, stmt, function_of(self.analysis, stmt)):
                 return False
         return True
 
@@ -495,7 +495,8 @@ def _stmt_of(analysis, node: ast.AST) -> ast.stmt:
     return node
 
 
-def _function_of(analysis, node: ast.AST):
+def function_of(analysis, node: ast.AST):
+    """The innermost def or lambda that holds `node` (its decorators and defaults included), None at module level."""
     n = analysis.parent_of.get(node)
     while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         n = analysis.parent_of.get(n)

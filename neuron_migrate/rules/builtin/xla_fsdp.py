@@ -13,6 +13,7 @@ from neuron_migrate.program import cached
 from neuron_migrate.program import device_flow
 from neuron_migrate.program.distributed import Group
 from neuron_migrate.program.distributed import facts as distributed_facts
+from neuron_migrate.program.distributed import function_of
 from neuron_migrate.rules.api import has_star_args, rule
 from neuron_migrate.rules.model import Fix
 
@@ -331,13 +332,6 @@ def _assigned(a, fn, name: str) -> list:
     return out
 
 
-def _function_of(a, node):
-    n = a.parent_of.get(node)
-    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        n = a.parent_of.get(n)
-    return n
-
-
 def _is_default(node, default) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is type(default) and node.value == default
 
@@ -355,7 +349,7 @@ def _check_wrap(ctx, plan: Plan, fx, call: ast.Call, callee: str) -> bool:
                              "torch FSDP's process_group): pass them by keyword"))
         return False
     module = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
-    fn = _function_of(a, call)
+    fn = function_of(a, call)
     for kw in call.keywords:
         if kw.arg in _XLA_KWARGS:
             default, why = _XLA_KWARGS[kw.arg]
@@ -433,7 +427,7 @@ def _check_model_uses(ctx, plan: Plan) -> None:
                 block((call, "the wrapped model is assigned to something other than a name or attribute"))
                 continue
             models.add(name)
-            where.setdefault(name, []).append((_function_of(a, call), call.end_lineno))
+            where.setdefault(name, []).append((function_of(a, call), call.end_lineno))
     if not models:
         return
     facts = distributed_facts(a)
@@ -503,7 +497,7 @@ def _follow_into_local_functions(a, facts, models: set, where: dict) -> None:
 
 def _after_wrap(a, node, wraps) -> bool:
     """The use runs after a wrap: later in the wrap's own function, or anywhere in another function."""
-    fn = _function_of(a, node)
+    fn = function_of(a, node)
     for wfn, end in wraps:
         if fn is not wfn or node.lineno > end:
             return True
@@ -528,7 +522,7 @@ def _feeds_elementwise_optimizer(ctx, call) -> bool:
     opt = a.parent_of.get(call)
     if not isinstance(opt, ast.Call) or not opt.args or opt.args[0] is not call:
         return False
-    fn = _function_of(a, opt)
+    fn = function_of(a, opt)
     scope = a.scope_of.get(fn, a.module_scope) if fn is not None else a.module_scope
     return a.resolve(opt.func, scope, count_use=False) in _ELEMENTWISE_OPTIMIZERS
 
