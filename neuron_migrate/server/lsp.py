@@ -1,6 +1,7 @@
 """The Language Server Protocol side: pygls features mapped onto `core.Checker`.
 
-- diagnostics on open/change/save, for Python files and for notebooks (cells joined as the CLI joins them);
+- diagnostics on open/change/save, for Python files and for notebooks (cells joined as the CLI joins them); a
+  burst of changes is checked once, at its last text (`lint_soon`);
 - code actions: one quick fix per finding with a fix (unsafe ones say so and are never preferred),
   "disable for this line" (`# noqa: CODE`), and `source.fixAll` (every safe fix, the way `rewrite` does);
 - hover: the rule's documentation;
@@ -9,8 +10,10 @@
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +31,9 @@ RELOAD_COMMAND = "neuron-migrate.reload"
 SEVERITY = {"error": t.DiagnosticSeverity.Error, "warning": t.DiagnosticSeverity.Warning,
             "info": t.DiagnosticSeverity.Information}
 log = logging.getLogger("neuron_migrate.server")
+# After a change, the check waits as long as the document's last check took (at most this long, in seconds) for
+# more changes: typing in a large file then costs one check per pause instead of one per keystroke.
+LINT_WAIT_MAX = 0.25
 
 
 def _utf16_col(line: str, col: int) -> int:
@@ -80,6 +86,8 @@ class NeuronMigrateServer(LanguageServer):
                                                                      notebook="*")]),
         )
         self.checker = Checker()
+        self._pending: dict = {}  # uri -> the asyncio timer of its scheduled check
+        self._check_seconds: dict = {}  # uri -> how long its last check took
 
     # -- documents -------------------------------------------------------------------------------------
     def document_text(self, uri: str) -> tuple[str, Optional[list]]:
@@ -104,7 +112,35 @@ class NeuronMigrateServer(LanguageServer):
         p = _path_of(nb_uri)
         return p if p.endswith(".ipynb") else p + ".ipynb"
 
+    def lint_soon(self, uri: str) -> None:
+        """Check `uri` once the changes that are arriving have arrived. Each change cancels the check the one before
+        scheduled and schedules its own after a wait as long as the document's last check took (at most
+        LINT_WAIT_MAX): the changes that arrive while a check runs, or soon after, are read before the next check
+        starts, so a burst of keystrokes costs one check of its last text, and a small file's check comes at once."""
+        self.cancel_lint(uri)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the server's event loop: check now
+            self.lint(uri)
+            return
+        wait = min(self._check_seconds.get(uri, 0.0), LINT_WAIT_MAX)
+        self._pending[uri] = loop.call_later(wait, self._lint_scheduled, uri)
+
+    def cancel_lint(self, uri: str) -> None:
+        pending = self._pending.pop(uri, None)
+        if pending is not None:
+            pending.cancel()
+
+    def document_closed(self, uri: str) -> None:
+        self.cancel_lint(uri)
+        self._check_seconds.pop(uri, None)
+
+    def _lint_scheduled(self, uri: str) -> None:
+        self._pending.pop(uri, None)
+        self.lint(uri)
+
     def lint(self, uri: str) -> None:
+        self.cancel_lint(uri)  # this check reads the latest text: one scheduled before it has nothing left to do
         nb = self.workspace.get_notebook_document(cell_uri=uri) or self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is not None:
             self.lint_notebook(nb)
@@ -112,7 +148,9 @@ class NeuronMigrateServer(LanguageServer):
         doc = self.workspace.get_text_document(uri)
         if doc.uri.endswith("pyproject.toml"):
             return
+        started = time.perf_counter()
         findings, error = self.checker.check(doc.source, _path_of(uri))
+        self._check_seconds[uri] = time.perf_counter() - started
         lines = source_lines(doc.source)
         diags = [self.diagnostic(f, lines) for f in findings]
         if error:
@@ -263,7 +301,7 @@ def build_server() -> NeuronMigrateServer:
 
     @server.feature(t.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: NeuronMigrateServer, params: t.DidChangeTextDocumentParams) -> None:
-        ls.lint(params.text_document.uri)
+        ls.lint_soon(params.text_document.uri)
 
     @server.feature(t.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: NeuronMigrateServer, params: t.DidSaveTextDocumentParams) -> None:
@@ -274,6 +312,7 @@ def build_server() -> NeuronMigrateServer:
 
     @server.feature(t.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: NeuronMigrateServer, params: t.DidCloseTextDocumentParams) -> None:
+        ls.document_closed(params.text_document.uri)
         ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
 
     @server.feature(t.NOTEBOOK_DOCUMENT_DID_OPEN)

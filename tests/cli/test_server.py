@@ -36,11 +36,13 @@ class Session:
         self.root = root
         self.client = LanguageClient("neuron-migrate-test", "1")
         self.diagnostics: dict = {}
+        self.versions: dict = {}  # uri -> the document version of each diagnostics notification, in order
         self.changed = asyncio.Event()
 
         @self.client.feature(t.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def _diags(params: t.PublishDiagnosticsParams):
             self.diagnostics[params.uri] = params.diagnostics
+            self.versions.setdefault(params.uri, []).append(params.version)
             self.changed.set()
 
     async def start(self):
@@ -123,6 +125,58 @@ def test_mark_step_diagnostic_quick_fix_fix_all_noqa_and_hover(tmp_path):
             assert hover is not None and "NM100" in hover.contents.value and "torch-xla-import" in hover.contents.value
         finally:
             await s.stop()
+
+    run(go())
+
+
+def test_typing_burst_ends_with_the_diagnostics_of_the_last_text(tmp_path):
+    """Changes sent one after another, as keystrokes are, end with the diagnostics of the last version (the server
+    checks a burst once, at its last text; every notification names a version the editor sent)."""
+    f = tmp_path / "train.py"
+    f.write_text("import torch\n")
+    uri = f.as_uri()
+    step = "    xm.mark_step()\n"
+
+    async def go():
+        s = Session(tmp_path)
+        await s.start()
+        try:
+            open_doc(s, uri, "import torch\n")
+            await s.wait_for(uri)
+            text = TRAIN
+            for version in range(2, 32):  # a second function with a step marker typed in and out again
+                text = TRAIN + (f"\n\ndef again(loss):\n{step}" if version % 2 == 0 else "")
+                s.client.text_document_did_change(t.DidChangeTextDocumentParams(
+                    text_document=t.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                    content_changes=[t.TextDocumentContentChangeWholeDocument(text=text)]))
+            assert text.count("mark_step") == 1  # version 31: the first marker only
+            diags = await s.wait_for(uri, lambda d: s.versions[uri][-1] == 31)
+            assert [d.code for d in diags].count("NM101") == 1
+            assert set(s.versions[uri]) <= set(range(1, 32))
+        finally:
+            await s.stop()
+
+    run(go())
+
+
+def test_a_burst_of_changes_is_checked_once_at_its_end():
+    """didChange schedules the check (lint_soon) instead of running it: each change cancels the check the one before
+    scheduled, so twenty changes in a row cost one check, run after the last; closing a document drops its check."""
+    from neuron_migrate.server.lsp import NeuronMigrateServer
+
+    server = NeuronMigrateServer()
+    checked: list = []
+    server.lint = checked.append  # what a check does is the other tests' business: here, which ones run
+
+    async def go():
+        for _ in range(20):
+            server.lint_soon("file:///a.py")
+        server.lint_soon("file:///b.py")
+        server.lint_soon("file:///c.py")
+        server.document_closed("file:///c.py")
+        assert checked == []  # nothing runs inside the change notifications themselves
+        await asyncio.sleep(0.05)  # a file never checked before waits 0 s: its check is due on the next turn
+        assert sorted(checked) == ["file:///a.py", "file:///b.py"]
 
     run(go())
 
