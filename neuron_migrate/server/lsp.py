@@ -143,7 +143,9 @@ class NeuronMigrateServer(LanguageServer):
         self.cancel_lint(uri)  # this check reads the latest text: one scheduled before it has nothing left to do
         nb = self.workspace.get_notebook_document(cell_uri=uri) or self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is not None:
+            started = time.perf_counter()
             self.lint_notebook(nb)
+            self._check_seconds[uri] = time.perf_counter() - started
             return
         doc = self.workspace.get_text_document(uri)
         if doc.uri.endswith("pyproject.toml"):
@@ -323,9 +325,8 @@ def build_server() -> NeuronMigrateServer:
 
     @server.feature(t.NOTEBOOK_DOCUMENT_DID_CHANGE)
     def nb_change(ls: NeuronMigrateServer, params: t.DidChangeNotebookDocumentParams) -> None:
-        nb = ls.workspace.get_notebook_document(notebook_uri=params.notebook_document.uri)
-        if nb is not None:
-            ls.lint_notebook(nb)
+        if ls.workspace.get_notebook_document(notebook_uri=params.notebook_document.uri) is not None:
+            ls.lint_soon(params.notebook_document.uri)  # a burst of cell edits: one check (see lint_soon)
 
     @server.feature(t.NOTEBOOK_DOCUMENT_DID_SAVE)
     def nb_save(ls: NeuronMigrateServer, params: t.DidSaveNotebookDocumentParams) -> None:
@@ -335,6 +336,7 @@ def build_server() -> NeuronMigrateServer:
 
     @server.feature(t.NOTEBOOK_DOCUMENT_DID_CLOSE)
     def nb_close(ls: NeuronMigrateServer, params: t.DidCloseNotebookDocumentParams) -> None:
+        ls.document_closed(params.notebook_document.uri)
         for cell in params.cell_text_documents:
             ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
 

@@ -238,6 +238,15 @@ def test_notebook_cells_get_diagnostics_and_fixes(tmp_path):
             fix = next(a for a in actions if a.title.startswith("Fix NM101"))
             assert apply_edits(src2, fix.edit.changes[cell2]) == "loss.backward()"
             assert cell1 not in fix.edit.changes
+
+            # the user edits the cell (notebookDocument/didChange, checked once the edits stop): the finding goes
+            s.client.notebook_document_did_change(t.DidChangeNotebookDocumentParams(
+                notebook_document=t.VersionedNotebookDocumentIdentifier(uri=nb_uri, version=2),
+                change=t.NotebookDocumentChangeEvent(cells=t.NotebookDocumentCellChanges(text_content=[
+                    t.NotebookDocumentCellContentChanges(
+                        document=t.VersionedTextDocumentIdentifier(uri=cell2, version=2),
+                        changes=[t.TextDocumentContentChangeWholeDocument(text="loss.backward()")])]))))
+            await s.wait_for(cell2, lambda d: not any(x.code == "NM101" for x in d))
         finally:
             await s.stop()
 
