@@ -259,7 +259,7 @@ class Analysis:
         self.module_scope: Scope
         self.defined_names: set[str] = set()  # every name bound anywhere (to avoid collisions)
         self.scope_of: dict[ast.AST, Scope] = {}  # function/lambda node -> its scope (module: module_scope)
-        # what the walk resolved, in source order, for whole-program indexes (program/distributed.py) that would
+        # what the walk resolved, in its order, for whole-program indexes (program/distributed.py) that would
         # otherwise walk the tree and resolve every name again: (call, callee's qualified name) for each call of an
         # imported name, (node, qualified name) for each other load of one (a Name or the top of an attribute chain)
         self.resolved_calls: list[tuple[ast.Call, str]] = []
