@@ -12,6 +12,20 @@ from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.registry import RuleSet
 
 SCRIPT = Path(__file__).parent / "integration" / "realistic" / "spawn_mp.py"
+ANALYSIS_KINDS = {"Site", "Scope", "Analysis", "Module", "Name", "Call"}  # what a file's analysis is made of
+
+
+def _garbage_kinds(work):
+    """(work()'s result, the type names of what it left to the cyclic GC)."""
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        out = work()
+        gc.collect()
+        return out, {type(o).__name__ for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
 
 
 @pytest.mark.parametrize("fix", [False, True], ids=["audit", "rewrite"])
@@ -19,16 +33,8 @@ def test_processing_a_file_leaves_no_cyclic_garbage(fix):
     rules, settings = RuleSet.select(), Settings(unsafe_fixes=True)
     res = process_file(str(SCRIPT), rules, settings, fix)  # warm: first-use caches are not garbage
     assert res.findings or res.applied  # the file does exercise the rules and (for fix) the engine
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        process_file(str(SCRIPT), rules, settings, fix)
-        gc.collect()
-        kinds = {type(o).__name__ for o in gc.garbage}
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-    assert not kinds & {"Site", "Scope", "Analysis", "Module", "Name", "Call"}, sorted(kinds)
+    _res, kinds = _garbage_kinds(lambda: process_file(str(SCRIPT), rules, settings, fix))
+    assert not kinds & ANALYSIS_KINDS, sorted(kinds)
 
 
 def test_the_editor_server_check_leaves_no_cyclic_garbage_and_its_findings_still_fix():
@@ -39,17 +45,9 @@ def test_the_editor_server_check_leaves_no_cyclic_garbage_and_its_findings_still
     checker, path = Checker(), str(SCRIPT)
     text = SCRIPT.read_text(encoding="utf-8")
     checker.check(text, path)  # warm
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        findings, error = checker.check(text, path)
-        gc.collect()
-        kinds = {type(o).__name__ for o in gc.garbage}
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
+    (findings, error), kinds = _garbage_kinds(lambda: checker.check(text, path))
     assert error is None and findings
-    assert not kinds & {"Site", "Scope", "Analysis", "Module", "Name", "Call"}, sorted(kinds)
+    assert not kinds & ANALYSIS_KINDS, sorted(kinds)
     fixable = [f for f in findings if f.fix is not None]
     assert fixable
     fixed = checker.fix_one(text, path, fixable[0])

@@ -55,7 +55,6 @@ WRAPPERS = (
 TORCHRUN_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-_FUNC_TYPES = frozenset(_FUNCS)
 
 
 class Group(enum.Enum):
@@ -132,16 +131,9 @@ class DistributedFacts:
         self._prefix_starts: dict[int, list] = {}
 
     # -- index ------------------------------------------------------------------------------------
-    def _scope(self, node: ast.AST):
-        a = self.analysis
-        n = a.parent_of.get(node)
-        while n is not None and not isinstance(n, _FUNCS):
-            n = a.parent_of.get(n)
-        return a.scope_of.get(n, a.module_scope) if n is not None else a.module_scope
-
     def qualname(self, node: ast.AST) -> Optional[str]:
         """Qualified name of a Name/Attribute chain rooted in an import, in the scope where it stands."""
-        return self.analysis.resolve(node, self._scope(node), count_use=False)
+        return self.analysis.resolve(node, scope_at(self.analysis, node), count_use=False)
 
     def _index(self, tree: ast.Module) -> None:
         """Calls, value uses and defs by name. The calls and uses of imported names are the ones the name walk
@@ -498,9 +490,14 @@ def _stmt_of(analysis, node: ast.AST) -> ast.stmt:
 def function_of(analysis, node: ast.AST):
     """The innermost def or lambda that holds `node` (its decorators and defaults included), None at module level."""
     n = analysis.parent_of.get(node)
-    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+    while n is not None and not isinstance(n, _FUNCS):
         n = analysis.parent_of.get(n)
     return n
+
+
+def scope_at(analysis, node: ast.AST):
+    """The name scope of the function_of `node` (the module's at module level)."""
+    return analysis.scope_of.get(function_of(analysis, node), analysis.module_scope)
 
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")

@@ -141,18 +141,19 @@ class NeuronMigrateServer(LanguageServer):
 
     def lint(self, uri: str) -> None:
         self.cancel_lint(uri)  # this check reads the latest text: one scheduled before it has nothing left to do
+        started = time.perf_counter()
+        self._publish_findings(uri)
+        self._check_seconds[uri] = time.perf_counter() - started  # how long lint_soon waits for this document
+
+    def _publish_findings(self, uri: str) -> None:
         nb = self.workspace.get_notebook_document(cell_uri=uri) or self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is not None:
-            started = time.perf_counter()
             self.lint_notebook(nb)
-            self._check_seconds[uri] = time.perf_counter() - started
             return
         doc = self.workspace.get_text_document(uri)
         if doc.uri.endswith("pyproject.toml"):
             return
-        started = time.perf_counter()
         findings, error = self.checker.check(doc.source, _path_of(uri))
-        self._check_seconds[uri] = time.perf_counter() - started
         lines = source_lines(doc.source)
         diags = [self.diagnostic(f, lines) for f in findings]
         if error:

@@ -13,7 +13,7 @@ from neuron_migrate.program import cached
 from neuron_migrate.program import device_flow
 from neuron_migrate.program.distributed import Group
 from neuron_migrate.program.distributed import facts as distributed_facts
-from neuron_migrate.program.distributed import function_of
+from neuron_migrate.program.distributed import function_of, scope_at
 from neuron_migrate.rules.api import has_star_args, rule
 from neuron_migrate.rules.model import Fix
 
@@ -522,9 +522,7 @@ def _feeds_elementwise_optimizer(ctx, call) -> bool:
     opt = a.parent_of.get(call)
     if not isinstance(opt, ast.Call) or not opt.args or opt.args[0] is not call:
         return False
-    fn = function_of(a, opt)
-    scope = a.scope_of.get(fn, a.module_scope) if fn is not None else a.module_scope
-    return a.resolve(opt.func, scope, count_use=False) in _ELEMENTWISE_OPTIMIZERS
+    return a.resolve(opt.func, scope_at(a, opt), count_use=False) in _ELEMENTWISE_OPTIMIZERS
 
 
 def _non_model_names(ctx) -> set:
