@@ -39,7 +39,7 @@ def test_rewritten_fixture_runs(case, tmp_path):
 
 
 def _helper(name: str, **modules):
-    from neuron_migrate.rules.builtin import xla_misc  # noqa: F401  (registers the helpers)
+    from neuron_migrate.rules.builtin import xla_loaders, xla_utils  # noqa: F401  (register the helpers)
     from neuron_migrate.rules.helpers import HELPERS
 
     spec = HELPERS[name]

@@ -1,0 +1,331 @@
+"""torch_xla data loaders: pl.MpDeviceLoader, pl.ParallelLoader(...).per_device_loader() (NM130).
+
+The plain DataLoader is iterated and each batch moved to the device where the loop unpacks it; the
+inserted `_batch_to_device` / `_DeviceLoader` helpers serve only loaders this rule cannot follow.
+"""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.names.analysis import walk
+from neuron_migrate.rules.api import has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.xla_misc import NATIVE_FAQ, _isinstance_or_base, _nested_mentions, _scope_body_nodes
+from neuron_migrate.rules.helpers import HELPERS, Helper
+
+PL = "torch_xla.distributed.parallel_loader"
+
+HELPERS["_batch_to_device"] = Helper(
+    '''def _batch_to_device(batch, device):
+    """The batch with its tensors (also inside lists, tuples and dicts) moved to `device`, as pl.MpDeviceLoader did."""
+    if isinstance(batch, {torch}.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {{key: _batch_to_device(value, device) for key, value in batch.items()}}
+    if isinstance(batch, (list, tuple)):
+        moved = [_batch_to_device(value, device) for value in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
+''',
+    {"torch": "torch"},
+)
+HELPERS["_DeviceLoader"] = Helper(
+    '''class _DeviceLoader:
+    """Iterates `loader` with each batch moved to `device` (what pl.MpDeviceLoader did)."""
+
+    def __init__(self, loader, device, **prefetch_options):  # MpDeviceLoader's prefetch options mean nothing here
+        self.loader = loader
+        self.device = device
+
+    def __iter__(self):
+        return (_batch_to_device(batch, self.device) for batch in self.loader)
+
+    def __len__(self):
+        return len(self.loader)
+''',
+    {},
+    requires=("_batch_to_device",),
+)
+
+# what each MpDeviceLoader/ParallelLoader option did, for the finding that says it is dropped
+_LOADER_OPTIONS = {
+    "batches_per_execution": "cut one XLA graph per that many batches; eager TorchNeuron runs every batch as it comes",
+    "device_prefetch_size": "sized the device-side prefetch queue; overlap loading with DataLoader(num_workers=..., pin_memory=True)",
+    "loader_prefetch_size": "sized the host-side prefetch queue; use DataLoader(prefetch_factor=..., num_workers=...)",
+    "host_to_device_transfer_threads": "set the copy threads; overlap loading with DataLoader(num_workers=..., pin_memory=True)",
+    "batchdim": "named the batch dimension for sharding; nothing shards here",
+    "fixed_batch_size": "checked batch sizes; eager TorchNeuron does not need it",
+}
+
+
+# -- NM130 ------------------------------------------------------------------------------------------
+def _builtin_call(node, name: str, analysis, scope) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+            and analysis.resolve(node.func, scope, count_use=False) is None and scope.lookup(name)[0] is None)
+
+
+def _loop_over(node, site, ctx):
+    """(for statement, enumerated) when `node` is the iterable of a for loop, directly or through enumerate()."""
+    a = ctx.analysis
+    parent = a.parent_of.get(node)
+    if isinstance(parent, ast.For) and parent.iter is node:
+        return parent, False
+    if _builtin_call(parent, "enumerate", a, site.scope) and parent.args and parent.args[0] is node:
+        loop = a.parent_of.get(parent)
+        if isinstance(loop, ast.For) and loop.iter is parent:
+            return loop, True
+    return None
+
+
+def _loader_loops(target, site, ctx, device):
+    """The for loops that consume the device loader built by `target`, when that is all that consumes it.
+
+    Either the call is itself a loop's iterable, or it is assigned to a name that, in this scope only, is
+    iterated by for loops (maybe through enumerate), measured with len(), or handed to a function defined
+    in this scope that does only that with it. None otherwise: then the loader
+    escapes to code this rule cannot see and keeps a wrapper object.
+    """
+    a = ctx.analysis
+    direct = _loop_over(target, site, ctx)
+    if direct is not None:
+        return [direct]
+    assign = a.parent_of.get(target)
+    if not (isinstance(assign, ast.Assign) and assign.value is target and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+        return None
+    name = assign.targets[0].id
+    scope_node = site.scope.node
+    if isinstance(scope_node, ast.Lambda) or _nested_mentions(scope_node, name):
+        return None
+    loops, stores = [], 0
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            stores += 1
+            continue
+        loop = _loop_over(n, site, ctx)
+        if loop is not None:
+            loops.append(loop)
+        elif _builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1:
+            continue
+        else:
+            inner = _loops_in_local_function(n, name, scope_node, device, site, ctx)
+            if inner is None:
+                return None
+            loops.extend(inner)
+    return loops if stores == 1 else None
+
+
+def _param_uses(fn, param: str, site, ctx):
+    """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed), else None."""
+    a = ctx.analysis
+    if any(isinstance(n, ast.Name) and n.id == param for n in walk(fn) if n is not fn) and _nested_mentions(fn, param):
+        return None
+    loops = []
+    for n in _scope_body_nodes(fn):
+        if not (isinstance(n, ast.Name) and n.id == param):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        loop = _loop_over(n, site, ctx)
+        if loop is not None:
+            loops.append(loop)
+        elif not (_builtin_call(a.parent_of.get(n), "len", a, site.scope) and len(a.parent_of.get(n).args) == 1):
+            return None
+    return loops
+
+
+def _binds(fn, name: str) -> bool:
+    args = fn.args
+    params = [p.arg for p in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if p is not None]
+    return name in params or any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
+                                 for n in _scope_body_nodes(fn))
+
+
+def _loops_in_local_function(use, name: str, scope_node, device, site, ctx):
+    """`train_loop_fn(loader, epoch)` where train_loop_fn is a function defined in this same scope, called only
+    with this loader at that position, that only iterates the parameter: its loops, else None.
+
+    The device expression must mean the same inside the function (a name it does not rebind)."""
+    a = ctx.analysis
+    call = a.parent_of.get(use)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and use in call.args and not has_star_args(call)):
+        return None
+    index = call.args.index(use)
+    fname = call.func.id
+    defs = [n for n in _scope_body_nodes(scope_node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fname]
+    if len(defs) != 1 or defs[0].decorator_list:
+        return None
+    fn = defs[0]
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    if index >= len(params):
+        return None
+    root = device
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or _binds(fn, root.id):
+        return None
+    for n in _scope_body_nodes(scope_node):  # every use of the function is such a call with this loader
+        if isinstance(n, ast.Name) and n.id == fname:
+            c = a.parent_of.get(n)
+            if not (isinstance(c, ast.Call) and c.func is n and len(c.args) > index
+                    and isinstance(c.args[index], ast.Name) and c.args[index].id == name):
+                return None
+    return _param_uses(fn, params[index].arg, site, ctx)
+
+
+def _plain_alias(target, loader, site, ctx):
+    """(assignment, uses) when `name = pl.MpDeviceLoader(loader, device)` would only become another name for
+    `loader`: a statement of its own, `loader` a plain name nothing rebinds in this scope after it, and every use
+    of `name` a loop's iterable (maybe through enumerate) or len() in this scope. Else None (the name stays)."""
+    a = ctx.analysis
+    assign = a.parent_of.get(target)
+    if not (isinstance(loader, ast.Name) and isinstance(assign, ast.Assign) and assign.value is target
+            and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id != loader.id):
+        return None
+    scope_node = site.scope.node
+    parent = a.parent_of.get(assign)
+    if isinstance(scope_node, ast.Lambda) or parent is not scope_node or _nested_mentions(scope_node, loader.id):
+        return None  # only a statement directly in the function (or module) body: it runs before every loop
+    if ctx.analysis.lines[assign.lineno - 1][: assign.col_offset].strip() or ";" in ctx.src(assign):
+        return None
+    name = assign.targets[0].id
+    uses = []
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and ({name, loader.id} & set(n.names)):
+            return None
+        if isinstance(n, ast.Name) and n.id == loader.id and not isinstance(n.ctx, ast.Load) and n.lineno >= assign.lineno:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name) or n is assign.targets[0]:
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        user = a.parent_of.get(n)
+        if _loop_over(n, site, ctx) is None and not (_builtin_call(user, "len", a, site.scope) and len(user.args) == 1):
+            return None
+        uses.append(n)
+    return (assign, uses) if uses else None
+
+
+def _batch_names(loop, enumerated):
+    """The loop's batch target: a Name, or a tuple of Names; None for anything else."""
+    target = loop.target
+    if enumerated:
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2):
+            return None
+        target = target.elts[1]
+    if isinstance(target, ast.Name):
+        return target
+    if isinstance(target, (ast.Tuple, ast.List)) and target.elts and all(isinstance(e, ast.Name) for e in target.elts):
+        return [e.id for e in target.elts]
+    return None
+
+
+def _dropped_options(call, ctx) -> list[str]:
+    notes = []
+    for k in call.keywords:
+        if k.arg in _LOADER_OPTIONS:
+            notes.append(f"{k.arg}={ctx.src(k.value)} dropped (it {_LOADER_OPTIONS[k.arg]})")
+    return notes
+
+
+@rule(
+    code="NM130",
+    name="mp-device-loader",
+    summary="pl.MpDeviceLoader / ParallelLoader(...).per_device_loader() become the plain loader, each batch moved to the device in the loop",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{PL}.MpDeviceLoader"), ("ref", f"{PL}.MpDeviceLoader"),
+              ("call", f"{PL}.ParallelLoader"), ("ref", f"{PL}.ParallelLoader"), ("ref", f"{PL}.PerDeviceLoader")],
+    docs=f"""
+        `pl.MpDeviceLoader(loader, device)` wraps a DataLoader: background threads copy each batch to the XLA
+        device and every `next()` cuts the lazy graph. TorchNeuron is eager, so only the copy is needed, and the
+        rewrite is what one writes by hand: the plain DataLoader is iterated and the loop moves the unpacked
+        batch, `for data, target in loader:` gaining `data, target = data.to(device), target.to(device)`
+        (a batch bound to one name becomes `batch = _batch_to_device(batch, device)`, an inserted function that
+        moves the tensors inside lists, tuples and dicts). This applies where every use of the loader is visible:
+        the call is a loop's iterable (also through `enumerate`), or it is assigned to a name that this function
+        only iterates in `for` loops or passes to `len()`. The unpacked names are assumed to be tensors, as in
+        `(data, target)` batches. A loader that escapes (returned, passed on, stored on `self`) becomes
+        `_DeviceLoader(loader, device)`, a small inserted class that iterates the loader with each batch moved
+        and keeps `len()`. `pl.ParallelLoader(loader, [device]).per_device_loader(device)` is treated the same.
+        The prefetch options (`device_prefetch_size`, `loader_prefetch_size`, `batches_per_execution`,
+        `host_to_device_transfer_threads`) have no meaning in eager execution: each one dropped is named, with
+        its value, in the finding's note (use `pin_memory=True` and `num_workers` on the DataLoader for overlap).
+        `input_sharding=` (SPMD) is reported: shard with DTensor. MpDeviceLoader never sharded data, so the
+        sampler (`DistributedSampler`) stays as it is. `isinstance(x, pl.MpDeviceLoader)` and subclasses of
+        the torch_xla loaders are reported: they rely on torch_xla internals. Native PyTorch device
+        placement: {NATIVE_FAQ}.
+    """,
+    examples=[("for data, target in pl.MpDeviceLoader(loader, device):\n    step(data, target)",
+               "for data, target in loader:\n    data, target = data.to(device), target.to(device)\n    step(data, target)")],
+)
+def mp_device_loader(site, ctx):
+    cls = site.key.rsplit(".", 1)[1]
+    if site.kind == "ref":
+        how = _isinstance_or_base(site, ctx)
+        if how == "isinstance":
+            return ctx.finding(site, f"isinstance check on pl.{cls}: the class is gone on TorchNeuron; test for the plain DataLoader instead")
+        if how == "subclass":
+            return ctx.finding(site, f"subclass of pl.{cls}: rebase it on a plain iterable that moves each batch to the device")
+        if cls != "MpDeviceLoader":
+            return ctx.finding(site, f"pl.{cls} used as a value: iterate the plain DataLoader and move each batch with .to(device)")
+        fx = ctx.fixer()
+        fx.replace(site.node, fx.helper("_DeviceLoader"))
+        return ctx.finding(site, "pl.MpDeviceLoader used as a value: becomes _DeviceLoader (same (loader, device, **options) signature)", fix=fx.build())
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, f"pl.{cls} with *args/**kwargs: iterate the loader and move each batch to the device by hand")
+    if kwarg(call, "input_sharding") is not None:
+        return ctx.finding(site, f"pl.{cls} with input_sharding= (SPMD): shard the inputs with DTensor (distribute_tensor on an init_device_mesh('neuron', ...) mesh) and move batches by hand")
+    if len(call.args) > 2:
+        return ctx.finding(site, f"pl.{cls} with options passed by position: iterate the loader and move each batch to the device by hand")
+    loader = kwarg(call, "loader", 0) if cls == "MpDeviceLoader" else kwarg(call, "cpu_loader", 0) or kwarg(call, "loader", 0)
+    if loader is None:
+        return ctx.finding(site, f"pl.{cls} without a loader argument: migrate by hand")
+    if cls == "MpDeviceLoader":
+        device = kwarg(call, "device", 1)
+        target = call
+    else:
+        attr = site.parent
+        outer = ctx.analysis.parent_of.get(attr)
+        if not (isinstance(attr, ast.Attribute) and attr.attr == "per_device_loader" and isinstance(outer, ast.Call)
+                and outer.func is attr and len(outer.args) == 1 and not outer.keywords):
+            return ctx.finding(site, "pl.ParallelLoader kept as an object: iterate the plain DataLoader and move each batch to the device")
+        device = outer.args[0]
+        target = outer
+    if device is None:
+        return ctx.finding(site, f"pl.{cls} without a device argument: migrate by hand")
+    dropped = _dropped_options(call, ctx)
+    unknown = [k.arg for k in call.keywords if k.arg not in ("loader", "cpu_loader", "device", "devices", *_LOADER_OPTIONS)]
+    if unknown:
+        return ctx.finding(site, f"pl.{cls} with {', '.join(unknown)}=: migrate by hand")
+    note = "; ".join(dropped)
+    fx = ctx.fixer()
+    loops = _loader_loops(target, site, ctx, device)
+    batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
+    dev = ctx.src(device)
+    if batches is not None and all(names is not None for _, names in batches):
+        alias = _plain_alias(target, loader, site, ctx)
+        if alias is not None:  # `device_loader = pl.MpDeviceLoader(loader, d)` only iterated: iterate `loader` itself
+            assign, uses = alias
+            fx.delete(assign)
+            for use in uses:
+                fx.replace(use, loader.id)
+        else:
+            fx.replace(target, ctx.src(loader))
+        for loop, names in batches:
+            if isinstance(names, ast.Name):
+                move = f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"
+            else:
+                moved = [n for n in names if n != "_"]
+                move = f"{', '.join(moved)} = {', '.join(f'{n}.to({dev})' for n in moved)}"
+            fx.insert_before(loop.body[0], move)
+        return ctx.finding(site, f"pl.{cls}: the plain loader is iterated and each batch is moved to the device in the loop "
+                                 "(eager: no graph cut needed)", fix=fx.build(), note=note)
+    name = fx.helper("_DeviceLoader")
+    fx.replace(target, f"{name}({ctx.src(loader)}, {dev})")
+    return ctx.finding(site, f"pl.{cls}: the loader is consumed where this rule cannot follow it, so it becomes _DeviceLoader, "
+                             "which moves each batch to the device (eager: no graph cut needed)", fix=fx.build(), note=note)
+
