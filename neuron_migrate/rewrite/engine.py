@@ -164,6 +164,12 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         outcome.remaining.remove(f)
     found_in.append((checked, list(done)))
     if fixed and current != text:
+        from neuron_migrate.rewrite.prune import drop_dead_helpers
+
+        inserted = {h for _t, found in found_in for f in found if f.fix is not None for h in f.fix.helpers}
+        pruned = drop_dead_helpers(text, current, inserted, _tree_of(first_tree, text), _tree_of(last_tree, current))
+        if pruned != current:
+            current, last_tree, last_survey = pruned, None, None
         prune = unused_import_fixes(text, current, _tree_of(first_tree, text), _tree_of(last_tree, current),
                                     _tree_of(last_survey, current))
         if prune:

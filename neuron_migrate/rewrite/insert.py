@@ -394,6 +394,14 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
 
     defined = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     new_helpers = [(n, src) for n, src in helpers if n not in defined]
+    if new_helpers:
+        # a helper whose only caller another fix removed (`xm.master_print(met.metrics_report())` deleted whole)
+        # is not added: only those the file loads, and their own dependencies
+        wanted = _loaded(body, {n for n, _ in new_helpers})
+        for name, src in reversed(new_helpers):
+            if name in wanted:
+                wanted |= _helper_names(src)
+        new_helpers = [(n, src) for n, src in new_helpers if n in wanted]
     helper_reqs: list[ImportReq] = []
     if helper_import and new_helpers:
         # only the helpers the file itself calls; their own dependencies live in the shared module

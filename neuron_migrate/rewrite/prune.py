@@ -143,3 +143,74 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
             edit = Edit("replace_stmt", span, "import " + ", ".join(_alias_text(a) for a in keep))
         fixes.append(Fix(FixSafety.SAFE, [edit], description="remove an import the rewrite left unused"))
     return fixes
+
+
+def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, after_tree=None) -> str:
+    """`after` without the inserted helpers nothing calls any more, and without the imports the rewrite added that
+    nothing uses then.
+
+    A helper is inserted by the fix that calls it; a later fix may remove that call (`xm.master_print(
+    met.metrics_report())` becomes `_neuron_master_print(...)`, then the whole report statement goes). Only a
+    top-level def or class named as a known helper, absent from `before`, goes; its own helpers go with it when
+    nothing else uses them. An import statement goes only when `before` had no statement of the same text, and
+    nothing in the result loads the name it binds."""
+    from neuron_migrate.rules.helpers import HELPERS
+
+    # the common case, decided on the text: every inserted helper's name occurs beyond its own definition
+    if all(len(re.findall(rf"\b{re.escape(name)}\b", after)) > len(re.findall(rf"\b{re.escape(name)}\b", src))
+           for name, src in inserted):
+        return after
+    try:
+        tree = after_tree or ast.parse(after)
+        old = before_tree or ast.parse(before)
+    except (SyntaxError, ValueError, RecursionError):
+        return after
+    had = {s.name for s in old.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    helpers = {s.name: s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               and s.name in HELPERS and s.name not in had and not s.decorator_list}
+    if not helpers:
+        return after
+    # loads of each helper name outside the helper's own definition, by the statement that holds them
+    uses: dict = {name: set() for name in helpers}
+    for stmt in tree.body:
+        owner = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and n.id in uses and n.id != owner:
+                uses[n.id].add(owner if owner in helpers else "")
+    dead: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, users in uses.items():
+            if name not in dead and not (users - dead):
+                dead.add(name)
+                changed = True
+    if not dead:
+        return after
+    lines = source_lines(after, keepends=True)
+    drop = set()
+    for name in dead:
+        s = helpers[name]
+        drop.update(range(s.lineno - 1, s.end_lineno))
+        i = s.end_lineno
+        while i < len(lines) and not lines[i].strip() and i - s.end_lineno < 2:
+            drop.add(i)
+            i += 1
+    kept_names, _strings = _loads_and_strings(_parse_or_none("".join(l for i, l in enumerate(lines) if i not in drop)) or tree)
+    old_imports = {ast.get_source_segment(before, s) for s in _imports_outside_try(old)}
+    for stmt in _imports_outside_try(tree):
+        if stmt.col_offset or ast.get_source_segment(after, stmt) in old_imports:
+            continue
+        is_from = isinstance(stmt, ast.ImportFrom)
+        if all(not kept_names[_bound(a, is_from)] for a in stmt.names):
+            drop.update(range(stmt.lineno - 1, stmt.end_lineno))
+    text = "".join(l for i, l in enumerate(lines) if i not in drop)
+    # an import block that lost all its lines leaves its separating blank lines: keep at most two in a row
+    return re.sub(r"\A(?:[ \t]*\r?\n)+", "", text) if text.strip() else text
+
+
+def _parse_or_none(text: str):
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None

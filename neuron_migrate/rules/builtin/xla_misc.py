@@ -290,7 +290,8 @@ def xla_fork_rng(site, ctx):
 
 
 # -- NM135 ------------------------------------------------------------------------------------------
-_REPORTS = (f"{MET}.metrics_report", f"{MET}.short_metrics_report")
+_XLAC_REPORT = "torch_xla._XLAC._xla_metrics_report"
+_REPORTS = (f"{MET}.metrics_report", f"{MET}.short_metrics_report", _XLAC_REPORT)
 _CLEARS = (f"{MET}.clear_all", f"{MET}.clear_counters", f"{MET}.clear_metrics")
 _MET_OTHER = (f"{MET}.counter_names", f"{MET}.counter_value", f"{MET}.metric_names", f"{MET}.metric_data",
               f"{MET}.executed_fallback_ops")
@@ -332,8 +333,10 @@ def _only_printed(site, ctx) -> bool:
     severity="warning",
     triggers=[*[("call", q) for q in (*_REPORTS, *_CLEARS, *_MET_OTHER)], *[("ref", q) for q in (*_REPORTS, *_MET_OTHER)]],
     docs="""
-        `met.metrics_report()` describes lazy-tensor compilation and transfers; TorchNeuron has no such counters.
+        `met.metrics_report()` (and the C binding behind it, `torch_xla._XLAC._xla_metrics_report()`) describes
+        lazy-tensor compilation and transfers; TorchNeuron has no such counters.
         A statement that only prints or logs the report (`print(met.metrics_report())`,
+        `print(torch_xla._XLAC._xla_metrics_report())`,
         `xm.master_print(met.short_metrics_report())`, `logger.info(f"{met.metrics_report()}")`) is removed, as are
         `met.clear_*()` statements; an `if FLAGS.metrics_debug:` left empty goes with it, and the rewrite's notes
         name each removed report (and the flag that no longer does anything) at its line. Any other use (tests asserting `met.counter_value("aten::...")`, reports
@@ -345,7 +348,7 @@ def _only_printed(site, ctx) -> bool:
     examples=[("xm.master_print(met.metrics_report())", "")],
 )
 def xla_metrics(site, ctx):
-    name = "met." + site.key.rsplit(".", 1)[1]
+    name = "torch_xla._XLAC._xla_metrics_report" if site.key == _XLAC_REPORT else "met." + site.key.rsplit(".", 1)[1]
     if site.kind == "call" and site.key in _CLEARS and site.is_statement:
         fx = ctx.fixer()
         fx.delete(site.stmt)
@@ -379,7 +382,8 @@ def xla_metrics(site, ctx):
         `with xp.StepTrace(name, step_num=i):` and `with xp.Trace(name):` annotate a region for the XLA
         profiler; `StepTrace` also cut the lazy graph on exit, which eager TorchNeuron does not need. Both
         become `torch.profiler.record_function(name)`, which labels the region in `torch.profiler` traces.
-        `xp.start_server(port)` as a statement (it starts the XLA profiler's gRPC server) is removed, and so are
+        `xp.start_server(port)` as a statement, or bound to a name nothing reads (`server = xp.start_server(9012)`;
+        it starts the XLA profiler's gRPC server, which a native run has no use for) is removed, and so are
         the capture statements (`xp.trace(...)`, `trace_detached`, `start_trace`/`stop_trace`), each named with
         its line in the rewrite's notes, since no XLA profile is written any more: profile with
         `torch.profiler.profile(...)` and the Neuron profiler (Neuron Explorer) instead. The `@xp.trace_me(name)`
@@ -402,7 +406,7 @@ def xla_profiler(site, ctx):
         extra = [k.arg for k in call.keywords if k.arg != "name"] + (["positional arguments"] if len(call.args) > 1 else [])
         note = f"Dropped {', '.join(extra)}." if extra else ""
         return ctx.finding(site, f"xp.{short}: becomes torch.profiler.record_function (eager: no graph cut on exit)", fix=fx.build(), note=note)
-    if short == "start_server" and site.is_statement:
+    if short == "start_server" and (site.is_statement or _unread_binding(site, ctx)):
         fx = ctx.fixer()
         fx.delete(site.stmt)
         return ctx.finding(site, f"xp.start_server starts the XLA profiler server: removed; {advice}", fix=fx.build(),
@@ -419,6 +423,78 @@ def xla_profiler(site, ctx):
             fx.replace(call, f"{fx.ref('torch.profiler')}.record_function({ctx.src(name)})")
             return ctx.finding(site, "@xp.trace_me: becomes @torch.profiler.record_function (a decorator too)", fix=fx.build())
     return ctx.finding(site, f"xp.{short} is XLA-profiler specific: {advice}")
+
+
+def _unread_binding(site, ctx) -> bool:
+    """`name = call` as a statement of its own, where `name` is a plain name that is read nowhere in the file and
+    bound nowhere else (so removing the statement loses nothing but the call's side effect)."""
+    stmt = site.stmt
+    if not (isinstance(stmt, ast.Assign) and stmt.value is site.node and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    name = stmt.targets[0].id
+    for n in walk(ctx.analysis.tree):
+        if isinstance(n, ast.Name) and n.id == name and n is not stmt.targets[0]:
+            return False
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return False
+    return True
+
+
+# -- NM147 ------------------------------------------------------------------------------------------
+_DEVICE_TYPE = ("torch_xla.runtime.device_type", "torch_xla.runtime.runtime.device_type")
+
+
+@rule(
+    code="NM147",
+    name="xla-runtime-device-type",
+    summary='torch_xla.runtime.device_type() becomes ("NEURON" if torch.accelerator.is_available() else "CPU")',
+    fix="safe",
+    severity="warning",
+    triggers=[*[("call", q) for q in _DEVICE_TYPE], *[("ref", q) for q in _DEVICE_TYPE]],
+    docs="""
+        `xr.device_type()` returns the PJRT device kind as an upper-case string (`PJRT_DEVICE`): "NEURON" on a
+        Trainium host, "CPU" where the program was run on the host, "TPU"/"CUDA" elsewhere. Programs compare it
+        (`if xr.device_type() == "NEURON":`, `xr.device_type() in ("TPU", "NEURON")`) or log it. The migrated
+        program runs on the `neuron` device when an accelerator is there and on the CPU otherwise, so the call
+        becomes the same string computed natively, `"NEURON" if torch.accelerator.is_available() else "CPU"`:
+        comparisons and log lines keep their meaning on a Neuron host and on a CPU-only one. A test for
+        "TPU" or "CUDA" is now always false there; the finding's note says such a branch can go. Used as a
+        value (`kind_fn = xr.device_type`) it is reported.
+    """,
+    examples=[("import torch_xla.runtime as xr\nif xr.device_type() == 'NEURON':\n    pass",
+               "import torch\nif (\"NEURON\" if torch.accelerator.is_available() else \"CPU\") == 'NEURON':\n    pass")],
+)
+def xla_runtime_device_type(site, ctx):
+    if site.kind == "ref":
+        return ctx.finding(site, 'xr.device_type used as a value: use lambda: "NEURON" if torch.accelerator.is_available() else "CPU"')
+    call = site.call
+    if call.args or call.keywords:
+        return ctx.finding(site, "xr.device_type() with arguments: migrate by hand")
+    fx = ctx.fixer()
+    text = f'"NEURON" if {fx.ref("torch")}.accelerator.is_available() else "CPU"'
+    parent = site.parent
+    bare = (isinstance(parent, (ast.Assign, ast.AnnAssign, ast.Return, ast.keyword, ast.FormattedValue))
+            or (isinstance(parent, ast.Call) and call in parent.args))
+    fx.replace(call, text if bare else f"({text})")
+    note = ""
+    compared = parent if isinstance(parent, ast.Compare) else None
+    if compared is not None:
+        others = [c for c in [compared.left, *compared.comparators] if c is not call]
+        kinds = {v.upper() for o in others for v in _strings(o)}
+        if kinds - {"NEURON", "CPU"}:
+            note = (f"`{ctx.src(compared).strip()}`: the program no longer runs on "
+                    f"{', '.join(sorted(kinds - {'NEURON', 'CPU'}))} through torch_xla, so this test is false; the branch it guards can go.")
+    return ctx.finding(site, 'xr.device_type(): becomes "NEURON" if torch.accelerator.is_available() else "CPU" '
+                             "(the device kind, as torch_xla spelt it)", fix=fx.build(), note=note)
+
+
+def _strings(node) -> list:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
 
 
 # -- NM139 ------------------------------------------------------------------------------------------
