@@ -205,21 +205,27 @@ def test_file_changed_during_run_is_not_overwritten(tmp_path, monkeypatch):
     assert f.read_text() == "# edited by the user meanwhile\n"
 
 
-def test_a_crashing_rule_is_a_per_file_error(tmp_path):
-    """A bug in one rule gives that file an error naming the rule; other files are still processed."""
+def test_a_crashing_rule_costs_only_its_own_findings(tmp_path):
+    """A bug in one rule gives that file one internal-error finding naming the rule; the file is still checked and
+    rewritten by the other rules (issue 38: it used to be a per-file error that cost the whole file)."""
     from neuron_migrate.pipeline.process import process_file
     from neuron_migrate.rules.api import Settings
     from neuron_migrate.rules.model import FixSafety, Rule, Severity
-    from neuron_migrate.rules.registry import RuleSet
+    from neuron_migrate.rules.registry import RuleSet, all_rules
 
     def boom(site, ctx):
         raise ZeroDivisionError("bug")
 
-    bad = Rule("NM999", "crashes", "test rule", FixSafety.NONE, Severity.INFO, "doc", triggers=[("call", "torch_xla.core.xla_model.mark_step")],
+    bad = Rule("NM999", "crashes", "test rule", FixSafety.NONE, Severity.INFO, "doc", triggers=[("call", "torch_xla.core.xla_model.xla_device")],
                check=boom, trigger_words=("torch_xla",))
     f = tmp_path / "a.py"
-    f.write_text(XLA + "xm.mark_step()\n")
+    f.write_text(XLA + "xm.mark_step()\nd = xm.xla_device()\n")
     for fix in (False, True):
-        res = process_file(str(f), RuleSet([bad]), Settings(), fix=fix, write=fix)
-        assert res.error and "internal error in rule NM999 at line 2" in res.error
-    assert f.read_text() == XLA + "xm.mark_step()\n"
+        res = process_file(str(f), RuleSet([bad, *all_rules()]), Settings(), fix=fix, write=fix)
+        assert not res.error
+        crash = [x for x in res.findings if x.rule.code == "NM999"]
+        assert len(crash) == 1 and crash[0].message.startswith("internal error in rule NM999 at line ")
+        assert crash[0].span.line == (2 if fix else 3)  # the call's line (in the rewritten text once written)
+    # the other rules still ran: mark_step is gone, the device is torch's
+    assert f.read_text() == 'import torch\nd = torch.device("neuron")\n'
+

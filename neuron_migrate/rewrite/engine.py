@@ -77,6 +77,60 @@ def _left_after_import_removal(findings: list[Finding], todo: list[Finding], cho
     return left
 
 
+def _failing_rules(text: str, todo: list[Finding], chosen: list, helpers_module: Optional[str]) -> dict:
+    """When applying a round's fixes raised or gave text that does not parse: which rules' fixes do so on their own.
+    Returns {rule code: its internal-error finding on `text`, at the line of its first fix that fails alone}; empty
+    when no rule fails alone (then the fixes only fail together). Run only on that failure."""
+    from neuron_migrate.rewrite.apply import apply_fixes
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return {}
+    chosen_ids = {id(c) for c in chosen}
+    by_rule: dict = {}
+    for f in todo:
+        if id(f.fix) in chosen_ids:
+            by_rule.setdefault(f.rule.code, []).append(f)
+    out: dict = {}
+
+    def fails(fixes) -> Optional[str]:
+        try:
+            new, _ = apply_fixes(text, fixes, tree, helpers_module)
+            ast.parse(new)
+        except RecursionError:
+            return "RecursionError: nesting too deep"
+        except SyntaxError as exc:
+            return f"its fix gives invalid Python: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the failure being looked for
+            return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        return None
+
+    for code, found in by_rule.items():
+        why = fails([f.fix for f in found])
+        if why is None:
+            continue
+        culprit = next((f for f in found if fails([f.fix]) is not None), found[0])
+        rule = culprit.rule
+        line = culprit.span.line
+        message = (f"internal error in rule {code} at line {line} ({why}): the rule's findings and fixes in this "
+                   f"file are left out, the other rules' are kept (please report; --ignore {code} skips the rule)")
+        out[code] = Finding(rule=rule, path=culprit.path, span=culprit.span, message=message)
+    return out
+
+
+def _without(findings: list[Finding], broken: dict, current: str) -> list[Finding]:
+    """`findings` less those of the rules in `broken` (whose fixes failed), plus their internal-error findings
+    (moved from the text they were found in onto `current`)."""
+    if not broken:
+        return findings
+    kept = [f for f in findings if f.rule.code not in broken]
+    for found, found_text in broken.values():
+        kept.extend(move_findings([found], found_text, current))
+    kept.sort(key=Finding.sort_key)
+    return kept
+
+
 def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None) -> FixOutcome:
     """Apply fixes until none applies. Raises FixError (text left as it was) when output would not parse."""
     settings = settings or Settings()
@@ -88,7 +142,13 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
     first_tree: Optional[tuple] = None
     last_tree: Optional[tuple] = None
     last_survey: Optional[tuple] = None  # (text, its names/strings/imports for the pruning), read off its analysis
-    for _ in range(MAX_ROUNDS):
+    # rules whose fixes failed (raised, or gave invalid Python) on their own: code -> (their internal-error finding,
+    # the text it was found in). Their findings and fixes are left out from then on; every other rule's stay.
+    broken: dict = {}
+    previous: Optional[tuple] = None  # (text, todo, chosen) of the round that made `current`
+    for _ in range(MAX_ROUNDS + 1):
+        if _ == MAX_ROUNDS:
+            raise FixError(f"fixes did not converge after {MAX_ROUNDS} rounds; file left unchanged")
         try:
             # the check of each round also re-parses the previous round's output: that is the validation
             result = check_text(current, path, ruleset, settings)
@@ -99,7 +159,21 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         except (AnalysisError, SyntaxError, ValueError) as exc:
             if not last_codes:
                 raise
-            raise FixError(f"rewrite by {last_codes} would produce invalid Python ({exc}); file left unchanged") from None
+            bad = _failing_rules(previous[0], previous[1], previous[2], getattr(settings, "helpers_module", None)) \
+                if previous is not None else {}
+            if not bad:
+                raise FixError(f"rewrite by {last_codes} would produce invalid Python ({exc}); file left unchanged") from None
+            broken.update((code, (f, previous[0])) for code, f in bad.items())
+            current, previous, last_codes = previous[0], None, ""  # that round again, without those rules
+            for f in found_in.pop()[1]:
+                outcome.applied[f.rule.code] -= 1
+            outcome.applied = +outcome.applied  # drops the codes counted down to 0
+            continue
+        for code, found in result.crashed.items():
+            if found is not None and code not in broken:
+                broken[code] = (found, current)  # a rule that raised: left out from now on, even where its site goes
+        if broken:
+            result.findings = _without(result.findings, broken, current)
         if result.analysis is not None:
             last_tree = (current, result.analysis.tree)
             first_tree = first_tree or last_tree
@@ -118,15 +192,21 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         chosen, _deferred = select_compatible([f.fix for f in todo])
         try:
             new_text, applied = apply_fixes(current, chosen, result.analysis.tree, getattr(settings, "helpers_module", None))
-        except ApplyError as exc:
-            raise FixError(str(exc)) from None
         except RecursionError:
             raise FixError("nesting too deep to rewrite; file left unchanged") from None
         except Exception as exc:  # libcst or a fix's text: never a traceback, never a written file
-            codes = ", ".join(sorted({f.rule.code for f in todo}))
-            raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
+            bad = _failing_rules(current, todo, chosen, getattr(settings, "helpers_module", None))
+            if not bad:
+                if isinstance(exc, ApplyError):
+                    raise FixError(str(exc)) from None
+                codes = ", ".join(sorted({f.rule.code for f in todo}))
+                raise FixError(f"internal error applying fixes ({codes}): {type(exc).__name__}: {exc}; file left unchanged") from None
+            broken.update((code, (f, current)) for code, f in bad.items())
+            new_text, applied = None, []
         finally:
             _release(result)
+        if new_text is None:
+            continue  # this round again, without the rules whose fixes failed
         chosen_ids = {id(c) for c in chosen}
         last_codes = ", ".join(sorted({f.rule.code for f in todo if id(f.fix) in chosen_ids}))
         ids = {id(f) for f in applied}
@@ -151,9 +231,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             outcome.suppressed = result.suppressed
             current = new_text
             break
+        previous = (current, todo, chosen)
         current = new_text
-    else:
-        raise FixError(f"fixes did not converge after {MAX_ROUNDS} rounds; file left unchanged")
     checked = current  # the text the remaining findings were found in (their spans are of it)
     fixed = bool(outcome.applied)
     # unused suppressions (NM901) are judged on the converged code, and edited at the lines they were found

@@ -7,7 +7,7 @@ from neuron_migrate.files.lines import source_lines
 from neuron_migrate.files.records import Record
 from neuron_migrate.names.analysis import Analysis, AnalysisError, Site
 from neuron_migrate.rules.api import Ctx, Settings
-from neuron_migrate.rules.model import Finding
+from neuron_migrate.rules.model import Finding, Span
 from neuron_migrate.rules.registry import RuleSet
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
@@ -120,21 +120,64 @@ def _shadow_hit(rules, site, ctx) -> bool:
 
 
 class RuleCrash(AnalysisError):
-    """A rule raised: the file gets an error naming the rule, the rest of the run goes on."""
+    """A text rule (launchers, job files) raised: the file gets an error naming the rule, the run goes on. A Python
+    rule that raises costs only its own findings (see `crash_finding`)."""
+
+
+def _failing_node(exc: BaseException):
+    """The syntax node the rule was working on when it raised: of the innermost frame of the traceback that holds
+    one in a local variable, the smallest such node (a lambda's body rather than the lambda)."""
+    import ast
+
+    best = None
+    tb = exc.__traceback__
+    while tb is not None:
+        found = None
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, ast.AST) and getattr(value, "lineno", None) is not None:
+                size = ((value.end_lineno or value.lineno) - value.lineno, (value.end_col_offset or 0) - value.col_offset)
+                if found is None or size < found[0]:
+                    found = (size, value)
+        if found is not None:
+            best = found[1]
+        tb = tb.tb_next
+    return best
+
+
+def crash_finding(rule, path: str, analysis, site, exc: BaseException, report_lines=None) -> Optional[Finding]:
+    """The one finding that stands for a rule that raised on this file, at the line of the node it was working on
+    (else at its site): its other findings in the file are dropped, every other rule's stay (and are fixed).
+    None when that line belongs to another piece of a large file (rules/pieces.py)."""
+    node = _failing_node(exc)
+    if node is None and site is not None and site.kind != "module":
+        node = site.node
+    if node is not None:
+        span = analysis.span(node)
+    else:
+        span = Span(1, 0, 1, 0)
+    if report_lines is not None and span.line not in report_lines:
+        return None
+    message = (f"internal error in rule {rule.code} at line {span.line} ({type(exc).__name__}: {exc}): the rule's "
+               f"findings and fixes in this file are left out, the other rules' are kept (please report; "
+               f"--ignore {rule.code} skips the rule)")
+    return Finding(rule=rule, path=path, span=span, message=message)
 
 
 class CheckResult(Record):
     """The findings of one check of a text, with its analysis."""
 
-    _fields = ("findings", "analysis", "suppressions", "suppressed", "pieces")
+    _fields = ("findings", "analysis", "suppressions", "suppressed", "pieces", "crashed")
 
     def __init__(self, findings: list[Finding], analysis: Optional[Analysis],
-                 suppressions: Optional[Suppressions] = None, suppressed: int = 0, pieces: int = 1):
+                 suppressions: Optional[Suppressions] = None, suppressed: int = 0, pieces: int = 1,
+                 crashed: Optional[dict] = None):
         self.findings = findings
         self.analysis = analysis
         self.suppressions = suppressions
         self.suppressed = suppressed
         self.pieces = pieces  # >1: a large file checked piece by piece (rules/pieces.py)
+        # rule code -> the internal-error finding of a rule that raised (also in `findings`; None: another piece's)
+        self.crashed = {} if crashed is None else crashed
 
 
 def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings] = None,
@@ -151,17 +194,20 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
     findings: list[Finding] = []
     suppressed = 0
 
+    crashed: dict = {}  # rule code -> its internal-error finding: the rule's other findings are dropped
+
     def run(rule, site) -> bool:
         nonlocal suppressed
+        if rule.code in crashed:
+            return True  # it raised on this file: its one finding stands for it (no fallback rule speaks)
         ctx.rule = rule
         try:
             out = rule.check(site, ctx)
         except RecursionError:
             raise
-        except Exception as exc:  # a bug in one rule must not take the run down: report it for this file
-            line = getattr(site.node, "lineno", 0)
-            raise RuleCrash(f"internal error in rule {rule.code} at line {line}: {type(exc).__name__}: {exc} "
-                            f"(please report; --ignore {rule.code} skips the rule)") from exc
+        except Exception as exc:  # noqa: BLE001 - a bug in one rule must not cost the rest of the file
+            crashed[rule.code] = crash_finding(rule, path, analysis, site, exc, report_lines)
+            return True
         if out is None:
             return False
         produced = False
@@ -192,5 +238,8 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
                     break
     for rule in ruleset.module_rules:
         run(rule, Site("module", "*", analysis.tree, analysis, analysis.module_scope))
+    if crashed:
+        findings = [f for f in findings if f.rule.code not in crashed]
+        findings.extend(f for f in crashed.values() if f is not None)
     findings.sort(key=Finding.sort_key)
-    return CheckResult(findings, analysis, sup, suppressed)
+    return CheckResult(findings, analysis, sup, suppressed, crashed=crashed)

@@ -305,9 +305,12 @@ def _is_policy(ctx, expr, fn, depth: int = 0) -> bool:
         if q in POLICIES or (q or "").startswith("torch.distributed.fsdp.wrap."):
             return True
         if isinstance(expr, ast.Name) and q is None:
+            # the nearest function (or the module) that assigns it: a lambda assigns nothing, and a closure
+            # (`fsdp_wrap = lambda m: FSDP(m, auto_wrap_policy=policy)`) reads the function around it
             values, where = _assigned(a, fn, expr.id), fn
-            if not values and fn is not None:
-                values, where = _assigned(a, None, expr.id), None
+            while not values and where is not None:
+                where = function_of(a, where)
+                values = _assigned(a, where, expr.id)
             return bool(values) and all(_is_policy(ctx, v, where, depth + 1) for v in values)
         return False
     if isinstance(expr, ast.Call) and expr.args and a.resolve(expr.func, scope, count_use=False) == "functools.partial":
@@ -318,6 +321,8 @@ def _is_policy(ctx, expr, fn, depth: int = 0) -> bool:
 def _assigned(a, fn, name: str) -> list:
     """Values assigned to `name` directly in `fn`'s body (module level when fn is None), nested defs excluded."""
     out = []
+    if isinstance(fn, ast.Lambda):
+        return out  # its body is one expression: it assigns nothing (but for a walrus, not followed)
     body = fn.body if fn is not None else a.tree.body
     stack = list(body)
     while stack:
