@@ -91,6 +91,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
     notes: dict = {}  # note text -> locations (one line per distinct note, however many files share it)
     fixed_list = []
     source_lines = {}
+    still_xla: list = []  # (path, libraries) of files that import an XLA-based library after the rewrite
     if run.stdin is not None:
         from neuron_migrate.cli.stdin import stdin_results
 
@@ -122,13 +123,17 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
                 notes.setdefault(_note_key(f.note, res.path), []).append((f"{res.path}:{f.span.line}", f.note))
             fixed_list.append((res.path, f))
         remaining.extend(res.findings)
+        if not res.error:
+            libs = _still_xla(res, run)
+            if libs:
+                still_xla.append((res.path, libs))
         if res.findings and res.new_text is not None:
             source_lines[res.path] = text_lines(res.new_text)
     if shared is not None:
         errors += _write_helpers_module(shared, fixed_list, do_write, diff, out, err)
     if not diff:
         _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines,
-                 fixed_list if show_fixes else None)
+                 fixed_list if show_fixes else None, still_xla)
     if errors:
         return EXIT_ERROR
     if changed and not do_write and run.stdin is None or (check and changed):
@@ -139,6 +144,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
 
 
 MAX_NOTE_PLACES = 3
+MAX_XLA_FILES = 10
 
 
 def _note_key(note: str, path: str) -> str:
@@ -155,8 +161,28 @@ def _plural(n: int, word: str, plural: str = "") -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
+def _still_xla(res, run) -> list:
+    """The XLA-based libraries (torch_xla, NxD, optimum-neuron) the file imports after the rewrite. Only files with
+    findings left can (every such import is reported: NM100/NM199, NM150-NM153, NM160/NM161), so only those are read."""
+    if not res.findings:
+        return []
+    from neuron_migrate.files.xla_deps import xla_based_imports
+
+    if res.new_text is not None and res.changed:
+        text = res.new_text
+    elif run.stdin is not None:
+        text = run.stdin[1].decode("utf-8", "replace")
+    else:
+        try:
+            with open(res.path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            return []
+    return xla_based_imports(text, python=res.path.endswith((".py", ".pyi")))
+
+
 def _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines,
-             fixed_list=None) -> None:
+             fixed_list=None, still_xla=()) -> None:
     from neuron_migrate.cli.common import unsafe_source
     from neuron_migrate.report.text import PLAIN, print_findings
     from neuron_migrate.report.text import StyledText as Text
@@ -176,6 +202,16 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
     n = len(run.items)
     verb = "rewritten" if do_write else "would be rewritten"
     out.print(Text(f"{changed} of {_plural(n, 'file')} {verb}" + (f" ({written} written)" if do_write else ""), style="bold"))
+    if still_xla:
+        libs = sorted({lib for _p, ls in still_xla for lib in ls})
+        k = len(still_xla)
+        out.print(Text(f"{_plural(k, 'file')} still {'depends' if k == 1 else 'depend'} on an XLA-based library "
+                       f"({', '.join(libs)}) and {'is' if k == 1 else 'are'} not migrated"
+                       + (" (after the rewrite)" if changed else "") + ":", style="red"))
+        for path, ls in sorted(still_xla)[:MAX_XLA_FILES]:
+            out.print(f"  {path}: {', '.join(ls)}", **PLAIN)
+        if k > MAX_XLA_FILES:
+            out.print(f"  and {k - MAX_XLA_FILES} more", **PLAIN)
     unsafe_on = any(g.settings_kw.get("unsafe_fixes") for g in run.groups)
     if unsafe_on:
         level = f"Fixes applied: safe and unsafe (unsafe fixes on by {unsafe_source(run)})"

@@ -1,0 +1,163 @@
+"""The Trainium stack on torch_xla (NxD, optimum-neuron trainers, NKI; NM160-NM162) is never silent.
+
+The fixture tests/fixtures/trainium/nxd_llama/ is written in the style of neuronx-distributed's
+examples/training/llama/tp_zero1_llama_hf_pretrain (modeling_llama_nxd.py, training_utils.py, the entry script).
+Every line that names something bound from neuronx_distributed (found here independently of the rule, by walking
+the AST) must carry an NM160 finding with a native plan; `rewrite` must say that the files still depend on an
+XLA-based library and are not migrated.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from neuron_migrate.cli.app import app
+from neuron_migrate.files.xla_deps import xla_based_imports
+from neuron_migrate.rules.api import Settings
+from neuron_migrate.rules.registry import RuleSet, all_rules
+from neuron_migrate.rules.runner import check_text
+
+NXD = Path(__file__).resolve().parents[1] / "fixtures" / "trainium" / "nxd_llama"
+FILES = sorted(NXD.glob("*.py"))
+
+
+def cli(*args):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def _nxd_lines(text: str) -> set[int]:
+    """Lines that import from neuronx_distributed or use a name bound by such an import."""
+    tree = ast.parse(text)
+    bound, lines = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "neuronx_distributed":
+                    bound.add(a.asname or a.name.split(".")[0])
+                    lines.add(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "neuronx_distributed":
+            bound.update(a.asname or a.name for a in node.names)
+            lines.add(node.lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in bound:
+            lines.add(node.lineno)
+    return lines
+
+
+def _by_line(findings) -> dict:
+    out: dict = {}
+    for f in findings:
+        if f.rule.code == "NM160":
+            out[f.span.line] = out.get(f.span.line, "") + " | " + f.message
+    return out
+
+
+def _findings(path: Path):
+    text = path.read_text()
+    return text, check_text(text, str(path), RuleSet(all_rules()), Settings()).findings
+
+
+def test_every_nxd_site_has_a_plan():
+    total = 0
+    for path in FILES:
+        text, findings = _findings(path)
+        expected = _nxd_lines(text)
+        assert expected, path
+        got = {f.span.line for f in findings if f.rule.code == "NM160"}
+        assert expected <= got, f"{path.name}: NxD lines without an NM160 finding: {sorted(expected - got)}"
+        for f in findings:
+            if f.rule.code == "NM160":
+                # each finding names a native API, not just "NxD"
+                assert any(k in f.message for k in ("init_device_mesh", "mesh[", "Parallel", "fully_shard", "DistributedDataParallel",
+                                                    "torch.distributed.checkpoint", "clip_grad_norm_", "torch.manual_seed",
+                                                    "autocast", "nn.", "dist.", "DTensor", "pipelining")), f.message
+        total += len(expected)
+    assert total >= 39  # the three files use NxD on this many lines
+
+
+def test_layer_plans_follow_the_arguments():
+    text, findings = _findings(NXD / "modeling_llama_nxd.py")
+    by_line = _by_line(findings)
+    lines = text.splitlines()
+
+    def msg(snippet):
+        return by_line[next(i + 1 for i, ln in enumerate(lines) if snippet in ln)]
+
+    assert "ColwiseParallel()" in msg("self.gate_proj = ColumnParallelLinear") and "gather_output=False" in msg("self.gate_proj =")
+    assert "RowwiseParallel()" in msg("self.down_proj = RowParallelLinear") and "input_is_parallel=True" in msg("self.down_proj =")
+    assert "nn.Embedding" in msg("self.embed_tokens = ParallelEmbedding") and "RowwiseParallel" in msg("self.embed_tokens =")
+    assert "kv_size_multiplier" in msg("self.qkv_proj = GQAQKVColumnParallelLinear")
+    assert "loss_parallel" in msg("loss = parallel_cross_entropy")
+    assert "mesh['tp'].size()" in msg("tp = parallel_state.get_tensor_model_parallel_size()")
+
+
+def test_entry_script_plans():
+    text, findings = _findings(NXD / "tp_zero1_llama_pretrain.py")
+    lines = text.splitlines()
+    by_line = _by_line(findings)
+
+    def msg(snippet):
+        return by_line[next(i + 1 for i, ln in enumerate(lines) if snippet in ln)]
+
+    assert 'init_device_mesh("neuron"' in msg("nxd_config = nxd.neuronx_distributed_config(")
+    assert "parallelize_module" in msg("model = nxd.initialize_parallel_model(")
+    opt = msg("optimizer = nxd.initialize_parallel_optimizer(")
+    assert "ZeroRedundancyOptimizer" in opt and "DistributedDataParallel" in opt and "does not average gradients" in opt
+    assert "torch.distributed.checkpoint" in msg("nxd.save_checkpoint(") and "torch.distributed.checkpoint" in msg("nxd.load_checkpoint(")
+    assert "clip_grad_norm_" in msg("clip_grad_norm(model.parameters()")
+    assert "MixedPrecisionPolicy" in msg("from neuronx_distributed.utils.adamw_fp32_optim_params")
+
+
+def test_rewrite_says_the_program_is_not_migrated(tmp_path):
+    for p in FILES:
+        (tmp_path / p.name).write_text(p.read_text())
+    res = cli("rewrite", str(tmp_path), "--write", "--unsafe-fixes")
+    out = res.output
+    assert "3 files still depend on an XLA-based library (neuronx_distributed) and are not migrated" in out, out
+    for p in FILES:
+        assert f"{tmp_path / p.name}: neuronx_distributed" in out
+        # the torch_xla lines went; the NxD ones stay, each reported
+        assert xla_based_imports((tmp_path / p.name).read_text()) == ["neuronx_distributed"]
+    # the HTML report's data counts them as needing manual work, not migrated
+    data_path = tmp_path / "r.json"
+    cli("report", str(tmp_path), "-o", str(tmp_path / "r.html"), "--json", str(data_path))
+    data = json.loads(data_path.read_text())
+    assert {f["status"] for f in data["files"]} == {"manual"}
+    assert data["totals"]["migrated"] == 0
+
+
+def test_plain_xla_program_is_counted_too(tmp_path):
+    (tmp_path / "a.py").write_text("import torch_xla\ntorch_xla._XLAC._set_ir_debug(True)\n")
+    (tmp_path / "b.py").write_text("import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    out = cli("rewrite", str(tmp_path), "--write").output
+    assert "1 file still depends on an XLA-based library (torch_xla) and is not migrated" in out, out
+    assert f"{tmp_path / 'a.py'}: torch_xla" in out and "b.py: torch_xla" not in out
+
+
+def test_optional_imports_do_not_count():
+    probe = "try:\n    import torch_xla\n    HAVE = True\nexcept ImportError:\n    HAVE = False\n"
+    assert xla_based_imports(probe) == []
+    assert xla_based_imports("import os\nif os.environ.get('X'):\n    from optimum.neuron import NeuronTrainer\n") == ["optimum.neuron"]
+    assert xla_based_imports("from optimum import neuron\n") == ["optimum.neuron"]
+    assert xla_based_imports("import optimum.exporters\n") == []
+    notebook = '{"cells": [{"source": [\n    "import torch\\n",\n    "import neuronx_distributed as nxd\\n"\n]}]}'
+    assert xla_based_imports(notebook, python=False) == ["neuronx_distributed"]
+
+
+def test_optimum_neuron_and_nki_are_reported():
+    text = ("from optimum.neuron import NeuronTrainer, NeuronTrainingArguments\n"
+            "from neuronxcc import nki\n"
+            "import neuronxcc.nki.language as nl\n"
+            "args = NeuronTrainingArguments(output_dir='o', tensor_parallel_size=2, zero_1=True)\n"
+            "trainer = NeuronTrainer(model=None, args=args)\n"
+            "@nki.jit\n"
+            "def k(a):\n"
+            "    return nl.load(a)\n")
+    findings = check_text(text, "t.py", RuleSet(all_rules()), Settings()).findings
+    got = {(f.rule.code, f.span.line) for f in findings}
+    assert {("NM161", 1), ("NM161", 4), ("NM161", 5), ("NM162", 2), ("NM162", 3), ("NM162", 6), ("NM162", 8)} <= got, got
+    args = next(f.message for f in findings if (f.rule.code, f.span.line) == ("NM161", 4))
+    assert "TrainingArguments" in args and "tensor_parallel_size, zero_1" in args
