@@ -164,17 +164,13 @@ def rule_hover(code: str) -> Optional[str]:
 def join_cells(cells: list[tuple[str, str]]) -> tuple[str, list[tuple[str, int, int]]]:
     """cells: (uri, source) of the code cells in order. Returns (joined text, [(uri, first line, n lines)])
     where `first line` is the 1-based line of the cell's first source line in the joined text."""
-    from neuron_migrate.files.notebook import CELL_MARK, MAGIC_MARK, _mask
+    from neuron_migrate.files.notebook import CELL_MARK, mask_cell
 
     parts = []
     spans = []
     line = 1
     for i, (uri, src) in enumerate(cells):
-        lines = src.split("\n")
-        if lines and lines[0].startswith("%%"):
-            lines = [MAGIC_MARK + ln for ln in lines]
-        else:
-            lines = [_mask(ln) for ln in lines]
+        lines = mask_cell(src)
         parts.append(CELL_MARK.format(index=i) + "\n" + "\n".join(lines) + "\n")
         spans.append((uri, line + 1, len(lines)))
         line += 1 + len(lines)
@@ -183,7 +179,7 @@ def join_cells(cells: list[tuple[str, str]]) -> tuple[str, list[tuple[str, int, 
 
 def split_cells(text: str, n: int) -> Optional[list[str]]:
     """The cell sources of a joined text (what join_cells made, after a fix); None if markers were lost."""
-    from neuron_migrate.files.notebook import _unmask
+    from neuron_migrate.files.notebook import unmask_line
 
     cells: dict[int, list[str]] = {}
     pre: list[str] = []
@@ -206,5 +202,5 @@ def split_cells(text: str, n: int) -> Optional[list[str]]:
         lines = cells[i]
         if lines and lines[-1] == "":
             lines = lines[:-1]
-        out.append("\n".join(_unmask(ln) for ln in lines))
+        out.append("\n".join(unmask_line(ln) for ln in lines))
     return out
