@@ -15,7 +15,8 @@ pytest.importorskip("torch")
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 SHIM = Path(__file__).parent / "integration" / "neuron_on_cpu"
 CASES = ["NM103/value_sets", "NM304/float64", "NM304/device_flow", "NM207/bf16_removed", "NM203/dispatch", "NM203/dispatch_two", "NM203/idiom",
-         "NM203/idiom_accelerator", "NM151/spawn_reshard"]
+         "NM203/idiom_accelerator", "NM151/spawn_reshard",
+         "NM130/named_parallel"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -67,6 +67,9 @@ def _loop_over(node, site, ctx):
     """(for statement, enumerated) when `node` is the iterable of a for loop, directly or through enumerate()."""
     a = ctx.analysis
     parent = a.parent_of.get(node)
+    if (isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and not has_star_args(parent)
+            and a.resolve(parent.func, site.scope, count_use=False) == "itertools.islice"):
+        node, parent = parent, a.parent_of.get(parent)  # islice(loader, n) takes fewer of the same batches
     if isinstance(parent, ast.For) and parent.iter is node:
         return parent, False
     if _builtin_call(parent, "enumerate", a, site.scope) and parent.args and parent.args[0] is node:
@@ -88,6 +91,9 @@ def _loader_loops(target, site, ctx, device):
     direct = _loop_over(target, site, ctx)
     if direct is not None:
         return [direct]
+    through = _loops_through_argument(target, site, ctx, device)
+    if through is not None:
+        return through
     assign = a.parent_of.get(target)
     if not (isinstance(assign, ast.Assign) and assign.value is target and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
         return None
@@ -117,14 +123,41 @@ def _loader_loops(target, site, ctx, device):
     return loops if stores == 1 else None
 
 
+def _item_preserving_rebind(n, param: str, ctx, scope):
+    """`param = itertools.islice(param, ...)` (a statement): the Name nodes of it that only take fewer batches, else ()."""
+    a = ctx.analysis
+    stmt = a.parent_of.get(n)
+    if isinstance(n.ctx, ast.Load):
+        call = stmt
+        stmt = a.parent_of.get(call)
+        if not (isinstance(call, ast.Call) and call.args and call.args[0] is n):
+            return ()
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id == param and isinstance(stmt.value, ast.Call)):
+        return ()
+    call = stmt.value
+    if not (call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == param and not has_star_args(call)):
+        return ()
+    if a.resolve(call.func, scope, count_use=False) != "itertools.islice":
+        return ()
+    return (stmt.targets[0], call.args[0])
+
+
 def _param_uses(fn, param: str, site, ctx):
-    """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed), else None."""
+    """The for loops over parameter `param` of `fn` when that is all `fn` does with it (len() allowed, and
+    `param = itertools.islice(param, n)`, which only takes fewer batches), else None."""
     a = ctx.analysis
     if any(isinstance(n, ast.Name) and n.id == param for n in walk(fn) if n is not fn) and _nested_mentions(fn, param):
         return None
+    scope = a.scope_of.get(fn, site.scope)
     loops = []
+    passed = set()
     for n in _scope_body_nodes(fn):
-        if not (isinstance(n, ast.Name) and n.id == param):
+        if not (isinstance(n, ast.Name) and n.id == param) or id(n) in passed:
+            continue
+        through = _item_preserving_rebind(n, param, ctx, scope)
+        if through:
+            passed.update(id(x) for x in through)
             continue
         if not isinstance(n.ctx, ast.Load):
             return None
@@ -175,6 +208,83 @@ def _loops_in_local_function(use, name: str, scope_node, device, site, ctx):
     return _param_uses(fn, params[index].arg, site, ctx)
 
 
+def _loops_through_argument(target, site, ctx, device):
+    """`train_loop_fn(<loader expression>, epoch)` where train_loop_fn is a function defined in this scope, named
+    only there, that only iterates that parameter: its loops, else None."""
+    a = ctx.analysis
+    call = a.parent_of.get(target)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and target in call.args and not has_star_args(call)):
+        return None
+    scope_node = site.scope.node
+    if isinstance(scope_node, ast.Lambda):
+        return None
+    index = call.args.index(target)
+    fname = call.func.id
+    defs = [n for n in _scope_body_nodes(scope_node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fname]
+    if len(defs) != 1 or defs[0].decorator_list:
+        return None
+    fn = defs[0]
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    if index >= len(params) or not _device_visible_in(device, fn):
+        return None
+    if sum(1 for n in _scope_body_nodes(scope_node) if isinstance(n, ast.Name) and n.id == fname) != 1:
+        return None
+    return _param_uses(fn, params[index].arg, site, ctx)
+
+
+def _device_visible_in(device, fn) -> bool:
+    """The device expression (a name or an attribute chain on one) means the same inside `fn`: `fn` does not bind
+    its root name (a closure over it, or `self` in a method of the same object)."""
+    root = device
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(root, ast.Name) and not _binds(fn, root.id)
+
+
+def _named_parallel_loader(call, site, ctx):
+    """(assignment, [`name.per_device_loader(d)` calls]) when `name = pl.ParallelLoader(loader, devices)` is only
+    ever used as `name.per_device_loader(d)` after it, in this scope, and `loader` is a plain name this scope does
+    not bind again after the assignment. Else None."""
+    a = ctx.analysis
+    assign = a.parent_of.get(call)
+    if not (isinstance(assign, ast.Assign) and assign.value is call and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name)):
+        return None
+    name = assign.targets[0].id
+    loader = kwarg(call, "cpu_loader", 0) or kwarg(call, "loader", 0)
+    scope_node = site.scope.node
+    if not isinstance(loader, ast.Name) or isinstance(scope_node, ast.Lambda) or _nested_mentions(scope_node, name):
+        return None
+    uses, stores = [], []
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and {name, loader.id} & set(n.names):
+            return None
+        if isinstance(n, ast.Name) and n.id == loader.id and not isinstance(n.ctx, ast.Load) and n.lineno > assign.lineno:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            # another `name = pl.ParallelLoader(...)` (the next epoch's, the test loader's) has its own uses
+            other = a.parent_of.get(n)
+            if not (isinstance(other, ast.Assign) and len(other.targets) == 1 and other.targets[0] is n
+                    and isinstance(other.value, ast.Call)
+                    and a.resolve(other.value.func, site.scope, count_use=False) == f"{PL}.ParallelLoader"):
+                return None
+            stores.append(other.lineno)
+            continue
+        attr = a.parent_of.get(n)
+        outer = a.parent_of.get(attr)
+        if not (isinstance(attr, ast.Attribute) and attr.attr == "per_device_loader"
+                and isinstance(outer, ast.Call) and outer.func is attr and len(outer.args) == 1 and not outer.keywords):
+            return None
+        uses.append(outer)
+    # each use reads the nearest assignment above it; one above every assignment would read an earlier round's
+    if any(u.lineno <= min(stores) for u in uses):
+        return None
+    mine = [u for u in uses if max(line for line in stores if line < u.lineno) == assign.lineno]
+    return (assign, mine) if mine else None
+
+
 def _plain_alias(target, loader, site, ctx):
     """(assignment, uses) when `name = pl.MpDeviceLoader(loader, device)` would only become another name for
     `loader`: a statement of its own, `loader` a plain name nothing rebinds in this scope after it, and every use
@@ -220,6 +330,38 @@ def _batch_names(loop, enumerated):
     if isinstance(target, (ast.Tuple, ast.List)) and target.elts and all(isinstance(e, ast.Name) for e in target.elts):
         return [e.id for e in target.elts]
     return None
+
+
+def _move_text(names, dev: str, fx) -> str:
+    if isinstance(names, ast.Name):
+        return f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"
+    moved = [n for n in names if n != "_"]
+    return f"{', '.join(moved)} = {', '.join(f'{n}.to({dev})' for n in moved)}"
+
+
+def _named_parallel_fix(site, ctx, call, loader, assign, uses):
+    """`para = pl.ParallelLoader(loader, [d])` ... `para.per_device_loader(d)`: the assignment goes, each
+    per_device_loader call becomes the plain loader with its loops moving the batches (or _DeviceLoader where the
+    batches go where this rule cannot follow them)."""
+    fx = ctx.fixer()
+    fx.delete(assign)
+    plain = []
+    for outer in uses:
+        dev = ctx.src(outer.args[0])
+        loops = _loader_loops(outer, site, ctx, outer.args[0])
+        batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
+        if batches is not None and all(names is not None for _, names in batches):
+            fx.replace(outer, ctx.src(loader))
+            for loop, names in batches:
+                fx.insert_before(loop.body[0], _move_text(names, dev, fx))
+            plain.append(outer)
+        else:
+            fx.replace(outer, f"{fx.helper('_DeviceLoader')}({ctx.src(loader)}, {dev})")
+    how = ("the plain loader is iterated and each batch is moved to the device in the loop" if len(plain) == len(uses)
+           else "per_device_loader(device) becomes _DeviceLoader(loader, device), which moves each batch to the device, "
+                "where the batches go where this rule cannot follow them")
+    return ctx.finding(site, f"pl.ParallelLoader bound to `{assign.targets[0].id}`: {how} (eager: no graph cut needed)",
+                       fix=fx.build(), note="; ".join(_dropped_options(call, ctx)))
 
 
 def _dropped_options(call, ctx) -> list[str]:
@@ -292,7 +434,10 @@ def mp_device_loader(site, ctx):
         outer = ctx.analysis.parent_of.get(attr)
         if not (isinstance(attr, ast.Attribute) and attr.attr == "per_device_loader" and isinstance(outer, ast.Call)
                 and outer.func is attr and len(outer.args) == 1 and not outer.keywords):
-            return ctx.finding(site, "pl.ParallelLoader kept as an object: iterate the plain DataLoader and move each batch to the device")
+            named = None if has_star_args(call) or len(call.args) > 2 else _named_parallel_loader(call, site, ctx)
+            if named is None:
+                return ctx.finding(site, "pl.ParallelLoader kept as an object: iterate the plain DataLoader and move each batch to the device")
+            return _named_parallel_fix(site, ctx, call, loader, *named)
         device = outer.args[0]
         target = outer
     if device is None:
@@ -316,12 +461,7 @@ def mp_device_loader(site, ctx):
         else:
             fx.replace(target, ctx.src(loader))
         for loop, names in batches:
-            if isinstance(names, ast.Name):
-                move = f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"
-            else:
-                moved = [n for n in names if n != "_"]
-                move = f"{', '.join(moved)} = {', '.join(f'{n}.to({dev})' for n in moved)}"
-            fx.insert_before(loop.body[0], move)
+            fx.insert_before(loop.body[0], _move_text(names, dev, fx))
         return ctx.finding(site, f"pl.{cls}: the plain loader is iterated and each batch is moved to the device in the loop "
                                  "(eager: no graph cut needed)", fix=fx.build(), note=note)
     name = fx.helper("_DeviceLoader")
