@@ -37,13 +37,20 @@ if TYPE_CHECKING:
 
 DEVICE_WORDS = ("xla", "cuda", "neuron", "cpu", "mps", "xpu", "npu", "hpu", "mlu", "tpu", "gpu", "musa", "meta")
 ACCELERATORS = frozenset(DEVICE_WORDS) - {"cpu", "meta"}
-_WORD = re.compile(r"^(%s)(:\d+)?$" % "|".join(DEVICE_WORDS))
+# torch.distributed backend names: a backend is a value too (`--dist-backend default="nccl"` -> `backend=args.dist_backend`,
+# `args.dist_backend == "nccl"`); never an accelerator of its own
+BACKEND_WORDS = ("nccl", "gloo", "mpi", "ucc")
+_WORD = re.compile(r"^(%s)(:\d+)?$" % "|".join(DEVICE_WORDS + BACKEND_WORDS))
 _FSTRING_HEAD = re.compile(r"^(%s):" % "|".join(DEVICE_WORDS))
 
 # torch functions whose first positional argument (or `device`-like keyword) is a device
 _DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype",
                  "torch.is_autocast_enabled", "torch.distributed.get_default_backend_for_device"}
 _DEVICE_KWARGS = {"device", "device_type", "map_location"}
+# torch.distributed calls taking a backend name: qualified name -> its positional index
+_BACKEND_FUNCS = {"torch.distributed.init_process_group": 0, "torch.distributed.distributed_c10d.init_process_group": 0,
+                  "torch.distributed.new_group": 1, "torch.distributed.is_backend_available": 0,
+                  "torch.distributed.Backend": 0}
 # calls whose result is a real torch.device
 _DEVICE_VALUES = {"torch.device", "torch_xla.core.xla_model.xla_device", "torch_xla.device", "torch_xla.runtime.xla_device",
                   "torch.accelerator.current_accelerator"}
@@ -74,7 +81,7 @@ class Member:
 
     @property
     def direct_sink(self) -> bool:
-        return self.role == "device"
+        return self.role in ("device", "backend")
 
 
 class ValueSet:
@@ -170,6 +177,8 @@ class _Builder:
         self.argparse_dests: set = set()
         self.outer: dict = {}  # id(function) -> enclosing function (None: module)
         self._dicts: set = set()
+        self._tables: set = set()  # slots assigned a dict, list, tuple or set literal
+        self._contains: list = []  # (string, slot, devicey) of `"cuda" in x` tests, joined in finish
 
     # -- scopes -----------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -282,9 +291,9 @@ class _Builder:
             return None
         return None
 
-    def add_member(self, node, role: str, slot: Optional[str], devicey: bool = False) -> bool:
+    def add_member(self, node, role: str, slot: Optional[str], devicey: bool = False, only=None) -> bool:
         kind = _string_member(node)
-        if kind is None:
+        if kind is None or (only is not None and kind not in only):
             return False
         m = Member(node, kind, role, devicey, slot)
         self.members[id(node)] = m
@@ -294,19 +303,20 @@ class _Builder:
             self.u.join(key, slot)
         return True
 
-    def flow(self, value, slot: Optional[str], fn, role: str, devicey: bool = False) -> None:
-        """`value` flows into `slot`: string literals join it as members, other expressions join their slot."""
+    def flow(self, value, slot: Optional[str], fn, role: str, devicey: bool = False, only=None) -> None:
+        """`value` flows into `slot`: string literals join it as members (`only`: of those kinds), other expressions
+        join their slot."""
         if value is None:
             return
         if isinstance(value, ast.IfExp):
-            self.flow(value.body, slot, fn, role, devicey)
-            self.flow(value.orelse, slot, fn, role, devicey)
+            self.flow(value.body, slot, fn, role, devicey, only)
+            self.flow(value.orelse, slot, fn, role, devicey, only)
             return
         if isinstance(value, ast.BoolOp):
             for v in value.values:
-                self.flow(v, slot, fn, role, devicey)
+                self.flow(v, slot, fn, role, devicey, only)
             return
-        if self.add_member(value, role, slot, devicey):
+        if self.add_member(value, role, slot, devicey, only) or (only is not None and _string_member(value) is not None):
             return
         if slot is not None:
             other = self.slot_of(value, fn)
@@ -374,9 +384,11 @@ class _Builder:
         name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
         devicey = "device" in name.lower()
         if isinstance(value, ast.Dict):
+            self._tables.add(slot)
             self.dict_literal(value, slot, fn)
             return
         if isinstance(value, (ast.Tuple, ast.List, ast.Set)):
+            self._tables.add(slot)
             for e in value.elts:
                 self.flow(e, slot + "#keys", fn, "element")
             return
@@ -418,7 +430,11 @@ class _Builder:
                     table = self.slot_of(right, fn)
                     if table is not None:
                         other = slot
-                        if other is None:
+                        if other is None and _string_member(left) is not None and isinstance(right, (ast.Name, ast.Attribute, ast.Call)):
+                            # `"cuda" in device`: a substring test of a string value, or a lookup in a table; which
+                            # one is known once every assignment is seen (finish)
+                            self._contains.append((left, table, _devicey_operand(right)))
+                        elif other is None:
                             self.add_member(left, "compare", table + "#keys")
                         else:
                             self.u.join(other, table + "#keys")
@@ -475,6 +491,17 @@ class _Builder:
             if table is not None and not (isinstance(first, ast.Constant) and isinstance(first.value, str) and not _string_member(first)):
                 self.flow(first, table + "#keys", fn, "compare")
             return
+        if q in _BACKEND_FUNCS:
+            pos = _BACKEND_FUNCS[q]
+            value = next((k.value for k in node.keywords if k.arg in ("backend", "name")), None)
+            if value is None and len(node.args) > pos and not isinstance(node.args[pos], ast.Starred):
+                value = node.args[pos]
+            if value is not None:
+                slot = f"backendarg:{id(node)}"  # a process-group backend: whatever flows into it is one sink value
+                self.sink_slots.add(slot)
+                # backend names only: `init_process_group("xla")` is NM126's, not a device string
+                self.flow(value, slot, fn, "backend", only=BACKEND_WORDS)
+            return
         device_call = q in _DEVICE_FUNCS or attr == "to"
         if device_call and node.args:
             slot = f"devarg:{id(node)}"  # the argument is a device: whatever flows into it is one sink value
@@ -501,6 +528,13 @@ class _Builder:
                 self.flow(kw.value, f"attr:{kw.arg}", fn, "argument", "device" in kw.arg)
 
     def finish(self) -> ValueFacts:
+        for node, slot, devicey in self._contains:
+            # a name that holds a table: a key lookup; else a substring test of the value itself (`'cuda' in device`
+            # is True for 'cuda:1' as well): the string belongs to the value's set and changes with it
+            if slot in self._tables:
+                self.add_member(node, "compare", slot + "#keys")
+            else:
+                self.add_member(node, "compare", slot, devicey)
         out = ValueFacts()
         groups: dict = {}
         for key in list(self.u.parent):

@@ -15,6 +15,7 @@ import ast
 from neuron_migrate.program import cached, device_flow, values
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin import cuda_picker
 from neuron_migrate.rules.builtin.xla_core import device_string_context
 
 HELPERS.setdefault(
@@ -137,9 +138,55 @@ def string_quote(site, ctx) -> str:
     return '"'
 
 
+# -- guards of CUDA-only code: a test is rewritten only together with its body ---------------------------
+# torch.cuda names some rule migrates; every other torch.cuda name (get_device_name, get_device_properties,
+# mem_get_info, nvtx, streams, ...), torch.version.cuda and the cuDNN version are CUDA-only and stay so
+_MIGRATED_CUDA = {"is_available", "amp", "amp.autocast", "amp.autocast_mode.autocast", "amp.GradScaler", "is_bf16_supported",
+                  "synchronize", "device_count", "current_device", "empty_cache", "memory_allocated", "max_memory_allocated",
+                  "memory_reserved", "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
+                  "reset_accumulated_memory_stats", "manual_seed", "manual_seed_all", "set_device"}
+_CUDA_ONLY = {"torch.version.cuda", "torch.backends.cudnn.version"}
+
+
+def cuda_only_names(stmts, ctx, scope) -> list:
+    """The CUDA-only names (no rule migrates them) used in `stmts`, in source order, each once."""
+    found: list = []
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Attribute):
+                continue
+            q = ctx.analysis.resolve(node, scope, count_use=False)
+            if q is None:
+                continue
+            if q in _CUDA_ONLY or (q.startswith("torch.cuda.") and q[len("torch.cuda."):] not in _MIGRATED_CUDA
+                                   and not q.startswith("torch.cuda.amp.")):
+                if q not in found:
+                    found.append(q)
+    return found
+
+
+def guarded_cuda_only(node, ctx, scope) -> list:
+    """`node` is (part of) the test of an `if` whose body uses CUDA-only names: those names, else []. Such a guard
+    keeps its CUDA test: rewritten alone it would run the CUDA-only body on Neuron, where it fails."""
+    parent_of = ctx.analysis.parent_of
+    child, up = node, parent_of.get(node)
+    while up is not None and isinstance(up, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Attribute)):
+        child, up = up, parent_of.get(up)
+    if not isinstance(up, ast.If) or up.test is not child:
+        return []
+    key = f"cuda-only-body:{id(up)}"
+    return cached(ctx.analysis, key, lambda _a: cuda_only_names(up.body, ctx, scope))
+
+
+def guard_finding(site, ctx, names: list, what: str):
+    shown = ", ".join(f"`{n}`" for n in names[:3]) + (", ..." if len(names) > 3 else "")
+    return ctx.finding(site, f"{what} guards CUDA-only code ({shown}): kept, so that the block stays off on Neuron "
+                             "as it was on any machine without CUDA; migrate the block by hand if it should run there")
+
+
 # -- value sets: strings that flow into one comparison migrate together ---------------------------------
 CONFIG_ROLES = {"cli-default", "choice", "field", "default", "dict-value", "env-default"}
-_ROLE_TEXT = {"device": "device argument", "compare": "comparison", "choice": "argparse choice", "cli-default": "argparse default",
+_ROLE_TEXT = {"device": "device argument", "backend": "backend argument", "compare": "comparison", "choice": "argparse choice", "cli-default": "argparse default",
               "field": "config field", "default": "parameter default", "assign": "assignment", "dict-key": "dict key",
               "dict-value": "dict value", "element": "table entry", "env-default": "environment default",
               "return": "return value", "argument": "call argument", "other": "value"}
@@ -169,6 +216,8 @@ def set_fix(ctx, vs, kind: str, text_for):
         for m in vs.of_kind(kind):
             if kind == "cuda" and _choice_of_cuda_is_available(m.node, ctx, None):
                 continue  # NM203 rewrites `"cuda" if torch.cuda.is_available() else ...` whole, in the same round
+            if m.role == "compare" and guarded_cuda_only(m.node, ctx, ctx.analysis.module_scope):
+                continue  # the test of a CUDA-only block: kept (its own finding says so)
             fx.replace(m.node, text_for(m, fx))
         return fx.build()
 
@@ -190,6 +239,10 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
     raw = ctx.src(node)
     lines = vs.lines()
     plan = vs.plan()
+    if plan == "all" and member.role == "compare":
+        names = guarded_cuda_only(node, ctx, site.scope)
+        if names:
+            return guard_finding(site, ctx, names, f"the test with {raw}")
     if plan == "keep" or (plan == "free" and not any(m.devicey or m.direct_sink for m in members)):
         if plan == "free":
             if isinstance(ctx.analysis.parent_of.get(node), (ast.keyword, ast.List, ast.Tuple)):
@@ -452,6 +505,19 @@ def _cuda_device_value(node, ctx, site):
     examples=[('device = "cuda" if torch.cuda.is_available() else "cpu"', 'device = "neuron" if torch.accelerator.is_available() else "cpu"')],
 )
 def cuda_is_available(site, ctx):
+    names = guarded_cuda_only(site.node, ctx, site.scope)
+    if names:
+        return guard_finding(site, ctx, names, "torch.cuda.is_available()")
+    picker = cuda_picker.picker_of(site, ctx) if device_flow.may_dispatch(ctx.analysis) else None
+    if picker is not None:
+        kinds = ", ".join(["cuda", picker.other_kind])
+        fx = ctx.fixer()
+        fx.scope = site.scope
+        if not accelerator(ctx) and cuda_picker.insert_branch(picker, ctx, fx):
+            return ctx.finding(site, f"the device is picked among several backends ({kinds}, else cpu): a neuron branch is added "
+                                     "before the CPU fallback; the CUDA branch stays for GPU hosts", fix=fx.build(),
+                               note="On a Trainium host the new branch picks `neuron` (TorchNeuron registers it with "
+                                    "torch.accelerator); on a GPU or Mac the earlier branches still come first.")
     skip, out = skip_dispatch(site, ctx)
     if skip:
         return out

@@ -12,9 +12,10 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.names.analysis import walk
-from neuron_migrate.program import cached
+from neuron_migrate.program import cached, values
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.cuda_device import accelerator, agnostic_device, call_args_src, device_type_expr, skip_dispatch
+from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
+                                                      lines_text, set_fix, skip_dispatch)
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -196,17 +197,31 @@ def _neuron_backend(value: str):
     fix="safe",
     severity="error",
     triggers=[("call", "torch.distributed.init_process_group"), ("call", "torch.distributed.new_group"),
-              ("call", "torch.distributed.distributed_c10d.init_process_group")],
+              ("call", "torch.distributed.distributed_c10d.init_process_group"), ("string", "nccl"),
+              ("call", "torch.distributed.is_nccl_available"), ("call", "torch.distributed.distributed_c10d.is_nccl_available")],
     docs=f"""
         NCCL needs CUDA. TorchNeuron runs torch.distributed (DDP, FSDP2, DTensor) "natively through the `neuron`
         backend" ({TORCH_DOCS}): `backend="nccl"` becomes `backend="neuron"` and `"cpu:gloo,cuda:nccl"` becomes
-        `"cpu:gloo,neuron:neuron"`. With `device-style = "accelerator"` the backend becomes
+        `"cpu:gloo,neuron:neuron"`. A backend name is a value: `backend = 'nccl'` at module level,
+        `parser.add_argument('--dist-backend', default='nccl')` read as `backend=args.dist_backend`, a config field
+        or a parameter default, and every comparison with it (`args.dist_backend == "nccl"`), change together
+        (`neuron_migrate.program.values`); values from the command line or a config must then say `neuron` (a GPU
+        run passes `nccl` again). `dist.is_nccl_available()` becomes `dist.is_backend_available("neuron")` (public
+        torch.distributed API). With `device-style = "accelerator"` the backend becomes
         `torch.distributed.get_default_backend_for_device(_accelerator_device())`: gloo on CPU, nccl on CUDA and the
-        backend TorchNeuron registers for its device.
+        backend TorchNeuron registers for its device; a backend held in a variable is then reported.
     """,
-    examples=[('dist.init_process_group(backend="nccl")', 'dist.init_process_group(backend="neuron")')],
+    examples=[('dist.init_process_group(backend="nccl")', 'dist.init_process_group(backend="neuron")'),
+              ('parser.add_argument("--dist-backend", default="nccl")\nargs = parser.parse_args()\n'
+               'dist.init_process_group(backend=args.dist_backend)',
+               'parser.add_argument("--dist-backend", default="neuron")\nargs = parser.parse_args()\n'
+               'dist.init_process_group(backend=args.dist_backend)')],
 )
 def nccl_backend(site, ctx):
+    if site.kind == "string":
+        return _nccl_value(site, ctx)
+    if site.key.endswith("is_nccl_available"):
+        return _nccl_available(site, ctx)
     skip, out = skip_dispatch(site, ctx)
     if skip:
         return out
@@ -229,6 +244,55 @@ def nccl_backend(site, ctx):
         fx.replace(backend, f"{quote}{new}{quote}")
         note = ""
     return ctx.finding(site, f"backend {value!r} needs CUDA: use the `neuron` backend", fix=fx.build(), note=note)
+
+
+def _nccl_value(site, ctx):
+    """A 'nccl' string that is a process-group backend value (it reaches init_process_group/new_group): the whole
+    value set changes, definitions and comparisons together."""
+    node = site.node
+    parent = ctx.analysis.parent_of.get(node)
+    if isinstance(parent, ast.keyword) or (isinstance(parent, ast.Call) and node in parent.args):
+        if isinstance(parent, ast.Call) or isinstance(ctx.analysis.parent_of.get(parent), ast.Call):
+            call = parent if isinstance(parent, ast.Call) else ctx.analysis.parent_of.get(parent)
+            q = ctx.analysis.resolve(call.func, site.scope, count_use=False) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+            if q and q.startswith("torch.distributed.") and q.rsplit(".", 1)[1] in ("init_process_group", "new_group"):
+                return None  # the literal in the call: the call's own finding
+    vs = values.facts(ctx.analysis).set_of(node)
+    if vs is None or not vs.sink:
+        return None
+    members = vs.of_kind("nccl")
+    member = next(m for m in members if m.node is node)
+    lines = vs.lines()
+    if accelerator(ctx):
+        if member is not members[0]:
+            return None
+        return ctx.finding(site, f"{ctx.src(node)} is the process-group backend held in a value (lines {', '.join(map(str, lines))}): "
+                                 "device-style accelerator does not rename it; use `torch.distributed.get_default_backend_for_device(...)` "
+                                 "where the process group starts, or device-style neuron")
+    fix = set_fix(ctx, vs, "nccl", lambda m, fx: ctx.src(m.node).replace("nccl", "neuron", 1))
+    note = ""
+    if len(members) > 1 or vs.external:
+        note = f"One value with the strings at {lines_text(lines)}: every 'nccl' becomes 'neuron' together."
+        if vs.external:
+            note += f" Values from {', '.join(vs.external)} must now say 'neuron' (a CUDA run passes 'nccl')."
+    return ctx.finding(site, f"{ctx.src(node)} is the process-group backend ({_ROLE_TEXT.get(member.role, 'value')}): becomes 'neuron'",
+                       fix=fix, note=note)
+
+
+def _nccl_available(site, ctx):
+    """`dist.is_nccl_available()` -> `dist.is_backend_available("neuron")` (torch.distributed's public API, torch >= 2.4)."""
+    call = site.call
+    if call.args or call.keywords or accelerator(ctx):
+        return ctx.finding(site, "dist.is_nccl_available() is False on Neuron: test the neuron backend "
+                                 "(`dist.is_backend_available(\"neuron\")`)")
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        fx.replace(call, f"{ctx.src(func.value)}.is_backend_available(\"neuron\")")
+    else:
+        fx.replace(call, f"{fx.ref('torch.distributed')}.is_backend_available(\"neuron\")")
+    return ctx.finding(site, "dist.is_nccl_available() is False on Neuron: becomes dist.is_backend_available(\"neuron\")", fix=fx.build())
 
 
 # -- NM209 ------------------------------------------------------------------------------------------
