@@ -699,7 +699,9 @@ def rendezvous(site, ctx):
         Where the program model knows more: after an `init_process_group` that always runs,
         `total = xm.all_reduce(xm.REDUCE_SUM, t, scale=s)` on a tensor becomes `total = t.clone()`,
         `dist.all_reduce(total)`, `total *= s`; in a single-device program the call is the copy torch_xla returned
-        (`t.clone()`).
+        (`t.clone()`). The gradient list of `gradients = xm._fetch_gradients(optimizer)` (NM148), reduced in place
+        by `xm.all_reduce(xm.REDUCE_SUM, gradients, scale=s)`, becomes `dist.all_reduce(grad)` and `grad.mul_(s)`
+        for each gradient when more than one process runs (torch_xla skipped both in one process).
 
         Reported instead: a single tensor reduced as a statement with the result discarded (under XLA that was a
         no-op; write `dist.all_reduce(t)` if an in-place reduction was meant), an argument that may be either a
@@ -735,6 +737,19 @@ def all_reduce(site, ctx):
             fx.delete(site.stmt)
             return ctx.finding(site, "xm.all_reduce of a list in a single-device program reduced nothing: removed", fix=fx.build())
         fx.replace(call, f"{atom(ctx, inputs)}.clone()" if _tensor_like(ctx, inputs) else ctx.src(inputs))
+        return ctx.finding(site, message, fix=fx.build())
+    if kind == "grads":  # `xm.all_reduce(op, gradients, scale=s)` on xm._fetch_gradients's list: in place
+        dist = fx.ref(DIST, site.scope)
+        op = _reduce_op(ctx, kwarg(call, "reduce_type", 0))
+        used = {n.id for n in walk(site.scope.node) if isinstance(n, ast.Name)} | {n.arg for n in walk(site.scope.node) if isinstance(n, ast.arg)}
+        grad = next(x for x in ("grad", "gradient", "_grad", "_neuron_grad") if x not in used)
+        lines = [f"if {dist}.is_initialized() and {dist}.get_world_size() > 1:",
+                 f"    for {grad} in {ctx.src(inputs)}:",
+                 f"        {dist}.all_reduce({grad}{'' if op == 'SUM' else f', op={dist}.ReduceOp.{op}'})"]
+        scale = kwarg(call, "scale", 2)
+        if scale is not None and const_value(scale, None) != 1.0:
+            lines.append(f"        {grad}.mul_({ctx.src_relative(scale)})")
+        fx.replace(site.stmt, "\n".join(lines) + "\n")
         return ctx.finding(site, message, fix=fx.build())
     # kind == "inline": `x = xm.all_reduce(op, t, scale=s)` after a sure init
     stmt = site.stmt
@@ -828,7 +843,7 @@ def _all_reduce_plan(ctx, node):
                           "call dist.all_reduce(t, op, group=subgroup)", None)
     if inputs is None:
         return ("report", "xm.all_reduce without inputs: migrate by hand", None)
-    is_list = isinstance(inputs, (ast.List, ast.Tuple))
+    is_list = isinstance(inputs, (ast.List, ast.Tuple)) or _gradient_list(ctx, inputs)
     statement = isinstance(a.parent_of.get(call), ast.Expr)
     if statement and not is_list:
         if isinstance(inputs, (ast.Name, ast.Attribute, ast.Subscript)):
@@ -843,12 +858,38 @@ def _all_reduce_plan(ctx, node):
         return ("copy", "xm.all_reduce in a single-device program: a copy of the input (torch_xla reduced nothing and "
                         "skipped the scale in one process)", None)
     stmt = _stmt_of(a, call)
+    if (statement and _gradient_list(ctx, inputs) and _reduce_op(ctx, kwarg(call, "reduce_type", 0))
+            and alone_on_lines(ctx, stmt)):
+        return ("grads", "xm.all_reduce of the gradient list: becomes dist.all_reduce of each gradient, then the scale, "
+                         "when more than one process runs (torch_xla skipped both in one process)", None)
     if (state is Group.ALWAYS and tensor and isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) and _reduce_op(ctx, kwarg(call, "reduce_type", 0))
             and alone_on_lines(ctx, stmt) and simple_ref(stmt.targets[0])):
         return ("inline", "xm.all_reduce of a tensor: becomes dist.all_reduce on a clone (xm.all_reduce left its input "
                           "unchanged), then the scale", None)
     return ("helper", "xm.all_reduce: becomes _neuron_all_reduce (out of place for a tensor, in place for a list, as before)", None)
+
+
+def _gradient_list(ctx, node) -> bool:
+    """A name that its function binds only to `xm._fetch_gradients(...)` (NM148 makes it the list of gradients)."""
+    if not isinstance(node, ast.Name):
+        return False
+    fn = ctx.analysis.parent_of.get(node)
+    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        fn = ctx.analysis.parent_of.get(fn)
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        return False
+    values = []
+    for n in walk(fn):
+        if isinstance(n, ast.Name) and n.id == node.id and not isinstance(n.ctx, ast.Load):
+            holder = ctx.analysis.parent_of.get(n)
+            if not (isinstance(holder, ast.Assign) and holder.targets == [n]):
+                return False
+            values.append(holder.value)
+        elif isinstance(n, ast.arg) and n.arg == node.id:
+            return False
+    return bool(values) and all(isinstance(v, ast.Call) and program(ctx).qualname(v.func) == f"{XM}._fetch_gradients"
+                                for v in values)
 
 
 def _stmt_of(analysis, node):
