@@ -66,4 +66,4 @@ def module_text(existing: str, names: list[str]) -> str:
         helpers.append((n, spec.source.format(**spelled)))
     if not helpers:
         return text
-    return insert_support(text, imports, helpers)
+    return insert_support(text, imports, helpers, only_called=False)

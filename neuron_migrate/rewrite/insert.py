@@ -373,10 +373,12 @@ def bound_up_front(body: list[ast.stmt], req: ImportReq) -> Optional[ast.stmt]:
 
 
 def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]],
-                   helper_import: Optional[str] = None) -> str:
+                   helper_import: Optional[str] = None, only_called: bool = True) -> str:
     """Add `imports` and `helpers` ((name, source), dependencies first) to `text`.
 
     With `helper_import` (a module name), helpers are not pasted in: `from <module> import name` is added.
+    With `only_called` false (the shared helpers module, which defines helpers for other files), every helper is
+    added, called here or not.
     """
     try:
         tree = ast.parse(text)
@@ -394,7 +396,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
 
     defined = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     new_helpers = [(n, src) for n, src in helpers if n not in defined]
-    if new_helpers:
+    if new_helpers and only_called:
         # a helper whose only caller another fix removed (`xm.master_print(met.metrics_report())` deleted whole)
         # is not added: only those the file loads, and their own dependencies
         wanted = _loaded(body, {n for n, _ in new_helpers})
