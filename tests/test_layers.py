@@ -15,7 +15,7 @@ LAYERS = [
     {"_data"},
     {"files"},  # discovery, reading, notebooks, config, atomic writes
     {"names", "table"},  # name resolution; the compatibility table (data)
-    {"program"},  # the whole-program model
+    {"program", "repository"},  # the whole-program model of a file; the repository model (programs across files)
     {"rules"},  # rule model, API, registry, built-in and YAML rules
     {"rewrite", "probe", "shell", "deps"},  # stages that use the rules
     {"report"},  # output formats

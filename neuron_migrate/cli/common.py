@@ -62,6 +62,7 @@ class Run:
         self.messages = messages  # errors (one line each, no traceback)
         self.skipped = {} if skipped is None else skipped  # discovery statistics: reason -> count
         self.stdin = stdin  # (display name, bytes) for `-`
+        self.paths: list = []  # the paths as given (`.` when none)
 
     @property
     def items(self) -> list:
@@ -239,6 +240,7 @@ def prepare(paths: list[str], sel: Selection, stdin_filename: str | None = None,
             groups[key] = Group(cfg, _ruleset(cfg, sel, extra), _settings(cfg, sel))
         groups[key].items.append((str(f), _display(f, cwd)))
     run = Run(root_cfg, list(groups.values()), messages, skipped, stdin)
+    run.paths = paths
     if not run.groups:  # still validate the selection, and give the renderers a rule set
         run.groups = []
         run.empty_ruleset = _ruleset(root_cfg, sel, ())
@@ -331,10 +333,33 @@ def open_cache(group: Group, fix: bool, no_cache: bool, root_config=None):
     return ResultCache(cache_folder(src), cache_key(group.ruleset.spec, group.settings_kw, fix))
 
 
+def add_repository_facts(run: Run, no_cache: bool) -> None:
+    """Build the repository model of the run's files once, and give every group what it says about its files
+    (`outside` in the settings: pipeline/repository_facts.py)."""
+    from neuron_migrate.pipeline.repository_facts import repository_facts
+
+    folder = None
+    if not no_cache and run.config.cache:
+        from neuron_migrate.pipeline.cache import cache_folder
+
+        folder = cache_folder(run.config.source)
+    paths = [path for path, _display in run.items]
+    if run.stdin is not None:  # the text comes on stdin; the model reads the tree it names
+        paths = [display for _path, display in run.items]
+    outside = repository_facts(paths, run.paths, folder)
+    for g in run.groups:
+        if outside:
+            g.settings_kw["outside"] = outside
+        else:
+            g.settings_kw.pop("outside", None)
+
+
 def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_progress: bool):
     """Yield FileResults of every group, with a progress bar on a terminal; save caches at the end."""
     from neuron_migrate.pipeline.parallel import run_files
     from neuron_migrate.report.text import labelled
+
+    add_repository_facts(run, no_cache)
 
     total = len(run.items)
     progress = None

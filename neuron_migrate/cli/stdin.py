@@ -17,6 +17,9 @@ def stdin_results(run, fix: bool):
     if not run.groups:
         return
     g = run.groups[0]
+    from neuron_migrate.cli.common import add_repository_facts
+
+    add_repository_facts(run, no_cache=True)
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-stdin-") as tmp:
         path = Path(tmp) / (Path(name).name or "stdin.py")
         path.write_bytes(data)

@@ -241,6 +241,12 @@ class Site:
 class Analysis:
     """Parsed tree, name resolution and sites of one source text."""
 
+    # What the repository model says about this file (plain data, set by the rule runner from Settings.outside;
+    # None: nothing known, the file is judged alone): "modes", the launch modes of the programs that run it
+    # ("single", "torchrun", "xmp.spawn", "torch_xla.launch", "mp.spawn", "process group"); "training", the
+    # training-step calls of defs and methods it imports from other files ({"name" / "Class.method": calls}).
+    outside: Optional[dict] = None
+
     def __init__(self, text: str, path: str = "<string>", wanted: Optional["Wanted"] = None):
         self.text = text
         self.path = path

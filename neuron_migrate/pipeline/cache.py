@@ -68,6 +68,8 @@ def _sources_under(folder: str, out: list) -> None:
 
 
 def cache_key(codes, settings_kw: dict, fix: bool) -> str:
+    # the repository model's facts ("outside") are per file: each entry records its own (pipeline/repository_facts.py)
+    settings_kw = {k: v for k, v in settings_kw.items() if k != "outside"}
     material = json.dumps([_code_fingerprint(), [sorted(c) for c in codes] if codes and isinstance(codes[0], (tuple, list)) else sorted(codes),
                            settings_kw, fix, sys.version_info[:2]], sort_keys=True)
     return blake2b(material.encode(), digest_size=12).hexdigest()

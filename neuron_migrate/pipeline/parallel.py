@@ -154,7 +154,9 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
     import time
 
     from neuron_migrate.pipeline.cache import digest
+    from neuron_migrate.pipeline.repository_facts import tag
 
+    outside = settings_kw.get("outside")
     now = time.time_ns()
     hits: dict[int, object] = {}
     sigs: dict[int, list] = {}
@@ -167,14 +169,19 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
             continue
         # a file modified in the last seconds may change again within the clock's granularity ("racy" as git
         # calls it): its stat is not trusted, its content digest is
+        # what the repository model says about the file is part of its identity: a result made when no distributed
+        # program imported it is not the answer once one does
+        extra = tag(outside, path)
         sig = [st.st_size, st.st_mtime_ns, st.st_ino] if now - st.st_mtime_ns > RACY_NS else None
         if sig is not None:
+            if extra:
+                sig.append(extra)
             sigs[i] = sig
         res = cache.lookup_stat(path, display, sig) if sig is not None else None
         if res is None:
             try:
                 with open(path, "rb") as fh:
-                    dig = digest(fh.read())
+                    dig = digest(fh.read()) + extra
             except OSError:
                 misses.append((i, (path, display)))
                 continue
@@ -196,7 +203,7 @@ def run_files(items: list[tuple[str, str]], codes, settings_kw: dict, fix: bool,
         j, (path, _display) = next(miss_iter)
         res = next(computed)
         if res.digest and not res.written and not (write and res.error):
-            cache.store(path, res.digest, res, sigs.get(j))
+            cache.store(path, res.digest + tag(outside, path), res, sigs.get(j))
         else:
             cache.entries.pop(path, None)
         yield res

@@ -6,7 +6,9 @@ Rules that migrate torch_xla's multi-process API ask these questions instead of 
 - `facts.launch`: "spawn" (`xmp.spawn`), "launch" (`torch_xla.launch`), "torchrun" (an entry point that calls
   `init_process_group` itself) or None.
 - `facts.single_device`: an entry point that never starts a process group (no init, no launcher, no DDP, no
-  torchrun environment read): ranks are 0, the world is 1 and every collective is local.
+  torchrun environment read) and that no distributed program of the repository runs (imports, or starts with
+  torchrun: `analysis.outside`, from the repository model): ranks are 0, the world is 1 and every collective is
+  local.
 - `facts.group_at(node)`: the process-group state where `node` runs, a `Group`: NONE (the program never starts
   one), MAYBE, LAUNCHED (a group exists whenever torchrun started the program: `if "WORLD_SIZE" in os.environ:
   init` alone) or ALWAYS (an `init_process_group` runs before it on every path, e.g. the launch rewrite's own:
@@ -121,7 +123,12 @@ class DistributedFacts:
         others = any(q.startswith(OTHER_LAUNCHERS) for q in self.calls)
         wrappers = any(q.startswith(WRAPPERS) for q in [*self.calls, *self.refs])
         self.starts_group = bool(inits or self._launch_calls() or others or wrappers)
-        self.single_device = self.entry_point and not self.starts_group and not self._env_strings
+        # a distributed program of the repository runs this file (it imports it, or starts it with torchrun): what
+        # the file shows alone does not make it single-process (repository/model.py)
+        outside = getattr(a, "outside", None)
+        self.distributed_elsewhere = bool(outside) and any(m != "single" for m in outside.get("modes", ()))
+        self.single_device = (self.entry_point and not self.starts_group and not self._env_strings
+                              and not self.distributed_elsewhere)
         self._entry: dict[int, Group] = {}
         self._in_progress: set[int] = set()
         self._summary: dict[int, Group] = {}

@@ -88,11 +88,22 @@ class Settings:
     """Options that change what fixes produce."""
 
     def __init__(self, device_style: str = "neuron", unsafe_fixes: bool = False, table_path: Optional[str] = None,
-                 helpers_module: Optional[str] = None):
+                 helpers_module: Optional[str] = None, outside: Optional[dict] = None):
         self.device_style = device_style  # "neuron" | "accelerator"
         self.unsafe_fixes = unsafe_fixes
         self.table_path = table_path  # compatibility table for NM3xx rules (None: the newest shipped one)
         self.helpers_module = helpers_module  # dotted module the helpers are imported from (--helpers-module)
+        # what the repository model (repository/) says about the files of the run, by absolute path: plain data
+        # that a file's analysis carries as `analysis.outside` (pipeline/repository_facts.py builds it)
+        self.outside = outside
+
+    def outside_of(self, path: str) -> Optional[dict]:
+        """The repository model's facts about the file at `path` (None: none known)."""
+        if not self.outside:
+            return None
+        import os
+
+        return self.outside.get(os.path.abspath(path))
 
 
 class Ctx:

@@ -188,6 +188,8 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
     if not ruleset.could_match(text):
         return CheckResult([], None)
     analysis = Analysis(text, path, ruleset.wanted)
+    if settings is not None and settings.outside:
+        analysis.outside = settings.outside_of(path)
     ctx = Ctx(analysis, settings)
     sup = Suppressions.parse(text)
     ctx.suppressions, ctx.ruleset = sup, ruleset

@@ -14,23 +14,95 @@ TORCH_INDEX = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/ind
 _TRAIN_METHODS = ("zero_grad", "backward", "step")
 
 
+class OutsideDef:
+    """A def this file does not hold (a method of a base class in another file, an imported function), known from the
+    repository model: its name and the training-step calls in its body (what `training_calls` gives for a def)."""
+
+    def __init__(self, name: str, calls: list):
+        self.name = name
+        self.calls = list(calls)
+
+
 def compiled_function(site, ctx):
-    """The function definition a torch.compile / torch_xla.compile site compiles, when this file shows it:
-    the decorated def, or the first positional argument naming a def of this module (defined once)."""
+    """The function definition a torch.compile / torch_xla.compile site compiles, when the program shows it: the
+    decorated def; the first positional argument naming a def of this module (defined once); `self.method` inside
+    a class, resolved through the class and its bases (in this file, or in another file of the repository); or a
+    function imported from another file of the repository (an `OutsideDef` for those two)."""
     node = site.node
     parent = site.parent
     if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and node in parent.decorator_list:
         return parent
     call = site.call
-    if call is None or not call.args or not isinstance(call.args[0], ast.Name):
+    if call is None or not call.args:
         return None
-    name = call.args[0].id
-    defs = [n for n in walk(ctx.analysis.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
-    return defs[0] if len(defs) == 1 else None
+    arg = call.args[0]
+    outside = (getattr(ctx.analysis, "outside", None) or {}).get("training") or {}
+    if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+        cls = _class_of_self(ctx.analysis, site.node, arg.value.id)
+        return _method(ctx.analysis, cls, arg.attr, outside, 0) if cls is not None else None
+    if not isinstance(arg, ast.Name):
+        return None
+    name = arg.id
+    defs = _module_defs(ctx.analysis).get(name, [])
+    if defs:
+        return defs[0] if len(defs) == 1 else None
+    if name in outside:
+        return OutsideDef(name, outside[name])
+    return None
 
 
-def training_calls(fn: ast.AST, ctx, scope=None) -> list[str]:
+def _module_defs(analysis) -> dict:
+    """{name: [defs and classes of that name anywhere in the file]} (one walk per file)."""
+    from neuron_migrate.program import cached
+
+    def build(a) -> dict:
+        out: dict = {}
+        for n in walk(a.tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.setdefault(n.name, []).append(n)
+        return out
+
+    return cached(analysis, "compile.defs", build)
+
+
+def _class_of_self(analysis, node: ast.AST, name: str):
+    """The class whose method `node` is in, when `name` is that method's first parameter (`self`)."""
+    n = analysis.parent_of.get(node)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        n = analysis.parent_of.get(n)
+    if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    params = [*n.args.posonlyargs, *n.args.args]
+    cls = analysis.parent_of.get(n)
+    if not params or params[0].arg != name or not isinstance(cls, ast.ClassDef):
+        return None
+    return cls
+
+
+def _method(analysis, cls: ast.ClassDef, attr: str, outside: dict, depth: int):
+    """`attr` looked up on `cls` as Python would for an instance: the class body, then its bases in order (classes of
+    this file, then what the repository model knows of classes imported from other files)."""
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == attr:
+            return stmt
+    if depth > 8:
+        return None
+    local = {s.name: s for s in analysis.tree.body if isinstance(s, ast.ClassDef)}
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in local and local[base.id] is not cls:
+            found = _method(analysis, local[base.id], attr, outside, depth + 1)
+        else:
+            key = f"{analysis.source(base)}.{attr}" if isinstance(base, (ast.Name, ast.Attribute)) else None
+            found = OutsideDef(attr, outside[key]) if key in outside else None
+        if found is not None:
+            return found
+    return None
+
+
+def training_calls(fn, ctx, scope=None) -> list[str]:
     """Names of the training-step calls (zero_grad, backward, optimizer step) in a function's body."""
+    if isinstance(fn, OutsideDef):
+        return list(fn.calls)
     found = []
     for n in walk(fn):
         if not isinstance(n, ast.Call):

@@ -1,0 +1,407 @@
+"""The repository model: the import graph of a repository's Python files, its programs and their launch modes.
+
+Built from line scans (scan.py), never a parse: the cost is reading the files once (and with a record cache, only
+the changed ones). What it answers, per module: the launch modes of every program whose imports reach it.
+
+- A *program* is an entry point: a file with `if __name__ == "__main__":`, a script a launcher or job file starts
+  (`python x.py`, `torchrun ... x.py`, `python -m pkg.mod`), or a console script's module (pyproject.toml,
+  setup.py, setup.cfg).
+- Its *closure* is every repository file its imports reach: absolute imports (from the importing file's folder,
+  its package root, the folders it or any file adds to `sys.path`, the repository root and `src/`), relative
+  imports, and `importlib.import_module("literal")`; the packages above an imported module come with it.
+- Its *modes*: "torchrun" when a launcher starts it with torchrun (or `accelerate launch`), and what starts
+  processes or a process group anywhere in its closure: "xmp.spawn", "torch_xla.launch", "mp.spawn",
+  "process group" (init_process_group, DDP/FSDP, torchrun's environment variables). What another module does
+  only under its own `__main__` guard does not count for a program that imports it. No mode: "single".
+
+A module's modes are the union over the programs that reach it; any mode but "single" means the module runs in a
+distributed program somewhere, so no per-file decision may treat it as single-process.
+"""
+from __future__ import annotations
+
+import os
+
+from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python, training_defs
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
+if TYPE_CHECKING:
+    from typing import Optional
+
+MARKERS = ("pyproject.toml", "setup.py", ".git")
+SINGLE = "single"
+MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
+MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
+RECORDS = 2  # the layout of a record cache (bumped when a scan's record changes)
+_SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
+         ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
+_LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
+_PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def repository_root(path: str) -> Optional[str]:
+    """The nearest folder at or above `path`'s folder that holds pyproject.toml, setup.py or .git (None: none)."""
+    d = os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else os.path.abspath(path)
+    while True:
+        for marker in MARKERS:
+            if os.path.exists(os.path.join(d, marker)):
+                return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def _kind(name: str) -> str:
+    if name.endswith(".py"):
+        return "py"
+    if name in _PACKAGING:
+        return "pkg"
+    low = name.lower()
+    if low.endswith(_LAUNCHER_SUFFIXES) or name in ("Makefile", "Dockerfile", "Containerfile") or name.startswith(
+            ("Dockerfile.", "Containerfile.")):
+        return "run"
+    return ""
+
+
+def walk(root: str) -> Optional[list]:
+    """[(path relative to root, '/'-separated; kind; stat signature)] of the files the model reads: Python files,
+    launchers and job files, packaging files. None when the tree has more than MAX_FILES Python files."""
+    out: list = []
+    todo = [("", root)]
+    py = seen = 0
+    while todo:
+        rel, folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        seen += len(entries)
+        if seen > MAX_ENTRIES:
+            return None
+        if rel and any(e.name == "pyvenv.cfg" for e in entries):
+            continue  # a virtual environment
+        for e in entries:
+            name = e.name
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if name not in _SKIP and not name.startswith("."):
+                        todo.append((f"{rel}/{name}" if rel else name, e.path))
+                    continue
+                kind = _kind(name)
+                if not kind:
+                    continue
+                st = e.stat()
+            except OSError:
+                continue
+            out.append((f"{rel}/{name}" if rel else name, kind, [st.st_size, st.st_mtime_ns]))
+            if kind == "py":
+                py += 1
+                if py > MAX_FILES:
+                    return None
+    return out
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+class RepositoryModel:
+    """The model of one repository (see the module docstring). `records` maps each file's path relative to the
+    root to [kind, stat signature, scan record]; `facts(path)` is what the rules of a file get."""
+
+    def __init__(self, root: str, records: dict):
+        self.root = root
+        self.records = records
+        self.py = {rel: rec[2] for rel, rec in records.items() if rec[0] == "py"}
+        self.dirs: set = set()
+        self.names: set = set()  # every module stem and folder name: an import whose top name is not one is not ours
+        for rel in self.py:
+            self.names.add(rel.rpartition("/")[2][:-3])
+            d = rel.rpartition("/")[0]
+            while d and d not in self.dirs:
+                self.dirs.add(d)
+                self.names.add(d.rpartition("/")[2])
+                d = d.rpartition("/")[0]
+        self._folders = self._global_folders()
+        self._training_of: dict = {}
+        self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
+        self.launched: dict = {}  # entry -> modes its launchers give it ("torchrun" or nothing)
+        self.entries: list = [rel for rel, rec in self.py.items() if rec.get("m")]
+        self._launchers()
+        self.modes: dict = {}  # module -> modes of the programs that reach it
+        self.programs: dict = {}  # module -> entries of those programs
+        self.program_modes: dict = {}  # entry -> its modes
+        for entry in dict.fromkeys(self.entries):
+            closure = self.closure(entry)
+            modes = set(self.launched.get(entry, ()))
+            for rel in closure:
+                rec = self.py[rel]
+                modes.update(rec.get("s", ()))
+                if rel == entry:
+                    modes.update(rec.get("ms", ()))
+            modes = sorted(modes) or [SINGLE]
+            self.program_modes[entry] = modes
+            for rel in closure:
+                self.modes.setdefault(rel, set()).update(modes)
+                self.programs.setdefault(rel, []).append(entry)
+
+    # -- building -----------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, root: str, cached: Optional[dict] = None) -> Optional["RepositoryModel"]:
+        """Scan the tree under `root`, reusing `cached` records (a previous model's `records`) whose stat signature
+        is unchanged. None when the tree is too large."""
+        listing = walk(root)
+        if listing is None:
+            return None
+        import time
+
+        cached = cached or {}
+        records: dict = {}
+        racy = time.time_ns() - 2_000_000_000  # a file changed in the last 2 s may change again unseen: read it
+        for rel, kind, sig in listing:
+            old = cached.get(rel)
+            if old is not None and old[0] == kind and old[1] == sig and sig[1] < racy:
+                records[rel] = old
+                continue
+            data = _read(os.path.join(root, rel))
+            if data is None:
+                continue
+            if kind == "py":
+                rec = scan_python(data)
+                if rel.rpartition("/")[2] in _PACKAGING:
+                    rec["e"] = scan_packaging(rel.rpartition("/")[2], data)
+            elif kind == "pkg":
+                rec = {"e": scan_packaging(rel.rpartition("/")[2], data)}
+            else:
+                rec = {"r": scan_launcher(data)}
+            records[rel] = [kind, sig, rec]
+        return cls(root, records)
+
+    # -- resolution ---------------------------------------------------------------------------------------
+    def _module_file(self, base: str, dotted: str) -> Optional[str]:
+        path = dotted.replace(".", "/")
+        stem = f"{base}/{path}" if base else path
+        if stem + ".py" in self.py:
+            return stem + ".py"
+        if stem + "/__init__.py" in self.py:
+            return stem + "/__init__.py"
+        return None
+
+    def _exists(self, base: str, dotted: str) -> bool:
+        """The module, or the package folder that holds it (a namespace package), is under `base`."""
+        top = dotted.split(".")[0]
+        stem = f"{base}/{top}" if base else top
+        return stem + ".py" in self.py or stem in self.dirs
+
+    def _package_root(self, rel: str) -> str:
+        d = rel.rpartition("/")[0]
+        while d and f"{d}/__init__.py" in self.py:
+            d = d.rpartition("/")[0]
+        return d
+
+    def _own_folders(self, rel: str) -> list:
+        """The folders a file's own `sys.path` additions name, relative to the root (outside it: left out)."""
+        out = []
+        here = rel.rpartition("/")[0]
+        for up, sub in self.py[rel].get("p", ()):
+            parts = here.split("/") if here else []
+            if up > len(parts):
+                continue
+            folder = "/".join(parts[:len(parts) - up] + ([sub] if sub else []))
+            out.append(os.path.normpath(folder).replace(os.sep, "/") if folder else "")
+        return [("" if f == "." else f) for f in out]
+
+    def _global_folders(self) -> list:
+        folders = ["", "src"] if "src" in self.dirs else [""]
+        for rel in self.py:
+            if "p" in self.py[rel]:
+                for f in self._own_folders(rel):
+                    if f not in folders:
+                        folders.append(f)
+        return folders
+
+    def resolve(self, rel: str, level: int, module: str, names: Optional[list] = None) -> list:
+        """The repository files an import in `rel` runs: the module, the packages above it, and the submodules a
+        `from` import names."""
+        out: list = []
+        if not level and module.partition(".")[0] not in self.names:
+            return out
+        if level:
+            base = rel.rpartition("/")[0]
+            for _ in range(level - 1):
+                if not base:
+                    return out
+                base = base.rpartition("/")[0]
+            bases = [base]
+            if not module:
+                init = f"{base}/__init__.py" if base else "__init__.py"
+                if init in self.py:
+                    out.append(init)
+                for name, _local in names or ():
+                    f = self._module_file(base, name)
+                    if f:
+                        out.append(f)
+                return out
+        else:
+            bases = [rel.rpartition("/")[0], self._package_root(rel), *self._own_folders(rel), *self._folders]
+        for base in dict.fromkeys(bases):
+            if not self._exists(base, module):
+                continue
+            parts = module.split(".")
+            for i in range(1, len(parts)):  # the packages above it run first
+                f = self._module_file(base, ".".join(parts[:i]))
+                if f:
+                    out.append(f)
+            f = self._module_file(base, module)
+            if f:
+                out.append(f)
+            for name, _local in names or ():
+                f = self._module_file(base, f"{module}.{name}")
+                if f:
+                    out.append(f)
+            if out:
+                return out
+        return out
+
+    def _imports_of(self, rel: str) -> list:
+        rec = self.py[rel]
+        out: list = []
+        for imp in rec.get("i", ()):
+            out += self.resolve(rel, imp[0], imp[1], imp[2])
+        for module in rec.get("d", ()):
+            out += self.resolve(rel, 0, module)
+        return list(dict.fromkeys(f for f in out if f != rel))
+
+    def _launchers(self) -> None:
+        by_name: dict = {}
+        for rel in self.py:
+            by_name.setdefault(rel.rpartition("/")[2], []).append(rel)
+        for rel, (kind, _sig, rec) in self.records.items():
+            here = rel.rpartition("/")[0]
+            for module in rec.get("e", ()):
+                f = self._module_file("src" if "src" in self.dirs and self._module_file("src", module) else "", module)
+                if f:
+                    self.entries.append(f)
+            for target, how in rec.get("r", ()):
+                found = []
+                if target.startswith("-m "):
+                    f = next((self._module_file(b, target[3:]) for b in self._folders if self._module_file(b, target[3:])), None)
+                    if f is not None and f.endswith("/__init__.py"):
+                        f = self._module_file("", target[3:].replace(".", "/") + "/__main__") or f
+                    found = [f] if f else []
+                else:
+                    t = target.lstrip("./")
+                    for cand in (f"{here}/{t}" if here else t, t):
+                        cand = os.path.normpath(cand).replace(os.sep, "/")
+                        if cand in self.py:
+                            found = [cand]
+                            break
+                    if not found:  # a path relative to where the job runs: match it by its end
+                        found = [r for r in by_name.get(t.rpartition("/")[2], ()) if r == t or r.endswith("/" + t)][:3]
+                for f in found:
+                    self.entries.append(f)
+                    if how == "torchrun":
+                        self.launched.setdefault(f, set()).add("torchrun")
+
+    def closure(self, entry: str) -> list:
+        """Every repository file the program `entry` runs (itself first)."""
+        seen = {entry: None}
+        todo = [entry]
+        while todo:
+            for f in self.edges.get(todo.pop(), ()):
+                if f not in seen:
+                    seen[f] = None
+                    todo.append(f)
+        return list(seen)
+
+    # -- answers --------------------------------------------------------------------------------------------
+    def rel(self, path: str) -> Optional[str]:
+        p = os.path.abspath(path)
+        root = self.root.rstrip(os.sep) + os.sep
+        if not p.startswith(root):
+            return None
+        return p[len(root):].replace(os.sep, "/")
+
+    def modes_of(self, path: str) -> list:
+        """The launch modes of the programs that run the file (empty: no program of this repository runs it)."""
+        rel = self.rel(path)
+        return sorted(self.modes.get(rel, ())) if rel else []
+
+    def facts(self, path: str) -> Optional[dict]:
+        """What the rules of one file learn from the repository, as plain data (None: nothing):
+        "modes": `modes_of`; "training": for names this file imports from other repository files, the training-step
+        calls of those defs and of the methods of those classes (their bases' included), keyed "name" and
+        "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step)."""
+        rel = self.rel(path)
+        if rel is None or rel not in self.py:
+            return None
+        out: dict = {}
+        modes = self.modes.get(rel)
+        if modes:
+            out["modes"] = sorted(modes)
+        if self.py[rel].get("k"):
+            training = self._imported_training(rel)
+            if training:
+                out["training"] = training
+        return out or None
+
+    def _imported_training(self, rel: str) -> dict:
+        out: dict = {}
+        for imp in self.py[rel].get("i", ()):
+            if imp[2] is None:
+                continue
+            files = self.resolve(rel, imp[0], imp[1])
+            if not files:
+                continue
+            target = files[-1]
+            for name, local in imp[2]:
+                self._defs_of(target, name, local, out, 0)
+        return out
+
+    def _defs_of(self, rel: str, name: str, local: str, out: dict, depth: int) -> None:
+        """Add the training calls of def or class `name` of file `rel` to `out`, under `local`."""
+        if depth > 4:
+            return
+        rec = self.py.get(rel, {})
+        training = self._training(rel)
+        if name in training:
+            out.setdefault(local, training[name])
+        classes = rec.get("c", {})
+        if name in classes:
+            prefix = name + "."
+            for key, calls in training.items():
+                if key.startswith(prefix):
+                    out.setdefault(f"{local}.{key[len(prefix):]}", calls)
+            for base in classes[name]:
+                if base in classes:
+                    self._defs_of(rel, base, local, out, depth + 1)
+                else:
+                    self._follow(rel, base, local, out, depth + 1)
+        elif name not in training:
+            self._follow(rel, name, local, out, depth + 1)  # re-exported (a package's __init__.py)
+
+    def _training(self, rel: str) -> dict:
+        """{"func" / "Class.method": training calls} of a file (read when first asked: few files are)."""
+        if not self.py.get(rel, {}).get("t"):
+            return {}
+        got = self._training_of.get(rel)
+        if got is None:
+            data = _read(os.path.join(self.root, rel))
+            got = self._training_of[rel] = training_defs(data) if data is not None else {}
+        return got
+
+    def _follow(self, rel: str, name: str, local: str, out: dict, depth: int) -> None:
+        """`name` is imported into `rel` from another repository file: look there."""
+        for imp in self.py.get(rel, {}).get("i", ()):
+            if imp[2] is None:
+                continue
+            for imported, bound in imp[2]:
+                if bound == name:
+                    files = self.resolve(rel, imp[0], imp[1])
+                    if files:
+                        self._defs_of(files[-1], imported, local, out, depth)
+                    return

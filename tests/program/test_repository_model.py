@@ -1,0 +1,381 @@
+"""The repository model (neuron_migrate/repository/): imports, entry points and launch modes across the files of a
+repository, and what the rewrite of one file does with them.
+
+The layouts are small repositories written here: a package layout (a trainer module with its own `__main__`,
+imported by a distributed script through the package), and the `sys.path` layout of pytorch/xla's examples
+(`examples/train_resnet_base.py` with its own `__main__`, imported by `examples/data_parallel/train_resnet_ddp.py`
+after it appends the parent folder to `sys.path`, and run under `torch_xla.launch`).
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from typer.testing import CliRunner
+
+from neuron_migrate.cli.app import app
+from neuron_migrate.pipeline.repository_facts import repository_facts, roots_of
+from neuron_migrate.repository.model import RepositoryModel, repository_root
+from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python
+
+
+def cli(*args, input=None):
+    return CliRunner().invoke(app, [*args], input=input, catch_exceptions=False)
+
+
+def write(root: Path, files: dict) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+BASE = """\
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+
+    class TrainBase:
+        def __init__(self):
+            self.device = torch_xla.device()
+            self.model = torch.nn.Linear(4, 2).to(self.device)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            self.num_steps = 1200 // xr.world_size()
+            self.compiled_step_fn = torch_xla.compile(self.step_fn, full_graph=True)
+
+        def step_fn(self, data, target):
+            self.optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(self.model(data), target)
+            loss.backward()
+            self.optimizer.step()
+            return loss
+
+        def start_training(self):
+            xm.master_print("epoch begin")
+
+
+    if __name__ == "__main__":
+        TrainBase().start_training()
+    """
+
+DDP_SYS_PATH = """\
+    import os
+    import sys
+    example_folder = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0])))
+    sys.path.append(example_folder)
+    from train_base import TrainBase
+
+    import torch.distributed as dist
+    import torch_xla
+
+
+    class TrainDDP(TrainBase):
+        def __init__(self):
+            dist.init_process_group("xla", init_method="xla://")
+            super().__init__()
+
+
+    def _mp_fn(index):
+        TrainDDP().start_training()
+
+
+    if __name__ == "__main__":
+        torch_xla.launch(_mp_fn)
+    """
+
+SINGLE = """\
+    import torch_xla.runtime as xr
+
+    if __name__ == "__main__":
+        print(xr.world_size())
+    """
+
+
+@pytest.fixture
+def sys_path_repo(tmp_path) -> Path:
+    """pytorch/xla's examples layout: a base module with its own __main__, a data-parallel script one folder down that
+    appends the parent folder to sys.path and imports the base class, run under torch_xla.launch."""
+    return write(tmp_path / "xla", {
+        "setup.py": "from setuptools import setup\nsetup(name='x')\n",
+        "examples/train_base.py": BASE,
+        "examples/data_parallel/train_ddp.py": DDP_SYS_PATH,
+        "examples/single.py": SINGLE,
+    })
+
+
+@pytest.fixture
+def package_repo(tmp_path) -> Path:
+    """A package layout: the trainer module (its own __main__) is imported through the package by a script that runs
+    it under xmp.spawn; a config module is imported relatively."""
+    return write(tmp_path / "proj", {
+        "pyproject.toml": "[project]\nname = 'proj'\n",
+        "proj/__init__.py": "",
+        "proj/config.py": "BATCH = 8\n",
+        "proj/trainer.py": BASE.replace("import torch\n", "import torch\n    from .config import BATCH\n", 1),
+        "scripts/train_spawn.py": """\
+            import torch_xla.distributed.xla_multiprocessing as xmp
+            from proj.trainer import TrainBase
+
+
+            def _mp_fn(index):
+                TrainBase().start_training()
+
+
+            if __name__ == "__main__":
+                xmp.spawn(_mp_fn, args=())
+            """,
+        "scripts/single.py": SINGLE,
+    })
+
+
+# -- the graph -----------------------------------------------------------------------------------------------------
+def test_sys_path_layout_graph_and_modes(sys_path_repo):
+    m = RepositoryModel.build(str(sys_path_repo))
+    assert m.edges["examples/data_parallel/train_ddp.py"] == ["examples/train_base.py"]
+    assert m.program_modes["examples/train_base.py"] == ["single"]
+    assert m.program_modes["examples/data_parallel/train_ddp.py"] == ["process group", "torch_xla.launch"]
+    assert m.modes_of(str(sys_path_repo / "examples/train_base.py")) == ["process group", "single", "torch_xla.launch"]
+    assert m.modes_of(str(sys_path_repo / "examples/single.py")) == ["single"]
+    assert sorted(m.programs["examples/train_base.py"]) == ["examples/data_parallel/train_ddp.py", "examples/train_base.py"]
+
+
+def test_package_layout_graph_and_modes(package_repo):
+    m = RepositoryModel.build(str(package_repo))
+    # `from proj.trainer import ...` runs the package first; `from .config import` is relative
+    assert m.edges["scripts/train_spawn.py"] == ["proj/__init__.py", "proj/trainer.py"]
+    assert m.edges["proj/trainer.py"] == ["proj/config.py"]
+    assert m.program_modes["scripts/train_spawn.py"] == ["xmp.spawn"]
+    for rel in ("proj/trainer.py", "proj/config.py", "proj/__init__.py"):
+        assert "xmp.spawn" in m.modes_of(str(package_repo / rel)), rel
+    assert m.modes_of(str(package_repo / "scripts/single.py")) == ["single"]
+
+
+def test_imports_of_every_kind(tmp_path):
+    root = write(tmp_path / "r", {
+        ".git/HEAD": "",
+        "app/__init__.py": "from . import plugins\n",
+        "app/plugins/__init__.py": "",
+        "app/plugins/extra.py": "X = 1\n",
+        "app/sub/deep.py": "from ..plugins import extra\nfrom ...outside import nothing\n",
+        "app/loader.py": "import importlib\nmod = importlib.import_module('app.plugins.extra')\n",
+        "tools/run.py": "import sys, os\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'app'))\nimport plugins.extra as e\n",
+        "tools/paths.py": "from pathlib import Path\nimport sys\nsys.path.append(str(Path(__file__).resolve().parents[1] / 'app'))\nfrom plugins import extra\n",
+        "src/lib/__init__.py": "",
+        "src/lib/core.py": "from lib import helpers\n",
+        "src/lib/helpers.py": "",
+        "multi.py": "from app.plugins import (\n    extra,\n)\n",
+    })
+    m = RepositoryModel.build(str(root))
+    assert m.edges["app/__init__.py"] == ["app/plugins/__init__.py"]
+    assert m.edges["app/sub/deep.py"] == ["app/plugins/__init__.py", "app/plugins/extra.py"]
+    assert m.edges["app/loader.py"] == ["app/__init__.py", "app/plugins/__init__.py", "app/plugins/extra.py"]
+    assert m.edges["tools/run.py"] == ["app/plugins/__init__.py", "app/plugins/extra.py"]
+    assert m.edges["tools/paths.py"] == ["app/plugins/__init__.py", "app/plugins/extra.py"]
+    assert m.edges["src/lib/core.py"] == ["src/lib/__init__.py", "src/lib/helpers.py"]
+    assert m.edges["multi.py"] == ["app/__init__.py", "app/plugins/__init__.py", "app/plugins/extra.py"]
+
+
+def test_entry_points_and_launchers(tmp_path):
+    root = write(tmp_path / "r", {
+        "pyproject.toml": "[project]\nname = 'r'\n\n[project.scripts]\nr-train = \"r.cli:main\"\n",
+        "setup.py": "from setuptools import setup\nsetup(entry_points={'console_scripts': ['r-eval = r.evaluate:main']})\n",
+        "r/__init__.py": "",
+        "r/cli.py": "def main():\n    pass\n",
+        "r/evaluate.py": "def main():\n    pass\n",
+        "r/plain.py": "from r import shared\n",  # started by the launcher below with torchrun, no __main__ of its own
+        "r/shared.py": "",
+        "r/mod_entry.py": "",
+        "train/job.py": "import r.shared\n",
+        "launch.sh": "#!/bin/bash\ntorchrun --nproc_per_node=2 \\\n    r/plain.py --epochs 1\npython -m r.mod_entry\n",
+        "jobs/run.slurm": "srun python ${WORK}/train/job.py\n",
+    })
+    m = RepositoryModel.build(str(root))
+    entries = set(m.entries)
+    assert {"r/cli.py", "r/evaluate.py", "r/plain.py", "r/mod_entry.py", "train/job.py"} <= entries
+    assert m.program_modes["r/plain.py"] == ["torchrun"]
+    assert m.program_modes["train/job.py"] == ["single"]
+    assert m.program_modes["r/cli.py"] == ["single"]
+    assert m.modes_of(str(root / "r/shared.py")) == ["single", "torchrun"]
+
+
+def test_mp_spawn_and_signals_under_another_main_guard(tmp_path):
+    root = write(tmp_path / "r", {
+        "setup.py": "",
+        "helper.py": """\
+            import torch_xla.distributed.xla_multiprocessing as xmp
+
+            def work(i):
+                pass
+
+            if __name__ == "__main__":
+                xmp.spawn(work)
+            """,
+        "single.py": "import helper\n\nif __name__ == '__main__':\n    helper.work(0)\n",
+        "mp.py": "import torch.multiprocessing as mp\nimport helper\n\nif __name__ == '__main__':\n    mp.spawn(helper.work, nprocs=2)\n",
+    })
+    m = RepositoryModel.build(str(root))
+    # helper's own xmp.spawn runs only when helper is the program: single.py stays single
+    assert m.program_modes["single.py"] == ["single"]
+    assert m.program_modes["helper.py"] == ["xmp.spawn"]
+    assert m.program_modes["mp.py"] == ["mp.spawn"]
+    assert m.modes_of(str(root / "helper.py")) == ["mp.spawn", "single", "xmp.spawn"]
+
+
+def test_scans():
+    rec = scan_python(b"import os, sys\nHERE = os.path.dirname(os.path.abspath(__file__))\n"
+                      b"ROOT = os.path.dirname(HERE)\nsys.path.insert(0, ROOT)\n"
+                      b"sys.path.append(os.path.join(HERE, '..', '..', 'src'))\n"
+                      b"from a.b import (c,\n    d as e)\n")
+    assert rec["p"] == [[1, ""], [2, "src"]]
+    assert rec["i"][-1] == [0, "a.b", [["c", "c"], ["d", "e"]]]
+    assert scan_launcher(b"export X=1\npython3 -m torch.distributed.run --nproc_per_node 8 train.py --lr 1\n"
+                         b"accelerate launch tools/ft.py\npython eval.py\n") == [
+        ["train.py", "torchrun"], ["tools/ft.py", "torchrun"], ["eval.py", "python"]]
+    assert scan_packaging("setup.cfg", b"[options.entry_points]\nconsole_scripts =\n    tool = pkg.tool:main\n") == ["pkg.tool"]
+
+
+def test_roots(tmp_path, sys_path_repo):
+    base = sys_path_repo / "examples/train_base.py"
+    assert repository_root(str(base)) == str(sys_path_repo)
+    loose = write(tmp_path / "loose", {"a/b.py": "", "c.py": ""})
+    # no marker above: the folder named on the command line, else the file's own folder
+    got = roots_of([str(loose / "a/b.py"), str(loose / "c.py")], [str(loose)])
+    assert got == {str(loose): [str(loose / "a/b.py"), str(loose / "c.py")]}
+    assert roots_of([str(loose / "a/b.py")]) == {str(loose / "a"): [str(loose / "a/b.py")]}
+
+
+# -- what the rewrite does with it -----------------------------------------------------------------------------------
+def _rewritten(path: Path, *extra) -> str:
+    r = cli("rewrite", "--diff", "--unsafe-fixes", "--no-color", *extra, str(path))
+    assert r.exit_code in (0, 1), r.output
+    return r.output
+
+
+@pytest.mark.parametrize("layout", ["sys_path_repo", "package_repo"])
+@pytest.mark.parametrize("how", ["one file", "whole tree"])
+def test_a_module_a_distributed_program_imports_gets_no_single_process_rewrite(layout, how, request, monkeypatch):
+    root = request.getfixturevalue(layout)
+    monkeypatch.chdir(root)
+    base = root / ("examples/train_base.py" if layout == "sys_path_repo" else "proj/trainer.py")
+    out = _rewritten(base if how == "one file" else root)
+    assert "xr.world_size()" in out  # it was rewritten ...
+    assert "1200 // (1)" not in out and "1200 // 1\n" not in out  # ... not to the single-process literal
+    assert "+        self.num_steps = 1200 // _neuron_world_size()" in out
+    assert "master_print" in out and '+        print("epoch begin")' not in out  # rank 0 still prints alone
+    # the control: a single-device script that no distributed program runs keeps its single-process rewrite
+    single = _rewritten(root / ("examples/single.py" if layout == "sys_path_repo" else "scripts/single.py"))
+    assert "+    print((1))" in single or "+    print(1)" in single, single
+
+
+def test_without_the_importer_the_module_is_single_process(sys_path_repo, monkeypatch):
+    monkeypatch.chdir(sys_path_repo)
+    (sys_path_repo / "examples/data_parallel/train_ddp.py").unlink()
+    out = _rewritten(sys_path_repo / "examples/train_base.py")
+    assert "_neuron_world_size" not in out and '+        print("epoch begin")' in out, out
+
+
+def test_cached_results_follow_the_programs_that_import_a_file(sys_path_repo, monkeypatch):
+    """The results cache records each file's repository facts: a file cached while it was single-process is
+    checked again once a distributed program imports it."""
+    monkeypatch.chdir(sys_path_repo)
+    ddp = sys_path_repo / "examples/data_parallel/train_ddp.py"
+    text = ddp.read_text()
+    ddp.unlink()
+    base = sys_path_repo / "examples/train_base.py"
+    r = cli("audit", "--output-format", "concise", "--exit-zero", str(base))
+    assert "single-device program" in r.output
+    ddp.write_text(text)
+    r = cli("audit", "--output-format", "concise", "--exit-zero", str(base))
+    assert "single-device program" not in r.output and "_neuron_world_size()" in r.output, r.output
+
+
+def test_stdin_reads_the_repository_of_the_named_file(sys_path_repo, monkeypatch):
+    monkeypatch.chdir(sys_path_repo)
+    base = sys_path_repo / "examples/train_base.py"
+    r = cli("rewrite", "-", "--stdin-filename", "examples/train_base.py", "--unsafe-fixes", input=base.read_text())
+    assert "_neuron_world_size()" in r.output and "1200 // 1" not in r.output
+
+
+def test_facts_of_the_run(sys_path_repo):
+    facts = repository_facts([str(sys_path_repo / "examples/train_base.py"), str(sys_path_repo / "setup.py")])
+    assert facts == {str(sys_path_repo / "examples/train_base.py"): {"modes": ["process group", "single", "torch_xla.launch"]}}
+
+
+# -- compiled training steps across classes and files (NM406, NM105) --------------------------------------------------
+STEP = """\
+    import torch
+
+
+    class Base:
+        def step_fn(self, x):
+            self.opt.zero_grad()
+            self.loss(x).backward()
+            self.opt.step()
+    """
+
+
+def _audit(path: Path) -> str:
+    return cli("audit", "--output-format", "concise", "--exit-zero", "--no-cache", str(path)).output
+
+
+def test_nm406_follows_self_method_through_the_class_and_its_bases(tmp_path):
+    root = write(tmp_path / "r", {
+        "setup.py": "",
+        "same.py": textwrap.dedent(STEP) + textwrap.dedent("""\
+
+            class Trainer(Base):
+                def __init__(self):
+                    self.c1 = torch.compile(self.step_fn, fullgraph=True)
+
+                def own(self, x):
+                    x.backward()
+
+                def build(self):
+                    self.c2 = torch.compile(self.own, fullgraph=True)
+                    self.c3 = torch.compile(self.forward_only, fullgraph=True)
+
+                def forward_only(self, x):
+                    return self.model(x)
+            """),
+    })
+    out = _audit(root / "same.py")
+    assert "same.py:12:19: NM406" in out and "of `step_fn`" in out
+    assert "same.py:18:19: NM406" in out and "of `own`, which calls backward()" in out
+    assert "same.py:19" not in out  # forward only: fullgraph=True is right there
+
+
+def test_nm406_and_nm105_follow_bases_and_functions_in_other_files(tmp_path):
+    root = write(tmp_path / "r", {
+        "pyproject.toml": "",
+        "pkg/__init__.py": "from .base import Base\n",
+        "pkg/base.py": STEP,
+        "pkg/steps.py": "def train_step(model, opt, x):\n    opt.zero_grad()\n    model(x).sum().backward()\n    opt.step()\n",
+        "pkg/trainer.py": """\
+            import torch
+            import torch_xla
+            from pkg import Base
+            from .steps import train_step as step
+
+
+            class Mid(Base):
+                pass
+
+
+            class Trainer(Mid):
+                def __init__(self):
+                    self.c1 = torch.compile(self.step_fn, fullgraph=True)
+                    self.c2 = torch.compile(step, fullgraph=True)
+                    self.c3 = torch_xla.compile(self.step_fn, full_graph=True)
+            """,
+    })
+    out = _audit(root / "pkg/trainer.py")
+    assert "trainer.py:13:19: NM406" in out and "of `step_fn`, which calls zero_grad()/backward()/step()" in out
+    assert "trainer.py:14:19: NM406" in out and "of `step`" in out
+    fixed = _rewritten(root / "pkg/trainer.py")
+    assert '+        self.c3 = torch.compile(self.step_fn, backend="neuron")' in fixed, fixed
+    assert "+        self.c1 = torch.compile(self.step_fn, fullgraph=False)" in fixed
