@@ -31,6 +31,7 @@ CASES = {
     "NM121/after_init": True,
     "NM121/single_device": False,
     "NM127/spawn": False,
+    "NM127/fork_nothing_shared": False,
     "NM127/flag_guarded_init": False,
     "NM127/worker_inits": True,
     "NM129/module_top": True,

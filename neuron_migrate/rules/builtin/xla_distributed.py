@@ -1522,9 +1522,13 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
         returns. `nprocs`, `join`,
         `daemon`, `start_method` are dropped (each is a finding on its own line). The finding's note
         gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
-        trn2.48xlarge> script.py`. `start_method='fork'` is reported: the Neuron runtime cannot be initialised in
-        a forked process (torch_neuronx raises "Cannot re-initialize Neuron runtime in forked subprocess"), and
-        fork-based memory sharing (`xmp.MpModelWrapper`) has to be replaced by each process building its model.
+        trn2.48xlarge> script.py`. `start_method='fork'` is dropped like the others when nothing is shared through
+        the fork: the worker is a module-level function that reads no module-level name the program binds to a
+        computed object (a constant, the command line or the environment is computed alike in every torchrun
+        process) and the file has no `xmp.MpModelWrapper`/`MpSerialExecutor`. Otherwise it is reported, naming
+        what is shared: the Neuron runtime cannot be initialised in a forked process (torch_neuronx raises
+        "Cannot re-initialize Neuron runtime in forked subprocess"), and fork-based sharing (a model built once
+        in the parent, `xmp.MpModelWrapper`) has to be replaced by each process building its own.
     """,
     examples=[
         ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
@@ -1549,10 +1553,13 @@ def xmp_spawn(site, ctx):
     method = kwarg(call, "start_method", 5 if what == "xmp.spawn" else 2)
     if fn is None:
         return ctx.finding(site, f"{what} without a function: start the script with torchrun and call fn(rank, *args) directly", note=note)
-    if const_value(method) == "fork":
-        return ctx.finding(site, f"{what} with start_method='fork': the Neuron runtime cannot start in a forked process; "
-                                 "launch with torchrun, build the model in each process (no MpModelWrapper sharing) and call "
-                                 "fn(rank, *args) directly", note=note)
+    forked = const_value(method) == "fork"
+    if forked:
+        shared = _fork_shared(ctx, site, fn)
+        if shared:
+            return ctx.finding(site, f"{what} with start_method='fork' shares {shared} with the workers through the fork: "
+                                     "the Neuron runtime cannot start in a forked process; launch with torchrun, build it in "
+                                     "each process (no MpModelWrapper sharing) and call fn(rank, *args) directly", note=note)
     if not site.is_statement or not alone_on_lines(ctx, site.stmt):
         return ctx.finding(site, f"{what} inside an expression or on a shared line: replace it with a direct fn(rank, *args) call "
                                  "and launch with torchrun", note=note)
@@ -1596,11 +1603,69 @@ def xmp_spawn(site, ctx):
         value = node.value if isinstance(node, ast.keyword) else node
         if name == "nprocs" and const_value(value, 0) not in (None, 1):
             note += f" (nprocs={ctx.src(value)} becomes --nproc_per_node={ctx.src(value)})"
-        drops.append((node, f"{name}={ctx.src(value)} (torchrun decides how processes start)"))
+        why = ("nothing is shared through the fork: each torchrun process builds what the worker reads"
+               if name == "start_method" and forked else "torchrun decides how processes start")
+        drops.append((node, f"{name}={ctx.src(value)} ({why})"))
     return [ctx.finding(site, f"{what}: becomes a direct call of the worker with its global rank; torchrun starts one process "
                               "per NeuronCore" + ("; a process group is started first (torchrun's, else one of a single process)"
                                                   if owns_group else "")
                               + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
+
+
+_FORK_SHARERS = {f"{XMP}.MpModelWrapper", f"{XMP}.MpSerialExecutor"}
+
+
+def _fork_shared(ctx, site, fn) -> str:
+    """What an `xmp.spawn(fn, ..., start_method="fork")` hands its workers through the fork's memory, in words ("" when
+    nothing): an object the file wraps for sharing (MpModelWrapper, MpSerialExecutor), a closure over the spawning
+    function's variables, or a module-level name that the worker reads and that the program binds to something it
+    computes (not an import, def, class or constant), at module level or in the block that spawns."""
+    a = ctx.analysis
+    q = a.qualnames
+    for sharer in sorted(_FORK_SHARERS):
+        if sharer in q:
+            return f"an xmp.{sharer.rsplit('.', 1)[1]}"
+    if not isinstance(fn, ast.Name):
+        return f"`{ctx.src(fn)}`"
+    defs = [s for s in a.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == fn.id]
+    if len(defs) != 1:
+        return f"`{fn.id}` (not a function defined once at module level, maybe a closure)"
+    worker = defs[0]
+    computed = set()
+    for stmt in walk(a.tree):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and stmt is not a.tree:
+            continue
+        for n in _bound_at_module(stmt, a):
+            computed.add(n)
+    local = {n.id for n in walk(worker) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    local |= {arg.arg for arg in walk(worker) if isinstance(arg, ast.arg)}
+    glob = {name for n in walk(worker) if isinstance(n, ast.Global) for name in n.names}
+    read = sorted({n.id for n in walk(worker) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                   and n.id in computed and (n.id not in local or n.id in glob)})
+    return ", ".join(f"`{n}`" for n in read)
+
+
+def _bound_at_module(stmt, a):
+    """Names a module-level (or `if __name__ == "__main__":`) statement binds to a computed value."""
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        value = stmt.value
+        if value is None or all(_same_in_every_process(c) for c in walk(value) if isinstance(c, ast.Call)):
+            return []  # a constant, or what every process computes alike (its command line, its environment)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return [n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)]
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+        targets = [stmt.target] if isinstance(stmt, (ast.For, ast.AsyncFor, ast.NamedExpr)) else [i.optional_vars for i in stmt.items if i.optional_vars]
+        return [n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)]
+    return []
+
+
+_SAME_CALLS = {"parse_args", "parse_known_args", "parse_common_options", "get", "getenv", "int", "float", "str", "bool",
+               "dict", "list", "tuple", "set", "len", "range", "getLogger"}
+
+
+def _same_in_every_process(call) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id in _SAME_CALLS) or (isinstance(func, ast.Attribute) and func.attr in _SAME_CALLS)
 
 
 # -- NM128 xmp.MpModelWrapper ----------------------------------------------------------------------
