@@ -18,6 +18,7 @@ LAYERS = [
     {"program", "repository"},  # the whole-program model of a file; the repository model (programs across files)
     {"rules"},  # rule model, API, registry, built-in and YAML rules
     {"rewrite", "probe", "shell", "deps"},  # stages that use the rules
+    {"verify"},  # runs the original and the rewritten program side by side (rewrite, the emulated device)
     {"report"},  # output formats
     {"pipeline"},  # per-file processing, the process pool, the cache
     {"cli", "server"},  # commands and the language server

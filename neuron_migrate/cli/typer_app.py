@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "neuron_migrate.cli.audit",
     "neuron_migrate.cli.report",
     "neuron_migrate.probe.cli",
+    "neuron_migrate.cli.verify",
     "neuron_migrate.table.cli",
     "neuron_migrate.cli.rules",
     "neuron_migrate.cli.cache",

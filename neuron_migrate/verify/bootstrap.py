@@ -1,0 +1,389 @@
+"""One side of a verify run, in its own process: `python bootstrap.py SPEC.json`.
+
+Runs the user's script as `__main__` and records, without changing what the program computes:
+- every scalar `backward()` is called on (the loss), as a detached device tensor read after the run (no extra
+  XLA graph cuts);
+- at each optimizer step: the gradients as the optimizer sees them (after clipping), the parameters after the
+  step, and the param groups' hyperparameters; where each optimizer was constructed (file:line);
+- at one chosen step (`hook_step`, the replay that localises a divergence): each module's output and the
+  gradient flowing into it, in call order, with the module's qualified name and source lines.
+It seeds Python, numpy and torch before the script runs, pins the thread count, optionally makes float64 the
+default dtype, and draws every random number (factories, in-place samplers, dropout) from one seeded host
+generator so that both sides see the same numbers whatever their device's own generator does. On the XLA side
+it supplies the torch_xla APIs that 2.9 removed (`xm.xrt_world_size`, `xm.get_ordinal`, ...).
+
+Standalone on purpose: it runs under the XLA environment's interpreter, where neuron_migrate is not installed
+(the native side adds it to sys.path only to install the emulated device).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import runpy
+import sys
+import traceback
+
+
+class _Stop(BaseException):
+    """Raised from the optimizer hook once the requested steps ran (BaseException: user `except Exception`
+    blocks do not swallow it)."""
+
+
+def _user_frame(skip_dirs: tuple) -> tuple[str, int]:
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(skip_dirs) and name != __file__:
+            return name, f.f_lineno
+        f = f.f_back
+    return "", 0
+
+
+def _scalar_hparams(group: dict) -> dict:
+    out = {}
+    for k, v in group.items():
+        if k == "params":
+            continue
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v):
+            out[k] = list(v)
+        elif hasattr(v, "item") and getattr(v, "numel", lambda: 2)() == 1:  # a tensor lr
+            out[k] = float(v.detach().cpu().item())
+    return out
+
+
+class Recorder:
+    def __init__(self, torch, spec: dict):
+        self.torch = torch
+        self.spec = spec
+        self.max_steps = spec.get("steps")
+        self.hook_step = spec.get("hook_step")
+        self.step = 0
+        self.losses: list = []  # (step, detached scalar)
+        self.grads: list = []  # per step: [tensor | None]
+        self.params: list = []
+        self.hparams: list = []
+        self.opt_index: dict = {}
+        self.opt_sites: list = []
+        self.names: dict = {}  # id(param) -> qualified name
+        self.module_names: dict = {}  # id(module) -> qualified name
+        self.depth = 0
+        self.module_rows: list = []  # hook step: dicts
+        self.module_outs: list = []
+        self.module_ins: list = []
+        self.module_grads: dict = {}
+        self.cap = int(spec.get("max_elements", 2_000_000))
+        torch_dir = os.path.dirname(torch.__file__)
+        self.skip_dirs = (torch_dir, os.path.dirname(torch_dir) + os.sep + "torch_xla")
+
+    # -- capture ---------------------------------------------------------------------------------
+    def install(self) -> None:
+        torch = self.torch
+        rec = self
+        orig_backward = torch.Tensor.backward
+
+        def backward(tensor, *args, **kwargs):
+            if tensor.numel() == 1:
+                rec.losses.append((rec.step, tensor.detach().clone().reshape(())))
+            return orig_backward(tensor, *args, **kwargs)
+
+        torch.Tensor.backward = backward
+
+        orig_init = torch.optim.Optimizer.__init__
+
+        def opt_init(opt, *args, **kwargs):
+            if not hasattr(opt, "_nm_verify_site"):
+                path, line = _user_frame(rec.skip_dirs)
+                opt._nm_verify_site = {"class": type(opt).__name__, "path": path, "line": line}
+            return orig_init(opt, *args, **kwargs)
+
+        torch.optim.Optimizer.__init__ = opt_init
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        register_optimizer_step_pre_hook(self._pre_step)
+        register_optimizer_step_post_hook(self._post_step)
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        register_module_forward_pre_hook(self._module_pre)
+        register_module_forward_hook(self._module_post)
+
+    def _params_of(self, opt):
+        return [p for g in opt.param_groups for p in g["params"]]
+
+    def _keep(self, tensors):
+        total = sum(t.numel() for t in tensors if t is not None)
+        if total > self.cap:  # too big to keep every step: a fixed slice and the norm of each
+            return [None if t is None else {"norm": t.detach().float().norm().clone(),
+                                            "head": t.detach().reshape(-1)[:4096].clone()} for t in tensors]
+        return [None if t is None else t.detach().clone() for t in tensors]
+
+    def _pre_step(self, opt, args, kwargs):
+        if id(opt) not in self.opt_index:
+            self.opt_index[id(opt)] = len(self.opt_sites)
+            site = dict(getattr(opt, "_nm_verify_site", {"class": type(opt).__name__, "path": "", "line": 0}))
+            site["params"] = [self.names.get(id(p), f"group{gi}.{pi}") for gi, g in enumerate(opt.param_groups)
+                              for pi, p in enumerate(g["params"])]
+            self.opt_sites.append(site)
+        self.grads.append((self.opt_index[id(opt)], self._keep([p.grad for p in self._params_of(opt)])))
+        self.hparams.append([_scalar_hparams(g) for g in opt.param_groups])
+
+    def _post_step(self, opt, args, kwargs):
+        self.params.append(self._keep(self._params_of(opt)))
+        self.step += 1
+        if self.max_steps is not None and self.step >= self.max_steps:
+            raise _Stop()
+
+    def _module_pre(self, module, inputs):
+        if self.depth == 0 and id(module) not in self.module_names:
+            root = type(module).__name__
+            for n, m in module.named_modules():
+                self.module_names.setdefault(id(m), f"{root}.{n}" if n else root)
+            for n, p in module.named_parameters():
+                self.names.setdefault(id(p), n)
+        self.depth += 1
+
+    def _module_post(self, module, inputs, output):
+        self.depth = max(0, self.depth - 1)
+        if self.hook_step is None or self.step != self.hook_step or len(self.module_rows) >= 2000:
+            return
+        torch = self.torch
+        out = output
+        while isinstance(out, (tuple, list)) and out:
+            out = out[0]
+        if isinstance(out, dict):
+            out = next((v for v in out.values() if isinstance(v, torch.Tensor)), None)
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return
+        index = len(self.module_rows)
+        row = {"index": index, "name": self.module_names.get(id(module), type(module).__name__),
+               "class": type(module).__name__}
+        try:
+            import inspect
+
+            lines, first = inspect.getsourcelines(type(module))
+            row.update(path=inspect.getsourcefile(type(module)) or "", first=first, last=first + len(lines) - 1)
+        except (OSError, TypeError):
+            row.update(path="", first=0, last=0)
+        self.module_rows.append(row)
+        self.module_outs.append(out.detach().clone())
+        first_in = next((x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
+        self.module_ins.append(None if first_in is None else first_in.detach().clone())
+        if out.requires_grad:
+            def grad_hook(g, i=index):
+                self.module_grads[i] = g.detach().clone()
+
+            out.register_hook(grad_hook)
+        return
+
+    # -- results ---------------------------------------------------------------------------------
+    def dump(self, out_dir: str, status: str, error: str, extra: dict) -> None:
+        torch = self.torch
+
+        def host(x):
+            if x is None:
+                return None
+            if isinstance(x, dict):
+                return {k: host(v) for k, v in x.items()}
+            return x.detach().to("cpu").clone()
+
+        data = {
+            "losses": [host(t) for _, t in self.losses],
+            "grads": [[host(t) for t in ts] for _, ts in self.grads],
+            "params": [[host(t) for t in ts] for ts in self.params],
+            "module_outs": [host(t) for t in self.module_outs],
+            "module_ins": [host(t) for t in self.module_ins],
+            "module_grads": {i: host(t) for i, t in self.module_grads.items()},
+        }
+        meta = {
+            "status": status, "error": error, "steps": self.step,
+            "loss_steps": [s for s, _ in self.losses],
+            "grad_opts": [o for o, _ in self.grads],
+            "hparams": self.hparams, "optimizers": self.opt_sites, "modules": self.module_rows,
+            "dtype": str(self.losses[0][1].dtype).replace("torch.", "") if self.losses else "",
+            "torch": torch.__version__,
+            **extra,
+        }
+        torch.save(data, os.path.join(out_dir, "tensors.pt"))
+        with open(os.path.join(out_dir, "meta.json"), "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=1)
+
+
+# ------------------------------------------------------------------------------------- host random numbers
+
+
+def align_random(torch, seed: int) -> None:
+    """Draw every random number on the host from one seeded generator, then move it to the device."""
+    gen = torch.Generator().manual_seed(seed)
+    F = torch.nn.functional
+
+    def _factory(orig):
+        def f(*args, generator=None, device=None, out=None, requires_grad=False, pin_memory=False, **kw):
+            if generator is not None or out is not None:
+                return orig(*args, generator=generator, device=device, out=out, requires_grad=requires_grad,
+                            pin_memory=pin_memory, **kw)
+            t = orig(*args, generator=gen, **kw)
+            if device is not None and torch.device(device).type != "cpu":
+                t = t.to(device)
+            return t.requires_grad_() if requires_grad else t
+        return f
+
+    for name in ("rand", "randn", "randint", "randperm"):
+        setattr(torch, name, _factory(getattr(torch, name)))
+
+    def _like(kind):
+        def f(input, *args, dtype=None, device=None, requires_grad=False, memory_format=None, layout=None, **kw):
+            dev = device if device is not None else input.device
+            if kind == "randint_like":
+                low, high = (0, args[0]) if len(args) == 1 else args[:2]
+                t = torch.randint(low, high, tuple(input.shape), dtype=dtype or input.dtype)
+            else:
+                t = getattr(torch, kind[:-5])(tuple(input.shape), dtype=dtype or input.dtype)
+            t = t.to(dev)
+            return t.requires_grad_() if requires_grad else t
+        return f
+
+    for name in ("rand_like", "randn_like", "randint_like"):
+        setattr(torch, name, _like(name))
+
+    def _inplace(orig):
+        def m(self, *args, generator=None, **kw):
+            if generator is not None:
+                return orig(self, *args, generator=generator, **kw)
+            args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
+            if self.device.type == "cpu":
+                return orig(self, *args, generator=gen, **kw)
+            tmp = torch.empty(tuple(self.shape), dtype=self.dtype)
+            orig(tmp, *args, generator=gen, **kw)
+            with torch.no_grad():
+                self.copy_(tmp)
+            return self
+        return m
+
+    for name in ("uniform_", "normal_", "bernoulli_", "random_", "exponential_", "geometric_", "log_normal_",
+                 "cauchy_"):
+        setattr(torch.Tensor, name, _inplace(getattr(torch.Tensor, name)))
+    orig_bernoulli_ = torch.Tensor.bernoulli_  # patched: draws on the host
+
+    def _on_host(orig):
+        def f(input, *args, generator=None, **kw):
+            if generator is not None or not isinstance(input, torch.Tensor):
+                return orig(input, *args, generator=generator, **kw)
+            args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
+            return orig(input.detach().cpu(), *args, generator=gen, **kw).to(input.device)
+        return f
+
+    for name in ("bernoulli", "multinomial", "poisson"):
+        setattr(torch, name, _on_host(getattr(torch, name)))
+
+    orig_dropout = F.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if not training or p == 0 or p == 1:
+            return orig_dropout(input, p, training, inplace)
+        mask = orig_bernoulli_(torch.empty(tuple(input.shape), dtype=input.dtype, device=input.device), 1 - p)
+        mask = mask.div_(1 - p)
+        return input.mul_(mask) if inplace else input * mask
+
+    F.dropout = dropout
+
+
+# ---------------------------------------------------------------------------------------------- XLA side
+
+
+REMOVED_XM = {  # torch_xla.core.xla_model names that torch_xla 2.9 removed -> the runtime function now
+    "xrt_world_size": "world_size", "get_ordinal": "global_ordinal", "get_local_ordinal": "local_ordinal",
+}
+
+
+def supply_removed_xla_apis() -> list[str]:
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    supplied = []
+    for old, new in REMOVED_XM.items():
+        if not hasattr(xm, old) and hasattr(xr, new):
+            fn = getattr(xr, new)
+            setattr(xm, old, lambda *a, _fn=fn, **k: _fn())
+            supplied.append(f"torch_xla.core.xla_model.{old}")
+    if not hasattr(xm, "is_master_ordinal"):
+        xm.is_master_ordinal = lambda local=True: (xr.local_ordinal() if local else xr.global_ordinal()) == 0
+        supplied.append("torch_xla.core.xla_model.is_master_ordinal")
+    return supplied
+
+
+def _user_traceback() -> str:
+    """The exception being handled, without the frames of this file and runpy (the user's frames only)."""
+    te = traceback.TracebackException(*sys.exc_info())
+    te.stack = traceback.StackSummary.from_list(
+        [f for f in te.stack if f.filename != __file__ and "runpy" not in f.filename][-8:])
+    return "".join(te.format())
+
+
+def main() -> int:
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        spec = json.load(fh)
+    out_dir = spec["out"]
+    extra: dict = {"side": spec["side"], "supplied": []}
+    import torch
+
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    if spec.get("float64"):
+        torch.set_default_dtype(torch.float64)
+    if spec.get("emulate"):
+        sys.path.insert(0, spec["nm_root"])
+        from neuron_migrate.probe.emulator import install
+
+        install()
+        sys.path.remove(spec["nm_root"])
+    if spec["side"] == "xla":
+        import torch_xla
+
+        extra["supplied"] = supply_removed_xla_apis()
+        extra["torch_xla"] = torch_xla.__version__
+    seed = int(spec.get("seed", 0))
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+    torch.manual_seed(seed)
+    if spec.get("host_rng", True):
+        align_random(torch, seed)
+    rec = Recorder(torch, spec)
+    rec.install()
+    script = spec["script"]
+    sys.argv = [script, *spec.get("args", [])]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    os.chdir(spec.get("cwd") or os.path.dirname(os.path.abspath(script)))
+    status, error = "finished", ""
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except _Stop:
+        status = "stopped"
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            status, error = "error", f"the program exited with status {exc.code}"
+    except BaseException:  # noqa: BLE001  (reported to the parent)
+        status, error = "error", _user_traceback()
+    try:
+        rec.dump(out_dir, status, error, extra)
+    except BaseException:  # noqa: BLE001
+        with open(os.path.join(out_dir, "meta.json"), "w", encoding="utf-8") as fh:
+            json.dump({"status": "error", "error": "could not save the results:\n" + traceback.format_exc()}, fh)
+        return 2
+    sys.stdout.flush()
+    os._exit(0)  # skip the program's atexit work (XLA runtime teardown, loader workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Compare two recorded runs step by step, and localise where they part.
+
+Gates by dtype (the recorded loss's dtype; ../shared/design/VERIFY.md has the measurements behind them):
+- float64 (`--float64`, or a program that trains in float64): every quantity within 1e-6. Measured noise between
+  XLA:CPU and native CPU: <= 2.5e-8 on the loss, 5e-16 on the project's example; planted one-line defects
+  gave >= 3e-5.
+- float32: the loss within 1e-4 relative (measured noise: <= 5e-7 on an MLP, <= 3e-5 on a CNN with BatchNorm);
+  gradients and parameters with magnitude-aware gates (max difference over the largest value <= 1e-2, gradient
+  cosine >= 0.999), because in float32 single parameters drift far more than the loss while the loss agrees.
+  A float32 gate misses defects smaller than the program's own noise (a dropped weight decay on a CNN was 3x its
+  noise): use --float64 where the program allows it.
+Gradients are compared as the optimizer saw them (after clipping); a uniformly scaled loss keeps cosine 1, so
+the magnitude is gated too. Optimizer hyperparameters (lr, momentum, weight decay, ...) are compared exactly.
+"""
+from __future__ import annotations
+
+import math
+
+GATES = {
+    "float64": {"loss": 1e-6, "grad": 1e-6, "param": 1e-6, "cosine": 1 - 1e-9, "module": 1e-6},
+    "float32": {"loss": 1e-4, "grad": 1e-2, "param": 1e-2, "cosine": 0.999, "module": 1e-3},
+}
+HPARAM_REL = 1e-9
+
+
+def mode_of(meta_a: dict, meta_b: dict) -> str:
+    return "float64" if meta_a.get("dtype") == "float64" and meta_b.get("dtype") == "float64" else "float32"
+
+
+def loss_rel(a: float, b: float) -> float:
+    if math.isnan(a) or math.isnan(b):
+        return 0.0 if math.isnan(a) and math.isnan(b) else math.inf
+    return abs(a - b) / max(abs(a), abs(b), 1e-6)
+
+
+def _as_tensor(x):
+    if isinstance(x, dict):  # a big tensor kept as its head and norm
+        return x["head"]
+    return x
+
+
+def tensor_diff(a, b) -> tuple[float, float]:
+    """(max |a - b| over max |a|, |b|; cosine) of two tensors of one shape (inf, 0 when shapes differ)."""
+    import torch
+
+    a, b = _as_tensor(a), _as_tensor(b)
+    if a is None or b is None:
+        return (0.0, 1.0) if a is None and b is None else (math.inf, 0.0)
+    if tuple(a.shape) != tuple(b.shape):
+        return math.inf, 0.0
+    a = a.detach().double().reshape(-1)
+    b = b.detach().double().reshape(-1)
+    if a.numel() == 0:
+        return 0.0, 1.0
+    if torch.equal(a, b):
+        return 0.0, 1.0
+    scale = max(a.abs().max().item(), b.abs().max().item())
+    if not math.isfinite(scale):
+        same = bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
+        return (0.0, 1.0) if same else (math.inf, 0.0)
+    diff = (a - b).abs().max().item()
+    rel = diff / scale if scale > 0 else 0.0
+    na, nb = a.norm().item(), b.norm().item()
+    cos = 1.0 if na == 0 and nb == 0 else (float(a @ b) / (na * nb) if na > 0 and nb > 0 else 0.0)
+    return rel, cos
+
+
+def _hparam_diffs(ha: list, hb: list) -> list[dict]:
+    out = []
+    for gi, (ga, gb) in enumerate(zip(ha, hb)):
+        for key in sorted(set(ga) & set(gb)):
+            va, vb = ga[key], gb[key]
+            if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool):
+                if va == vb or (math.isfinite(va) and abs(va - vb) <= HPARAM_REL * max(abs(va), abs(vb))):
+                    continue
+            elif va == vb:
+                continue
+            out.append({"group": gi, "key": key, "original": va, "migrated": vb})
+    if len(ha) != len(hb):
+        out.append({"group": None, "key": "param groups", "original": len(ha), "migrated": len(hb)})
+    return out
+
+
+def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: str | None = None) -> dict:
+    """a: the original, b: the migrated. Returns {'mode', 'gates', 'steps', 'rows', 'first', 'equivalent', ...};
+    `first` is None or {'step', 'what': 'loss'|'grad'|'param'|'hparams'|'steps', 'detail', ...}."""
+    mode = mode or mode_of(meta_a, meta_b)
+    gates = GATES[mode]
+    names = (meta_b.get("optimizers") or meta_a.get("optimizers") or [{}])[0].get("params", [])
+    losses_a, losses_b = data_a.get("losses", []), data_b.get("losses", [])
+    steps_a, steps_b = meta_a.get("loss_steps", []), meta_b.get("loss_steps", [])
+    grads_a, grads_b = data_a.get("grads", []), data_b.get("grads", [])
+    params_a, params_b = data_a.get("params", []), data_b.get("params", [])
+    n_steps = min(len(params_a), len(params_b))
+    rows: list[dict] = []
+    first = None
+    worst = {"loss": 0.0, "grad": 0.0, "param": 0.0, "cosine": 1.0}
+
+    first_numeric = None  # the first failure of the numbers themselves (not of the settings)
+
+    def fail(step, what, detail, **kw):
+        nonlocal first, first_numeric
+        if first is None:
+            first = {"step": step, "what": what, "detail": detail, **kw}
+        if first_numeric is None and what != "hparams":
+            first_numeric = {"step": step, "what": what, "detail": detail, **kw}
+
+    by_step_a: dict = {}
+    by_step_b: dict = {}
+    for s, t in zip(steps_a, losses_a):
+        by_step_a.setdefault(s, []).append(float(t))
+    for s, t in zip(steps_b, losses_b):
+        by_step_b.setdefault(s, []).append(float(t))
+    last = max([n_steps, *(s + 1 for s in by_step_a), *(s + 1 for s in by_step_b)] or [0])
+    last = min(last, n_steps + 1)  # the loss of the step after the last compared optimizer step still counts
+    for step in range(last):
+        row: dict = {"step": step}
+        la, lb = by_step_a.get(step, []), by_step_b.get(step, [])
+        if la and lb:
+            rel = max(loss_rel(x, y) for x, y in zip(la, lb))
+            row.update(loss_original=la[-1], loss_migrated=lb[-1], loss_rel=rel)
+            worst["loss"] = max(worst["loss"], rel)
+            if len(la) != len(lb):
+                fail(step, "loss", f"backward() was called {len(la)} times in the original, {len(lb)} in the migrated program")
+            elif rel > gates["loss"]:
+                fail(step, "loss", f"loss {la[-1]:.9g} (original) vs {lb[-1]:.9g} (migrated): relative difference {rel:.2e} > {gates['loss']:.0e}")
+        elif la or lb:
+            if step < n_steps:
+                fail(step, "loss", "backward() was called in only one of the runs")
+        if step < n_steps:
+            ha = (meta_a.get("hparams") or [])[step] if step < len(meta_a.get("hparams") or []) else []
+            hb = (meta_b.get("hparams") or [])[step] if step < len(meta_b.get("hparams") or []) else []
+            diffs = _hparam_diffs(ha, hb)
+            if diffs:
+                row["hparams"] = diffs
+                fail(step, "hparams", "optimizer settings differ: " + ", ".join(
+                    f"{d['key']} {d['original']!r} (original) vs {d['migrated']!r} (migrated)" for d in diffs),
+                     hparams=diffs)
+            ga, gb = grads_a[step], grads_b[step]
+            pa, pb = params_a[step], params_b[step]
+            if len(ga) != len(gb) or len(pa) != len(pb):
+                fail(step, "param", f"the optimizer holds {len(pa)} parameters in the original, {len(pb)} in the migrated program")
+            else:
+                g_worst = (0.0, 1.0, "")
+                for i, (x, y) in enumerate(zip(ga, gb)):
+                    rel, cos = tensor_diff(x, y)
+                    if rel > g_worst[0] or cos < g_worst[1]:
+                        g_worst = (max(rel, g_worst[0]), min(cos, g_worst[1]), names[i] if i < len(names) else f"#{i}")
+                    if rel > gates["grad"] or cos < gates["cosine"]:
+                        fail(step, "grad", f"gradient of {names[i] if i < len(names) else f'parameter #{i}'}: max difference "
+                             f"{rel:.2e} of its largest value, cosine {cos:.6f}", param=names[i] if i < len(names) else f"#{i}")
+                        break
+                p_worst = (0.0, "")
+                for i, (x, y) in enumerate(zip(pa, pb)):
+                    rel, _ = tensor_diff(x, y)
+                    if rel > p_worst[0]:
+                        p_worst = (rel, names[i] if i < len(names) else f"#{i}")
+                    if rel > gates["param"]:
+                        fail(step, "param", f"{names[i] if i < len(names) else f'parameter #{i}'} after the optimizer step: "
+                             f"max difference {rel:.2e} of its largest value", param=names[i] if i < len(names) else f"#{i}")
+                        break
+                row.update(grad_rel=g_worst[0], grad_cos=g_worst[1], param_rel=p_worst[0])
+                worst["grad"] = max(worst["grad"], g_worst[0])
+                worst["cosine"] = min(worst["cosine"], g_worst[1])
+                worst["param"] = max(worst["param"], p_worst[0])
+        rows.append(row)
+    if first is None and len(params_a) != len(params_b):
+        fail(n_steps, "steps", f"the original ran {len(params_a)} optimizer steps, the migrated program {len(params_b)}")
+    return {"mode": mode, "gates": gates, "steps": n_steps, "rows": rows, "first": first, "first_numeric": first_numeric,
+            "equivalent": first is None and n_steps > 0, "worst": worst}
+
+
+def localise_module(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: str) -> dict | None:
+    """From a replay of one step with module hooks: the first module (in call order) whose output diverges, else
+    the first (in backward order) whose output's gradient does. None when every module agrees."""
+    gate = GATES[mode]["module"]
+    rows_a, rows_b = meta_a.get("modules", []), meta_b.get("modules", [])
+    outs_a, outs_b = data_a.get("module_outs", []), data_b.get("module_outs", [])
+    for i, (ra, rb) in enumerate(zip(rows_a, rows_b)):
+        if ra["class"] != rb["class"]:
+            return {"module": rb["name"], "row": rb, "phase": "calls",
+                    "detail": f"module call #{i} is {ra['name']} in the original, {rb['name']} in the migrated program"}
+        rel, _ = tensor_diff(outs_a[i], outs_b[i])
+        if rel > gate:
+            ins_a, ins_b = data_a.get("module_ins") or [], data_b.get("module_ins") or []
+            rel_in = tensor_diff(ins_a[i], ins_b[i])[0] if i < min(len(ins_a), len(ins_b)) else 0.0
+            parent = rb["name"].rpartition(".")[0]
+            owner = next((r for r in rows_b[i + 1:] if r["name"] == parent), None) if parent else None
+            if rel_in > gate and owner is not None:  # it was handed a different input: the parent's own code
+                return {"module": owner["name"], "row": owner, "phase": "forward",
+                        "detail": f"{owner['name']}'s own code (not a submodule) changed the input of {rb['name']}: "
+                                  f"max difference {rel_in:.2e} of its largest value"}
+            return {"module": rb["name"], "row": rb, "phase": "forward",
+                    "detail": f"output of {rb['name']} differs: max difference {rel:.2e} of its largest value"}
+    if len(rows_a) != len(rows_b):
+        i = min(len(rows_a), len(rows_b))
+        return {"module": None, "row": None, "phase": "calls",
+                "detail": f"{len(rows_a)} module calls in the original step, {len(rows_b)} in the migrated one"}
+    ga, gb = data_a.get("module_grads", {}), data_b.get("module_grads", {})
+    for i in sorted(set(ga) & set(gb), reverse=True):
+        rel, _ = tensor_diff(ga[i], gb[i])
+        if rel > gate:
+            rb = rows_b[i]
+            return {"module": rb["name"], "row": rb, "phase": "backward",
+                    "detail": f"gradient flowing into {rb['name']}'s output differs: max difference {rel:.2e}"}
+    return None

@@ -1,0 +1,107 @@
+"""A small two-file training program (model.py + train.py) in two forms: torch_xla (the original a user has) and
+plain PyTorch on the CPU (a native stand-in for the original when the XLA environment is absent), and the
+one-line defects the tests plant in a migrated copy."""
+from __future__ import annotations
+
+from pathlib import Path
+
+MODEL = '''\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return x + self.drop(F.gelu(self.fc(x)))
+
+
+class Net(nn.Module):
+    def __init__(self, d=16, classes=4):
+        super().__init__()
+        self.inp = nn.Linear(8, d)
+        self.block = Block(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.head(self.block(torch.relu(self.inp(x))))
+'''
+
+TRAIN = '''\
+import argparse
+
+import torch
+{imports}from torch import nn
+
+from model import Net
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--opt", default="sgd")
+    args = parser.parse_args()
+    device = {device}
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 8, generator=g)
+    y = x[:, :4].argmax(dim=1)
+    model = Net().to(device)
+    if args.opt == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    for step in range(args.steps):
+        idx = torch.randint(0, 256, (32,))
+        data, target = x[idx].to(device), y[idx].to(device)
+        optimizer.zero_grad()
+        loss = loss_fn(model(data), target)
+        loss.backward()
+        {step}
+        print(f"step {{step}} loss {{loss.item():.5f}}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+XLA = {"imports": "import torch_xla.core.xla_model as xm\n", "device": "xm.xla_device()",
+       "step": "xm.optimizer_step(optimizer)\n        xm.mark_step()"}
+NATIVE = {"imports": "", "device": 'torch.device("cpu")', "step": "optimizer.step()"}
+
+# name -> (file, old, new, script arguments)
+DEFECTS = {
+    "lr x1.001": ("train.py", "lr=0.05,", "lr=0.05 * 1.001,", []),
+    "momentum 0.9 -> 0.899": ("train.py", "momentum=0.9)", "momentum=0.899)", []),
+    "weight decay dropped": ("train.py", "lr=0.01, weight_decay=0.05)", "lr=0.01)", ["--opt", "adamw"]),
+    "gelu made approximate": ("model.py", "F.gelu(self.fc(x))", 'F.gelu(self.fc(x), approximate="tanh")', []),
+}
+
+
+def write_program(folder: Path, kind: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(MODEL, encoding="utf-8")
+    (folder / "train.py").write_text(TRAIN.format(**(XLA if kind == "xla" else NATIVE)), encoding="utf-8")
+    return folder
+
+
+def plant(folder: Path, defect: str) -> list[str]:
+    """Plant one defect; returns the script arguments it needs. The line it changed: `planted_line`."""
+    name, old, new, args = DEFECTS[defect]
+    path = folder / name
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, (defect, old)
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return list(args)
+
+
+def planted_line(folder: Path, defect: str) -> tuple[str, int]:
+    name, _, new, _ = DEFECTS[defect]
+    lines = (folder / name).read_text(encoding="utf-8").splitlines()
+    return name, next(i for i, line in enumerate(lines, 1) if new in line)
