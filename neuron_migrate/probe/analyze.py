@@ -413,7 +413,7 @@ def _compile_section(comp: dict, classifier: Classifier, cwd: str) -> dict:
 
 def _measured_section(measured: list[dict], run_ops: list[dict]) -> dict:
     emulated = any(m.get("emulated") for m in measured)
-    fallback, executed, unsupported, errors = set(), set(), set(), []
+    fallback, executed, unsupported, upcast, errors = set(), set(), set(), set(), []
     counts: dict[str, int] = {}
     for m in measured:
         if m.get("error"):
@@ -421,6 +421,7 @@ def _measured_section(measured: list[dict], run_ops: list[dict]) -> dict:
         fallback |= {base_name(x) for x in m.get("fallback_ops") or []}
         executed |= {base_name(x) for x in m.get("executed_ops") or []}
         unsupported |= {base_name(x) for x in m.get("unsupported_ops") or []}
+        upcast |= set(m.get("upcast_ops") or [])
         for k, v in (m.get("fallback_counts") or {}).items():
             counts[k] = counts.get(k, 0) + int(v)
     rows: dict[str, dict] = {}
@@ -450,6 +451,9 @@ def _measured_section(measured: list[dict], run_ops: list[dict]) -> dict:
         "source": "emulated neuron device (kernel set from the compat table)" if emulated else "torch_neuronx op tracking",
         "emulated": emulated,
         "unsupported_ops": sorted(unsupported),
+        # native ops whose host kernel lacked the input dtype (`aten::histc.default:Int->Double`): the emulated
+        # device ran them upcast and cast the results back; the device has the dtype
+        "upcast_ops": sorted(upcast),
         "fallback_counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
         "device": next((m.get("device") for m in measured if m.get("device")), None),
         "fallback_ops": sorted(fallback),

@@ -236,6 +236,7 @@ def _measure_end(tnx, writer: Writer) -> None:
             m["unsupported_ops"] = sorted(str(o) for o in tnx.get_unsupported_ops())
             m["fallback_counts"] = tnx.op_counts("fallback")
             m["unsupported_counts"] = tnx.op_counts("unsupported")
+            m["upcast_ops"] = list(tnx.get_upcast_ops())
             m["device"] = tnx.summary()
         writer.state["measured"] = m
     except Exception as exc:  # noqa: BLE001

@@ -202,6 +202,9 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         con.print(f"tracked fallbacks: {', '.join(m['fallback_ops']) or 'none'}", markup=False)
         if m.get("unsupported_ops"):
             con.print(f"[red]unsupported ops called[/]: {escape(', '.join(m['unsupported_ops']))}")
+        if m.get("upcast_ops"):
+            con.print("native ops run upcast on the host (the host kernel lacks the dtype; the device has it): "
+                      + ", ".join(m["upcast_ops"]), markup=False)
         if m["host_untracked"]:
             con.print(f"computed on host, not tracked: {', '.join(m['host_untracked'])}", markup=False)
         tt = Table()
@@ -313,6 +316,9 @@ def to_markdown(report: dict, *, top: int = 10) -> str:
         L.append("## Measured vs predicted\n\n| op | predicted | measured | agree |\n|---|---|---|---|")
         for r in m["comparison"]:
             L.append(f"| `{r['op']}` | {r['predicted']} | {r['measured']} | {r['agree']} |")
+        if m.get("upcast_ops"):
+            L.append("\nNative ops run upcast on the host (its kernel lacks the dtype; the device has it): "
+                     + ", ".join(f"`{u}`" for u in m["upcast_ops"]))
         L.append("")
     tm = report.get("timing") or {}
     if tm.get("steps"):

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 from neuron_migrate.probe.emulator.build import EmulatorUnavailable, find_compiler, library_path
 
 __all__ = ["EmulatorUnavailable", "install", "installed", "clear_op_tracking", "get_fallback_ops",
-           "get_executed_ops", "get_unsupported_ops", "op_counts", "kernel_sets", "find_compiler", "library_path"]
+           "get_executed_ops", "get_unsupported_ops", "get_upcast_ops", "op_counts", "kernel_sets", "find_compiler", "library_path"]
 
 __version__ = "emulated"
 EMULATED = True
@@ -127,6 +127,13 @@ def get_executed_ops() -> list[str]:
     return _bases("executed")
 
 
+def get_upcast_ops() -> list[str]:
+    """Native ops whose host kernel lacked an input dtype the device has, run upcast and cast back
+    (`aten::histc.default:Int->Double`)."""
+    names, _ = _ops().tracked("upcast")
+    return sorted(names)
+
+
 def get_unsupported_ops() -> list[str]:
     """Ops the table rates unsupported that were called (with keep-going they ran on the host)."""
     return _bases("unsupported")
@@ -157,8 +164,25 @@ def _device_module(torch) -> types.ModuleType:
     mod.set_device = set_device
     mod.synchronize = lambda device=None: None
     mod.empty_cache = lambda: None
-    mod.memory_allocated = lambda device=None: 0
-    mod.max_memory_allocated = lambda device=None: 0
+    # memory: the device allocator's statistics (as torch.cuda.memory_*; the emulated device's memory is host
+    # memory, so the numbers are what the program keeps on the device, not what a NeuronCore would hold)
+    acc = torch.accelerator
+    mod.memory_allocated = lambda device=None: acc.memory_allocated(_index(torch, device))
+    mod.max_memory_allocated = lambda device=None: acc.max_memory_allocated(_index(torch, device))
+    mod.memory_reserved = lambda device=None: acc.memory_reserved(_index(torch, device))
+    mod.max_memory_reserved = lambda device=None: acc.max_memory_reserved(_index(torch, device))
+    mod.memory_stats = lambda device=None: acc.memory_stats(_index(torch, device))
+    mod.reset_peak_memory_stats = lambda device=None: acc.reset_peak_memory_stats(_index(torch, device))
+    mod.reset_accumulated_memory_stats = lambda device=None: acc.reset_accumulated_memory_stats(_index(torch, device))
+    mod.mem_get_info = lambda device=None: acc.get_memory_info(_index(torch, device))
+    # streams and events: torch.Stream / torch.Event on the device (no-ops: the host computes synchronously)
+    mod.Stream = lambda device=None, priority=0, **kw: torch.Stream(_device(torch, device), priority=priority)
+    mod.Event = lambda enable_timing=False, blocking=False, interprocess=False: torch.Event(
+        "neuron", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+    mod.current_stream = lambda device=None: acc.current_stream(_index(torch, device))
+    mod.default_stream = lambda device=None: acc.current_stream(_index(torch, device))
+    mod.set_stream = lambda stream: acc.set_stream(stream)
+    mod.stream = _stream_context
     mod.manual_seed = lambda seed: torch.manual_seed(seed) and None
     mod.manual_seed_all = lambda seed: None  # the host generator is the device's; torch.manual_seed seeds it
     mod.seed = lambda: None
@@ -168,6 +192,43 @@ def _device_module(torch) -> types.ModuleType:
     mod.set_rng_state = lambda state, device="neuron": torch.set_rng_state(state)
     mod.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
     return mod
+
+
+def _index(torch, device) -> int | None:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else torch.accelerator.current_device_index()
+
+
+def _device(torch, device):
+    if device is None:
+        return torch.device("neuron", torch.accelerator.current_device_index())
+    return torch.device("neuron", device) if isinstance(device, int) else torch.device(device)
+
+
+class _stream_context:
+    """torch.neuron.stream(s): as torch.cuda.stream (the stream is current inside; streams are no-ops here)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        import torch
+
+        if self.stream is not None:
+            self.saved = torch.accelerator.current_stream()
+            torch.accelerator.set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc):
+        import torch
+
+        if self.stream is not None:
+            torch.accelerator.set_stream(self.saved)
+        return False
 
 
 # ---------------------------------------------------------------------------------------------- distributed

@@ -29,12 +29,17 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/GeneratorImpl.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/library.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -92,20 +97,143 @@ void check_index(c10::DeviceIndex i) {
 
 // ------------------------------------------------------------------------------------------ memory
 
-void emu_delete(void* p) { c10::free_cpu(p); }
+// Device memory is host memory. The allocator keeps the statistics an accelerator's allocator keeps
+// (torch.accelerator.memory_allocated / max_memory_allocated / memory_stats / reset_peak_memory_stats).
+constexpr int kMaxDevices = 64;
 
-struct EmuAllocator final : c10::Allocator {
+struct MemStats {
+  std::mutex mu;
+  std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>> live;
+  c10::CachingDeviceAllocator::DeviceStats stats[kMaxDevices];
+  void add(void* p, size_t n, c10::DeviceIndex d) {
+    std::lock_guard<std::mutex> g(mu);
+    live[p] = {n, d};
+    auto& s = stats[d];
+    for (auto* a : {&s.allocation, &s.segment, &s.active}) (*a)[0].increase(1);
+    for (auto* a : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) (*a)[0].increase(n);
+    ++s.num_device_alloc;
+  }
+  void remove(void* p) {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = live.find(p);
+    if (it == live.end()) return;
+    size_t n = it->second.first;
+    auto& s = stats[it->second.second];
+    live.erase(it);
+    for (auto* a : {&s.allocation, &s.segment, &s.active}) (*a)[0].decrease(1);
+    for (auto* a : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes}) (*a)[0].decrease(n);
+    ++s.num_device_free;
+  }
+};
+MemStats g_mem;
+
+void emu_delete(void* p) {
+  g_mem.remove(p);
+  c10::free_cpu(p);
+}
+
+struct EmuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* p = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (p) g_mem.add(p, nbytes, tl_device);
     return {p, p, &emu_delete, c10::Device(kEmu, tl_device)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &emu_delete; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached: freed memory goes back at once
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex d) override {
+    check_index(d);
+    std::lock_guard<std::mutex> g(g_mem.mu);
+    return g_mem.stats[d];
+  }
+  void resetAccumulatedStats(c10::DeviceIndex d) override {
+    check_index(d);
+    std::lock_guard<std::mutex> g(g_mem.mu);
+    auto& s = g_mem.stats[d];
+    for (auto* a : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                    &s.requested_bytes})
+      (*a)[0].reset_accumulated();
+    s.num_device_alloc = 0;
+    s.num_device_free = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex d) override {
+    check_index(d);
+    std::lock_guard<std::mutex> g(g_mem.mu);
+    auto& s = g_mem.stats[d];
+    for (auto* a : {&s.allocation, &s.segment, &s.active, &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                    &s.requested_bytes})
+      (*a)[0].reset_peak();
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex d) override {  // (free, total): the host's
+    check_index(d);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return {(size_t)sysconf(_SC_AVPHYS_PAGES) * page, (size_t)sysconf(_SC_PHYS_PAGES) * page};
+  }
 };
 
 EmuAllocator g_alloc;
+
+// Pinned host memory (tensor.pin_memory(), DataLoader(pin_memory=True)): ordinary host memory whose ranges are
+// remembered, so is_pinned() answers as on an accelerator.
+std::mutex g_pin_mu;
+std::map<uintptr_t, size_t> g_pinned;
+
+void pinned_delete(void* p) {
+  {
+    std::lock_guard<std::mutex> g(g_pin_mu);
+    g_pinned.erase((uintptr_t)p);
+  }
+  c10::free_cpu(p);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = c10::alloc_cpu(nbytes ? nbytes : 1);
+    {
+      std::lock_guard<std::mutex> g(g_pin_mu);
+      g_pinned[(uintptr_t)p] = nbytes ? nbytes : 1;
+    }
+    return {p, p, &pinned_delete, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+PinnedAllocator g_pinned_alloc;
+
+bool is_pinned_ptr(const void* data) {
+  std::lock_guard<std::mutex> g(g_pin_mu);
+  auto it = g_pinned.upper_bound((uintptr_t)data);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return (uintptr_t)data < it->first + it->second;
+}
+
+// Generators: torch.Generator("neuron") is a device generator (its device is neuron:N) whose state is a host
+// generator; the host kernels draw from that host generator. A CPU generator given to a device op raises, as on
+// CUDA.
+struct NeuronGenerator final : c10::GeneratorImpl {
+  at::Generator host;
+  NeuronGenerator(c10::DeviceIndex idx, at::Generator h)
+      : c10::GeneratorImpl(c10::Device(kEmu, idx), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        host(std::move(h)) {}
+  void set_current_seed(uint64_t seed) override { host.set_current_seed(seed); }
+  void set_offset(uint64_t offset) override { host.set_offset(offset); }
+  uint64_t get_offset() const override { return host.get_offset(); }
+  uint64_t current_seed() const override { return host.current_seed(); }
+  uint64_t seed() override { return host.seed(); }
+  void set_state(const c10::TensorImpl& state) override { host.unsafeGetGeneratorImpl()->set_state(state); }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    return host.unsafeGetGeneratorImpl()->get_state();
+  }
+  NeuronGenerator* clone_impl() const override { return new NeuronGenerator(device_.index(), host.clone()); }
+};
+
 REGISTER_ALLOCATOR(kEmu, &g_alloc);
 
 struct DeviceScope {  // the allocator reads the thread's current device
@@ -153,22 +281,36 @@ struct EmuGuard final : c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.has_index()) tl_device = d.index();
   }
-  c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream getNewStream(c10::Device d, int) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  // Streams and events are no-ops (the host computes synchronously); a stream without an index is on the current
+  // device, as on CUDA, and timed events measure host time.
+  static c10::Device indexed(c10::Device d) { return d.has_index() ? d : c10::Device(kEmu, tl_device); }
+  c10::Stream getStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, indexed(d)); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, indexed(d)); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return c10::Stream(c10::Stream::DEFAULT, indexed(d)); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(d));
   }
   c10::Stream exchangeStream(c10::Stream s) const override { return s; }
   c10::DeviceIndex deviceCount() const noexcept override { return g_device_count.load(); }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  struct EmuEvent {
+    std::chrono::steady_clock::time_point at;
+  };
+  void destroyEvent(void* e, const c10::DeviceIndex) const noexcept override { delete static_cast<EmuEvent*>(e); }
+  void record(void** e, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {
+    if (*e == nullptr) *e = new EmuEvent();
+    static_cast<EmuEvent*>(*e)->at = std::chrono::steady_clock::now();
+  }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
   void synchronizeDevice(const c10::DeviceIndex) const override {}
+  double elapsedTime(void* a, void* b, const c10::DeviceIndex) const override {
+    TORCH_CHECK(a && b, "Both events must be recorded before calculating elapsed time.");
+    return std::chrono::duration<double, std::milli>(static_cast<EmuEvent*>(b)->at - static_cast<EmuEvent*>(a)->at)
+        .count();
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, EmuGuard);
@@ -178,9 +320,15 @@ struct EmuHooks final : at::PrivateUse1HooksInterface {
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
-    return at::detail::getDefaultCPUGenerator();  // random ops compute on the host
+    // random ops without a generator draw from the host's default generator (a documented deviation: on CUDA
+    // the device has its own stream)
+    return at::detail::getDefaultCPUGenerator();
   }
-  at::Generator getNewGenerator(c10::DeviceIndex) const override { return at::detail::createCPUGenerator(); }
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override {
+    if (d < 0) d = tl_device;
+    check_index(d);
+    return at::make_generator<NeuronGenerator>(d, at::detail::createCPUGenerator());
+  }
   c10::DeviceIndex deviceCount() const override { return g_device_count.load(); }
   void setCurrentDevice(c10::DeviceIndex d) const override {
     check_index(d);
@@ -194,8 +342,8 @@ struct EmuHooks final : at::PrivateUse1HooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   at::Device getDeviceFromPtr(void*) const override { return at::Device(kEmu, tl_device); }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_alloc; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "neuron (emulated): trying to resize a storage that is not resizable");
@@ -294,20 +442,210 @@ at::Tensor& emu_set_empty_(at::Tensor& self) {
 
 // ------------------------------------------------------------------------------------------ boxed kernels
 
+// What the device does with host tensors, as PyTorch's accelerators do (CUDA's rules): a CPU tensor with 0 dims
+// (a scalar, `1 - x`, `x * torch.tensor(2.)`) may meet device tensors, and the result is on the device; any
+// other CPU tensor in a device op raises "Expected all tensors to be on the same device". Exempt, as on CUDA:
+// index lists (`x[cpu_idx]`, Tensor?[] arguments), a PackedSequence's batch sizes and the lengths of
+// pack_padded_sequence / ctc_loss, which live on the host. A CPU generator given to a device op raises; a neuron
+// generator hands its host generator to the host kernel.
+bool exempt_argument(const c10::Argument& a) {
+  const std::string& n = a.name();
+  if (n == "batch_sizes" || n == "lengths" || n == "input_lengths" || n == "target_lengths") return true;
+  const auto& t = a.type();
+  if (t->kind() == c10::TypeKind::ListType) {
+    return t->expectRef<c10::ListType>().getElementType()->kind() == c10::TypeKind::OptionalType;
+  }
+  return false;
+}
+
+std::string op_label(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+// Checks the arguments, swaps neuron generators for their host generators, and returns the device of the first
+// device tensor among the arguments (none: the op has no device tensor).
+std::optional<c10::Device> prepare_arguments(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t nargs = args.size();
+  const size_t base = stack->size() - nargs;
+  std::optional<c10::Device> dev;
+  auto note = [&](const at::Tensor& t) {
+    if (!dev && t.defined() && t.device().type() == kEmu) dev = t.device();
+  };
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto& iv = (*stack)[base + i];
+    if (iv.isTensor()) {
+      note(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) note(t);
+    } else if (iv.isOptionalTensorList()) {
+      for (const auto& t : iv.toOptionalTensorList()) {
+        std::optional<at::Tensor> o = t;
+        if (o.has_value()) note(*o);
+      }
+    }
+  }
+  for (size_t i = 0; i < nargs; ++i) {
+    auto& iv = (*stack)[base + i];
+    if (!iv.isGenerator()) continue;
+    at::Generator g = iv.toGenerator();
+    if (!g.defined()) continue;
+    if (g.device().type() == kEmu) {
+      iv = c10::IValue(static_cast<NeuronGenerator*>(g.unsafeGetGeneratorImpl())->host);
+    } else if (dev) {
+      TORCH_CHECK(false, "Expected a 'neuron' device type for generator but found '", g.device().type(),
+                  "' (in ", op_label(op), ")");
+    }
+  }
+  if (!dev || op.schema().name() == "aten::copy_" || op.schema().name() == "aten::_to_copy") return dev;
+  auto check = [&](const at::Tensor& t, const c10::Argument& a) {
+    if (!t.defined() || t.device().type() != c10::kCPU) return;
+    bool written = a.alias_info() != nullptr && a.alias_info()->isWrite();
+    if (!written && t.dim() == 0) return;
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", *dev,
+                " and cpu! (when checking argument for argument ", a.name(), " in method ", op_label(op), ")");
+  };
+  for (size_t i = 0; i < nargs; ++i) {
+    const auto& iv = (*stack)[base + i];
+    if (exempt_argument(args[i])) continue;
+    if (iv.isTensor()) {
+      check(iv.toTensor(), args[i]);
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) check(t, args[i]);
+    }
+  }
+  return dev;
+}
+
+// cpu_fallback puts results on the device of the first tensor argument; when that is a CPU scalar (`1 - x`
+// reaches the device as sub(cpu_scalar, x)), the results belong on the device.
+void results_to_device(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Device dev) {
+  const auto& rets = op.schema().returns();
+  const size_t nret = rets.size();
+  const size_t base = stack->size() - nret;
+  for (size_t i = 0; i < nret; ++i) {
+    if (rets[i].alias_info() != nullptr) continue;
+    auto& iv = (*stack)[base + i];
+    if (iv.isTensor()) {
+      const at::Tensor& t = iv.toTensor();
+      if (t.defined() && t.device().is_cpu()) iv = c10::IValue(t.to(dev));
+    } else if (iv.isTensorList()) {
+      c10::List<at::Tensor> l;
+      bool moved = false;
+      for (const at::Tensor& t : iv.toTensorList()) {
+        moved |= t.defined() && t.device().is_cpu();
+        l.push_back(t.defined() && t.device().is_cpu() ? t.to(dev) : t);
+      }
+      if (moved) iv = l;
+    }
+  }
+}
+
+// The host kernel may lack a dtype the device has (`"histogram_cpu" not implemented for 'Int'`): an op the device
+// runs natively is retried with the tensors of that dtype upcast (integers and bool to double, half/bfloat16 to
+// float, float to double) and its results cast back; recorded as `aten::op:Int->Double`.
+Tracker g_upcast;
+
+std::optional<at::ScalarType> dtype_named(const std::string& name) {
+  static const std::pair<const char*, at::ScalarType> names[] = {
+      {"Bool", at::kBool},   {"Byte", at::kByte},         {"Char", at::kChar},   {"Short", at::kShort},
+      {"Int", at::kInt},     {"Long", at::kLong},         {"Half", at::kHalf},   {"BFloat16", at::kBFloat16},
+      {"Float", at::kFloat}, {"Double", at::kDouble},     {"UInt16", at::kUInt16}, {"UInt32", at::kUInt32}};
+  for (const auto& kv : names)
+    if (name == kv.first) return kv.second;
+  return std::nullopt;
+}
+
+std::vector<at::ScalarType> upcasts(at::ScalarType from) {
+  if (from == at::kHalf || from == at::kBFloat16) return {at::kFloat, at::kDouble};
+  if (from == at::kFloat) return {at::kDouble};
+  if (from == at::kDouble) return {};
+  return {at::kDouble, at::kFloat};  // integers and bool: double holds every int32 exactly
+}
+
+void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool upcast) {
+  const auto& args = op.schema().arguments();
+  const size_t nargs = args.size();
+  const size_t base = stack->size() - nargs;
+  std::optional<c10::Device> dev = prepare_arguments(op, stack);
+  bool any_device_tensor = dev.has_value();
+  std::vector<c10::IValue> saved;
+  if (upcast) saved.assign(stack->begin() + base, stack->end());
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (const c10::Error& e) {
+    if (!upcast) throw;
+    std::string msg = e.what_without_backtrace();
+    const std::string marker = "not implemented for '";
+    auto pos = msg.find(marker);
+    if (pos == std::string::npos) throw;
+    auto end = msg.find('\'', pos + marker.size());
+    std::optional<at::ScalarType> from = dtype_named(msg.substr(pos + marker.size(), end - pos - marker.size()));
+    if (!from) throw;
+    for (at::ScalarType to : upcasts(*from)) {
+      if (stack->size() > base) stack->resize(base);
+      std::vector<std::pair<size_t, at::Tensor>> written;  // argument index, original tensor
+      for (size_t i = 0; i < nargs; ++i) {
+        c10::IValue iv = saved[i];
+        if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().scalar_type() == *from) {
+          if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) written.push_back({i, iv.toTensor()});
+          iv = c10::IValue(iv.toTensor().to(to));
+        } else if (iv.isTensorList()) {
+          c10::List<at::Tensor> l;
+          for (const at::Tensor& t : iv.toTensorList()) l.push_back(t.defined() && t.scalar_type() == *from ? t.to(to) : t);
+          iv = l;
+        }
+        stack->push_back(iv);
+      }
+      try {
+        at::native::cpu_fallback(op, stack);
+      } catch (const c10::Error& e2) {
+        if (std::string(e2.what_without_backtrace()).find(marker) != std::string::npos) continue;
+        throw;
+      }
+      const auto& rets = op.schema().returns();
+      const size_t rbase = stack->size() - rets.size();
+      for (size_t r = 0; r < rets.size(); ++r) {
+        auto& iv = (*stack)[rbase + r];
+        if (!iv.isTensor()) continue;
+        at::Tensor t = iv.toTensor();
+        if (!t.defined() || t.scalar_type() != to) continue;
+        bool done = false;
+        for (auto& w : written) {  // an in-place/out result: write back into the caller's tensor
+          if (rets[r].alias_info() != nullptr && args[w.first].alias_info() != nullptr &&
+              rets[r].alias_info()->beforeSets() == args[w.first].alias_info()->beforeSets()) {
+            w.second.copy_(t);
+            iv = c10::IValue(w.second);
+            done = true;
+            break;
+          }
+        }
+        if (!done) iv = c10::IValue(t.to(*from));
+      }
+      g_upcast.add_name(op_label(op) + ":" + c10::toString(*from) + "->" + c10::toString(to));
+      if (any_device_tensor) results_to_device(op, stack, *dev);
+      return;
+    }
+    throw;
+  }
+  if (any_device_tensor) results_to_device(op, stack, *dev);
+}
+
 void fallback_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   g_fallback.add(op);
-  at::native::cpu_fallback(op, stack);
+  run_on_host(op, stack, false);
 }
 
 void native_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   g_executed.add(op);
-  at::native::cpu_fallback(op, stack);
+  run_on_host(op, stack, true);
 }
 
 void unsupported_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   g_unsupported.add(op);
   if (g_keep_going.load()) {
-    at::native::cpu_fallback(op, stack);
+    run_on_host(op, stack, false);
     return;
   }
   const auto& n = op.operator_name();
@@ -417,6 +755,7 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> tracked(const std::st
   if (kind == "fallback") return g_fallback.dump();
   if (kind == "executed") return g_executed.dump();
   if (kind == "unsupported") return g_unsupported.dump();
+  if (kind == "upcast") return g_upcast.dump();
   TORCH_CHECK(false, "unknown tracker ", kind);
 }
 
@@ -424,6 +763,7 @@ void clear_tracking() {
   g_fallback.clear();
   g_executed.clear();
   g_unsupported.clear();
+  g_upcast.clear();
 }
 
 }  // namespace
@@ -483,4 +823,5 @@ TORCH_LIBRARY(neuron_emu, m) {
     tl_device = (c10::DeviceIndex)i;
   });
   m.def("host_alias(Tensor t) -> Tensor", [](const at::Tensor& t) { return host_alias(t); });
+  m.def("is_pinned_ptr(int address) -> bool", [](int64_t a) { return is_pinned_ptr((const void*)(uintptr_t)a); });
 }
