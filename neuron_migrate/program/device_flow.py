@@ -88,6 +88,17 @@ class DeviceFlow:
         fn = self.function_of(node)
         return self._backends.get(id(fn) if fn is not None else 0, set()) | self._file_backends
 
+    def dispatchers(self) -> list:
+        """The functions (None: module level) that test two or more accelerator backends, in source order."""
+        self.dispatch_backends(self.a.tree)  # the value sets' backends are counted too
+        found = []
+        for node, _fn in program_nodes(self.a).flow:
+            if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                kinds = {"cuda" if k == "gpu" else k for k in self._backends.get(id(node), ())}
+                if len(kinds & _values.ACCELERATORS) >= 2:
+                    found.append(node)
+        return found
+
     def is_dispatch(self, node) -> bool:
         """`node` is in code that dispatches over more than one accelerator backend."""
         kinds = {"cuda" if k == "gpu" else k for k in self.dispatch_backends(node)}

@@ -80,7 +80,7 @@ def dispatch_guard(site, ctx):
     member = string_member(site) if site.kind == "string" else None
     vs = values.facts(ctx.analysis).set_of(member) if member is not None else None
     if not (flow.is_dispatch(node) or (vs is not None and vs.multi_backend)):
-        return None
+        return _beside_dispatcher(site, ctx, flow, member, vs)
     fn = flow.function_of(node)
 
     def first_cuda(_a):
@@ -97,6 +97,25 @@ def dispatch_guard(site, ctx):
         note="TorchNeuron registers the neuron device with torch.accelerator: a branch such as "
              "`elif torch.accelerator.is_available(): return torch.accelerator.current_accelerator()` before the CPU "
              "fallback picks it up on a Trainium host (on a GPU host the CUDA branch still comes first).")
+
+
+def _beside_dispatcher(site, ctx, flow, member, vs):
+    """A test for the CUDA device type (`device.type == "cuda"`, `"cuda" in str(device)`) in a file whose own device
+    dispatcher still hands out CUDA devices (`default_device()` over cuda/xpu/cpu, left unchanged above): rewritten
+    alone, `is_cuda(device)` would ask about neuron while the dispatcher keeps returning CUDA devices, so both stay
+    and the finding says so. None (not dispatch code) otherwise."""
+    if member is None or vs is None:
+        return None
+    m = next((m for m in vs.members if m.node is member), None)
+    if m is None or m.role != "compare" or m.kind != "cuda":
+        return None
+    dispatchers = [d for d in flow.dispatchers() if "cuda" in {"cuda" if k == "gpu" else k for k in flow.dispatch_backends(d.body[0])}]
+    if not dispatchers:
+        return None
+    d = dispatchers[0]
+    kinds = sorted(flow.dispatch_backends(d.body[0]) - {"cpu", "meta"})
+    return ctx.finding(site, f"{ctx.src(member)} tests for CUDA beside `{d.name}()` (line {d.lineno}), which still picks among "
+                             f"{', '.join(kinds)}: left unchanged so that the two agree; add a neuron branch to both")
 
 
 def skip_dispatch(site, ctx):
@@ -228,7 +247,10 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
     """Finding (and shared fix) for a string that belongs to a value set, following the set's plan."""
     members = vs.of_kind(kind)
     member = next(m for m in members if m.node is node)
-    if kind != "cuda" and (vs.multi_backend or device_flow.facts(ctx.analysis).is_dispatch(node)):
+    # a literal written straight into a device position (`.to("xla")`, `torch.device("xla")`), read nowhere else, is a
+    # device move, not a backend name callers pass in: it fails once torch_xla is gone, even inside dispatch code
+    lone_move = not vs.multi_backend and len(vs.members) == 1 and member.role == "device" and not vs.external
+    if kind != "cuda" and not lone_move and (vs.multi_backend or device_flow.facts(ctx.analysis).is_dispatch(node)):
         # a device table or dispatch over several backends: the user-facing names keep meaning only unchanged
         if member is not members[0]:
             return None
