@@ -316,6 +316,32 @@ def _import_line(lines: list[str], imports: list[ast.stmt], req: ImportReq, firs
     return -1, "none"
 
 
+_CELL_PREFIX = "# %%neuron-migrate-cell "  # files/notebook.py's CELL_MARK: the joined text of a notebook
+
+
+def _cell_at(cells: list[int], line: int) -> int:
+    """The index (into `cells`) of the notebook cell holding 0-based `line` (-1: above the first marker)."""
+    import bisect
+
+    return bisect.bisect_right(cells, line) - 1
+
+
+def _cell_import_line(cells: list[int], body: list, starts: list[int], need: int) -> int:
+    """0-based line for an import in the notebook cell of statement `need`: below that cell's leading imports, or
+    right below its marker."""
+    cell = _cell_at(cells, starts[need])
+    line = cells[cell] + 1
+    for k, stmt in enumerate(body):
+        if _cell_at(cells, starts[k]) != cell:
+            if starts[k] > cells[cell]:
+                break
+            continue
+        if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or k >= need:
+            break
+        line = stmt.end_lineno
+    return line
+
+
 def _with_comments_above(lines: list[str], at: int) -> int:
     """`at`, moved above the comment lines directly above it (they belong to that statement), unless those
     comments open the file (a shebang, licence or coding line stays first)."""
@@ -429,6 +455,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         used |= _helper_names(src)
     used |= _loaded(body, {_bound_name(r) for r in imports} - used)
     imports = [r for r in imports if _bound_name(r) in used]
+    cells = [i for i, ln in enumerate(lines) if ln.startswith(_CELL_PREFIX)]  # a notebook's cell markers
     inserts: list[tuple] = []  # (line index, 0 import | 1 helpers, sort key, lines)
     entries: dict[int, list] = {}  # line -> [(category, key, statement, mode)]
     seen_stmts = set()
@@ -449,6 +476,9 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
             line = body[0].end_lineno if header_end else (starts[0] if body else len(lines))
         if need < len(body) and line > starts[need]:
             line, mode = _with_comments_above(lines, starts[need]), ""
+        if cells and need < len(body) and _cell_at(cells, line) != _cell_at(cells, starts[need]):
+            # a notebook: the import goes into the cell that needs it, not into an earlier, untouched cell
+            line, mode = _cell_import_line(cells, body, starts, need), ""
         if first_party:
             if shared:
                 continue  # one `from <module> import a, b` for all of them, at the first one's place
@@ -493,8 +523,8 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
             # helpers: two blank lines before and after, as PEP 8 has it; drop the blank lines they replace
             while out and not out[-1].strip() and not block[0].strip():
                 out.pop()
-            if not out:
-                block = block[2:]
+            if not out or out[-1].startswith(_CELL_PREFIX):
+                block = block[2:]  # the top of the file, or of a notebook cell
             rest_start = pos
             while rest_start < len(lines) and not lines[rest_start].strip():
                 rest_start += 1

@@ -69,3 +69,28 @@ def test_dump_keeps_every_cell_source_exactly():
     assert out["cells"][2]["source"] == "y = x * 3\n\n"
     assert [c["source"] for i, c in enumerate(out["cells"]) if i != 2] == [c if isinstance(c, list) else c
                                                                           for i, c in enumerate(CELLS) if i != 2]
+
+
+def test_imports_a_fix_needs_go_into_the_cell_that_needs_them(tmp_path):
+    """Issue 36 point 6: `import os` / `import torch.distributed as dist` for the rank helper belong to the migrated
+    cell; the first cell, which holds the notebook's other imports and needs no change, stays byte-identical."""
+    cells = [["import json\n", "import math\n"],
+             ["import torch\n", "x = math.sqrt(json.loads(\"4\"))\n"],
+             ["import torch_xla.core.xla_model as xm\n", "device = xm.xla_device()\n", "print(xm.get_ordinal())\n",
+              "t = torch.ones(2, device=device)\n"]]
+    path = tmp_path / "train.ipynb"
+    original = _nb(cells)
+    path.write_text(original, encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "neuron_migrate", "rewrite", "--write", "--no-color", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode in (0, 1), p.stderr
+    before, after = json.loads(original)["cells"], json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert [c["source"] for c in after[:2]] == [c["source"] for c in before[:2]]
+    migrated = "".join(after[2]["source"])
+    assert migrated.startswith("import os\nimport torch.distributed as dist\n\n\ndef _neuron_rank():"), migrated
+    assert "print(_neuron_rank())" in migrated and "torch_xla" not in migrated
+    # the cells, run in order, still work: every name is bound before the cell that uses it runs
+    namespace: dict = {}
+    pytest.importorskip("torch")
+    for cell in after:
+        exec(compile("".join(cell["source"]).replace('torch.device("neuron")', 'torch.device("cpu")'), "cell", "exec"), namespace)
