@@ -30,6 +30,7 @@ CASES = {
     "NM117/single_device": False,
     "NM121/after_init": True,
     "NM121/single_device": False,
+    "NM126/dead_setup_init": True,
     "NM127/spawn": False,
     "NM127/fork_nothing_shared": False,
     "NM127/flag_guarded_init": False,

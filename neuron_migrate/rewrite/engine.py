@@ -249,6 +249,11 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         pruned = drop_dead_helpers(text, current, inserted, _tree_of(first_tree, text), _tree_of(last_tree, current))
         if pruned != current:
             current, last_tree, last_survey = pruned, None, None
+        from neuron_migrate.rewrite.prune import drop_emptied_blocks
+
+        pruned = drop_emptied_blocks(text, current, _tree_of(first_tree, text), _tree_of(last_tree, current))
+        if pruned != current:
+            current, last_tree, last_survey = pruned, None, None
         prune = unused_import_fixes(text, current, _tree_of(first_tree, text), _tree_of(last_tree, current),
                                     _tree_of(last_survey, current))
         if prune:

@@ -214,3 +214,88 @@ def _parse_or_none(text: str):
         return ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return None
+
+
+# -- blocks a rewrite emptied ----------------------------------------------------------------------------------
+_PURE_CALLS = {"get_rank", "get_world_size", "is_initialized", "is_available", "get_node_local_rank", "get_ordinal",
+               "is_master_ordinal", "get_local_ordinal", "global_ordinal", "local_ordinal", "world_size"}
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+def _pure(test: ast.AST) -> bool:
+    """A test that only reads (names, attributes, comparisons, rank/world-size queries): dropping it loses nothing."""
+    for n in ast.walk(test):
+        if isinstance(n, ast.Call):
+            func = n.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name not in _PURE_CALLS or any(not isinstance(a, ast.Constant) for a in n.args) or \
+                    any(k.arg is None or not isinstance(k.value, ast.Constant) for k in n.keywords):
+                return False
+        elif isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda, ast.Subscript,
+                            ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return False
+    return True
+
+
+def _only_pass(body: list) -> bool:
+    return len(body) == 1 and isinstance(body[0], ast.Pass)
+
+
+def _emptied(node) -> bool:
+    """`if <pure test>: pass` (no else), or `try: pass` whose handlers only react to a failed import."""
+    if isinstance(node, ast.If):
+        return _only_pass(node.body) and not node.orelse and _pure(node.test)
+    if isinstance(node, ast.Try) and _only_pass(node.body) and not node.orelse and not node.finalbody and node.handlers:
+        for h in node.handlers:
+            types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+            if not all(isinstance(t, ast.Name) and t.id in _IMPORT_ERRORS for t in types):
+                return False
+            if not all(isinstance(s, (ast.Raise, ast.Pass)) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call))
+                       for s in h.body):
+                return False
+        return True
+    return False
+
+
+def drop_emptied_blocks(before: str, after: str, before_tree=None, after_tree=None) -> str:
+    """`after` without the blocks the rewrite emptied: `if rank == 0: pass` left where a removed statement stood,
+    `try: pass / except ImportError: raise ...` left where the torch_xla imports stood, and an `if FLAGS.debug:` that
+    held only such a block. A block written that way in `before` (same code) stays. A block that is the only
+    statement of its body stays (it would need a `pass` anyway)."""
+    pass_re = re.compile(r"^[ \t]*pass[ \t]*(?:#.*)?$", re.M)
+    if len(pass_re.findall(after)) <= len(pass_re.findall(before)):
+        return after
+    try:
+        new = after_tree or ast.parse(after)
+        old = before_tree or ast.parse(before)
+    except (SyntaxError, ValueError, RecursionError):
+        return after
+    had = {ast.dump(n) for n in ast.walk(old) if _emptied(n)}
+    parent_of = {}
+    for p in ast.walk(new):
+        for c in ast.iter_child_nodes(p):
+            parent_of[c] = p
+    lines = source_lines(after, keepends=True)
+    drop: set = set()
+    for n in ast.walk(new):
+        if not _emptied(n) or ast.dump(n) in had:
+            continue
+        # an `if <pure test>:` whose whole body is this block goes with it
+        while True:
+            up = parent_of.get(n)
+            if isinstance(up, ast.If) and up.body == [n] and not up.orelse and _pure(up.test):
+                n = up
+                continue
+            break
+        holder = parent_of.get(n)
+        block = next((getattr(holder, f) for f in ("body", "orelse", "finalbody")
+                      if isinstance(getattr(holder, f, None), list) and n in getattr(holder, f)), None)
+        if block is None or len(block) == 1:
+            continue
+        first, last = n.lineno - 1, n.end_lineno - 1
+        if lines[first][: n.col_offset].strip() or lines[last][_char_col(lines[last], n.end_col_offset):].strip():
+            continue  # shares a line with other code
+        drop.update(range(first, last + 1))
+    if not drop:
+        return after
+    return "".join(l for i, l in enumerate(lines) if i not in drop)

@@ -520,7 +520,10 @@ def is_master_ordinal(site, ctx):
         inserted helper with the same signature that prints when `_neuron_rank() == 0` (`local=True`: on LOCAL_RANK 0).
         Used as a value (`self.logger = xm.master_print`) it becomes the helper name. Where the program model knows
         more: `print(...)` in a single-device program, and `if dist.get_rank() == 0: print(...)` after an
-        `init_process_group` that always runs (`fd=` becomes `file=`).
+        `init_process_group` that always runs (`fd=` becomes `file=`). Inside an `if` that already tests for rank 0
+        (`if is_root:` with `is_root = xm.is_master_ordinal(local=False)`, `if xm.get_ordinal() == 0:`) it is a
+        plain `print(...)`; inside `if is_root:` on the local master alone, that test becomes the global one
+        (global rank 0 is a local master), never a second guard.
     """,
     examples=[("xm.master_print('loss', loss.item())", "_neuron_master_print('loss', loss.item())")],
 )
@@ -559,7 +562,15 @@ def _plain_print(site, ctx):
         return None
     dist = fx.ref(DIST, site.scope)
     test = f"{dist}.get_node_local_rank(fallback_rank=0) == 0" if local else f"{dist}.get_rank() == 0"
-    if _inside_test(ctx, stmt, test):
+    outer = ctx.analysis.parent_of.get(stmt)
+    held = (isinstance(outer, ast.If) and any(s_ is stmt for s_ in outer.body)
+            and _rank0_test(ctx, outer.test, site.scope.node) or None)
+    if _inside_test(ctx, stmt, test) or held == "global" or (held == "local" and local):
+        fx.replace(call, text)  # the `if` around it already asks for (at least) this rank: no second guard
+    elif held == "local" and outer.body == [stmt] and not outer.orelse and alone_on_lines(ctx, outer):
+        # `if is_root: xm.master_print(...)` (local master): global rank 0 is a local master, so asking for
+        # global rank 0 alone is the same test
+        fx.replace(outer.test, test)
         fx.replace(call, text)
     else:
         block = _block_around(ctx, stmt)
@@ -611,6 +622,44 @@ def _plain_print_run_member(ctx, stmt, local) -> bool:
     kw_local = next((kw.value for kw in call.keywords if kw.arg == "local"), None)
     value = False if kw_local is None else const_value(kw_local, None)
     return value is (bool(local))
+
+
+def _rank0_test(ctx, test, scope_node, depth: int = 0):
+    """"global" when `test` is true on global rank 0 only, "local" when on rank 0 of each host, else None. Reads
+    `xm.is_master_ordinal(local=...)`, `xm.get_ordinal() == 0`, `xm.get_local_ordinal() == 0`, their rewrites
+    (`dist.get_rank() == 0`, `dist.get_node_local_rank(...) == 0`) and a name its function binds once to one."""
+    if depth > 3:
+        return None
+    qual = program(ctx).qualname
+    if isinstance(test, ast.Name) and isinstance(scope_node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        values = [n.value for n in walk(scope_node) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == test.id for t in n.targets)]
+        stores = [n for n in walk(scope_node) if isinstance(n, ast.Name) and n.id == test.id and not isinstance(n.ctx, ast.Load)]
+        if len(values) == 1 and len(stores) == 1:
+            return _rank0_test(ctx, values[0], scope_node, depth + 1)
+        return None
+    if isinstance(test, ast.Call) and isinstance(test.func, (ast.Name, ast.Attribute)):
+        if qual(test.func) == f"{XM}.is_master_ordinal" and not has_star_args(test):
+            local = kwarg(test, "local", 0)
+            return "local" if local is None or const_value(local, None) is True else \
+                "global" if const_value(local, None) is False else None
+        return None
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and const_value(test.comparators[0], None) == 0 and not isinstance(test.comparators[0].value, bool)):
+        left = test.left
+        if isinstance(left, ast.Name):
+            values = [n.value for n in walk(scope_node) if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == left.id for t in n.targets)]
+            if len(values) != 1:
+                return None
+            left = values[0]
+        if isinstance(left, ast.Call) and isinstance(left.func, (ast.Name, ast.Attribute)):
+            q = qual(left.func)
+            if q in (f"{XM}.get_ordinal", f"{XR}.global_ordinal", "torch.distributed.get_rank"):
+                return "global"
+            if q in (f"{XM}.get_local_ordinal", f"{XR}.local_ordinal", "torch.distributed.get_node_local_rank"):
+                return "local"
+    return None
 
 
 def _inside_test(ctx, stmt, test: str) -> bool:
@@ -1414,7 +1463,9 @@ _XLA_INIT_METHODS = ("xla://", "pjrt://")
         `MASTER_ADDR`/`MASTER_PORT`/`RANK`/`WORLD_SIZE` torchrun provides ({DIST_GUIDE}). `rank=` and
         `world_size=` keep their meaning. The `neuron` backend must be initialised before the first tensor is put
         on the device; the finding notes it. `import torch_xla.distributed.xla_backend` is removed by NM100 once
-        nothing uses it.
+        nothing uses it. An `if not dist.is_initialized(): dist.init_process_group(...)` that can never run, because
+        the program model knows a group is always started before it (a `setup()` that the launched worker calls
+        after the launch rewrite's own init), is removed.
     """,
     examples=[("dist.init_process_group('xla', init_method='xla://')", 'dist.init_process_group("neuron")')],
 )
@@ -1431,6 +1482,13 @@ def xla_process_group(site, ctx):
         return None
     if xla_init and not xla_backend and backend is not None:
         return ctx.finding(site, f"init_method {init.value!r} needs the XLA backend: use init_method='env://' (torchrun) with backend \"neuron\"")
+    dead = _dead_guarded_init(ctx, site)
+    if dead is not None:
+        fx = ctx.fixer()
+        fx.delete(dead)
+        return ctx.finding(site, f"`if {ctx.src(dead.test)}: init_process_group(...)` can never run: the process group is "
+                                 "always started before this point (by the launch rewrite's init, or the program's own): removed",
+                           fix=fx.build())
     fx = ctx.fixer()
     new_call = ctx.src(call)
     drops = []
@@ -1481,6 +1539,42 @@ def xla_process_group(site, ctx):
         return [ctx.finding(site, message[0].upper() + message[1:], fix=fx.build(), note=note), *extra]
     fx.replace(call, new_call)
     return [ctx.finding(site, message, fix=fx.build(), note=note), *extra]
+
+
+def _dead_guarded_init(ctx, site):
+    """The `if not dist.is_initialized():` statement around this init (its only statement, no else) when the program
+    model knows a group is always started before it runs (e.g. a `setup()` the launched worker calls after the
+    launch rewrite's init): that init can never run. Else None."""
+    stmt = site.stmt
+    parent = ctx.analysis.parent_of.get(stmt)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is site.call and isinstance(parent, ast.If)
+            and parent.body == [stmt] and not parent.orelse and alone_on_lines(ctx, parent)):
+        return None
+    test = parent.test
+    if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
+            and isinstance(test.operand.func, ast.Attribute) and test.operand.func.attr == "is_initialized"
+            and not test.operand.args and program(ctx).qualname(test.operand.func) in (f"{DIST}.is_initialized", None)):
+        return None
+    if program(ctx).group_at(parent) is not Group.ALWAYS:
+        return None
+    # the group the model counts on may be the launch rewrite's: only when NM127 really rewrites every launch
+    for launch in program(ctx).uses(sorted(_SPAWN | _LAUNCH)):
+        if not (isinstance(launch, ast.Call) and _launch_rewritable(ctx, launch)):
+            return None
+    return parent
+
+
+def _launch_rewritable(ctx, call) -> bool:
+    """NM127 rewrites this xmp.spawn / torch_xla.launch call (else it only reports it)."""
+    what = "xmp.spawn" if program(ctx).qualname(call.func) in _SPAWN else "torch_xla.launch"
+    fn = kwarg(call, "fn", 0)
+    if has_star_args(call) or fn is None:
+        return False
+    method = kwarg(call, "start_method", 5 if what == "xmp.spawn" else 2)
+    if const_value(method) == "fork" and _fork_shared(ctx, None, fn):
+        return False
+    stmt = _stmt_of(ctx.analysis, call)
+    return isinstance(stmt, ast.Expr) and stmt.value is call and alone_on_lines(ctx, stmt)
 
 
 def _guarded_init(ctx, site) -> bool:
