@@ -596,8 +596,8 @@ _DEVICE_CALLS = {
     "memory_stats": ("acc:memory_stats", "acc:memory_stats", "{}"),
     "reset_peak_memory_stats": ("acc:reset_peak_memory_stats", "acc:reset_peak_memory_stats", "None"),
     "reset_accumulated_memory_stats": ("acc:reset_accumulated_memory_stats", "acc:reset_accumulated_memory_stats", "None"),
-    "manual_seed": ("neuron:manual_seed", "torch:manual_seed", None),
-    "manual_seed_all": ("neuron:manual_seed_all", "torch:manual_seed", None),
+    "manual_seed": ("torch:manual_seed", "torch:manual_seed", None),
+    "manual_seed_all": ("torch:manual_seed", "torch:manual_seed", None),
     "set_device": ("helper:_neuron_set_device", "helper:_neuron_set_device", None),
 }
 
@@ -611,7 +611,7 @@ def _spell(fx, target: str) -> str:
 @rule(
     code="NM204",
     name="cuda-device-module",
-    summary="torch.cuda device calls (synchronize, device_count, set_device, manual_seed, memory_*) move to torch.accelerator / torch.neuron",
+    summary="torch.cuda device calls (synchronize, device_count, set_device, manual_seed, memory_*) move to torch.accelerator / torch.manual_seed",
     fix="safe",
     severity="error",
     triggers=[("call", f"torch.cuda.{n}") for n in _DEVICE_CALLS] + [("ref", f"torch.cuda.{n}") for n in _DEVICE_CALLS],
@@ -619,18 +619,19 @@ def _spell(fx, target: str) -> str:
         `torch.cuda.synchronize/device_count/current_device/empty_cache/memory_allocated/max_memory_allocated/
         memory_reserved/max_memory_reserved/memory_stats/reset_peak_memory_stats` become the `torch.accelerator`
         call of the same meaning (`current_device` -> `current_device_index`). `manual_seed(_all)` has no
-        `torch.accelerator` form: it becomes `torch.neuron.manual_seed(_all)` (TorchNeuron's device module has
-        is_available, device_count, synchronize, manual_seed(_all), memory_* and empty_cache; research notes
-        from torch-neuronx `neuron.py`). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
+        `torch.accelerator` form: where `torch.manual_seed(seed)` with the same seed runs beside it, among
+        statements that only seed (the usual `set_seed`), that already seeds every device and the call is
+        removed; elsewhere it becomes `torch.manual_seed(seed)`, which seeds every device and runs on any machine
+        (unsafe: it also reseeds the CPU generator). `torch.neuron.manual_seed` is not written: it exists only
+        where torch-neuronx is installed. A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
         that selects the device only when the process sees several: under torchrun TorchNeuron makes each
         process see just its own NeuronCore, so `set_device(local_rank)` would be out of range.
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded
-        (`... if torch.accelerator.is_available() else 0`) and `manual_seed(_all)` becomes `torch.manual_seed`
-        (unsafe: it also reseeds the CPU generator). Used as a value (`sync = torch.cuda.synchronize`), the
+        (`... if torch.accelerator.is_available() else 0`). Used as a value (`sync = torch.cuda.synchronize`), the
         name becomes a lambda calling the replacement.
     """,
     examples=[("torch.cuda.synchronize()", "torch.accelerator.synchronize()"),
-              ("torch.cuda.manual_seed_all(0)", "torch.neuron.manual_seed_all(0)")],
+              ("torch.manual_seed(0)\ntorch.cuda.manual_seed_all(0)", "torch.manual_seed(0)")],
 )
 def cuda_device_module(site, ctx):
     skip, out = skip_dispatch(site, ctx)
@@ -647,8 +648,14 @@ def cuda_device_module(site, ctx):
         return ctx.finding(site, "torch.cuda.set_device(): not needed on Neuron, where each torchrun process sees only its own "
                                  "NeuronCore: removed", fix=fx.build(),
                            note="If one process really drives several NeuronCores, select one with torch.accelerator.set_device_index(i).")
+    if name in ("manual_seed", "manual_seed_all") and site.kind == "call":
+        from neuron_migrate.rules.builtin.xla_core import seed_every_device
+
+        seed = kwarg(site.call, "seed", 0)
+        if seed is not None and not has_star_args(site.call):
+            return seed_every_device(site, ctx, seed, f"torch.cuda.{name}(seed)")
     target = _spell(fx, acc_t if style_acc else neuron_t)
-    safety = "unsafe" if style_acc and acc_t.startswith("torch:") else None
+    safety = "unsafe" if (acc_t if style_acc else neuron_t).startswith("torch:") else None
     note = "torch.manual_seed also reseeds the CPU generator." if safety else ""
     guard = style_acc and default is not None
 

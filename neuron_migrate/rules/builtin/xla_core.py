@@ -83,6 +83,8 @@ def remove_unused_import(site, ctx, prefix: str, what: str):
         bound = alias.asname or alias.name
     if ctx.analysis.uses_of(site.scope, bound):
         return None
+    if import_probe(site, ctx) is not None:
+        return None  # `try: import torch.cuda.amp; return True / except ImportError: ...`: the import is the question
     in_strings = string_annotation_uses(ctx, bound)
     if in_strings:
         where = ", ".join(str(n) for n in sorted(set(in_strings))[:3])
@@ -131,7 +133,78 @@ def torch_xla_import(site, ctx):
         fx.delete(guard)
         return ctx.finding(site, f"unused torch_xla import `{site.key}`: remove it (with the try/except ImportError around it)",
                            fix=fx.build(unused_import_only=True))
+    probe = _probe_for_guarded_code(site, ctx)
+    if probe is not None:
+        if probe is False:
+            return None  # the try's first torch_xla import becomes the probe; this one goes with the others
+        fx = ctx.fixer()
+        fx.replace(site.node, f"import {NATIVE_PROBE}  # noqa: F401 - {NATIVE_PROBE_WHY}")
+        return ctx.finding(site, f"torch_xla import `{site.key}` guarded code that can fail on a machine without the "
+                                 f"device runtime (line {probe}): it becomes `import {NATIVE_PROBE}`, so that the "
+                                 "`except ImportError` still skips that code where TorchNeuron is not installed",
+                           fix=fx.build())
     return remove_unused_import(site, ctx, "torch_xla", "torch_xla")
+
+
+NATIVE_PROBE = "torch_neuronx"
+NATIVE_PROBE_WHY = "probe: is TorchNeuron installed?"
+# calls that run the same on every machine, with or without an accelerator (what a try body may keep unguarded)
+_PORTABLE_CALLS = frozenset({
+    "torch.manual_seed", "torch.seed", "torch.initial_seed", "torch.get_rng_state", "torch.set_rng_state",
+    "torch.random.manual_seed", "torch.random.seed", "torch.device", "torch.accelerator.is_available",
+    "torch.accelerator.device_count", "torch.accelerator.current_accelerator", "torch.get_device_module",
+    "print", "len", "int", "str", "float", "bool", "isinstance", "getattr", "hasattr", "os.environ.get",
+    "os.getenv", "logging.getLogger",
+})
+
+
+def _inserted_helper(func: ast.expr) -> bool:
+    """A call of a helper the rewrite inserts (rules/helpers.py): each runs on any machine (the rank is 0 and a
+    barrier does nothing without a process group)."""
+    from neuron_migrate.rules.helpers import HELPERS
+
+    return isinstance(func, ast.Name) and func.id in HELPERS
+
+
+def _probe_for_guarded_code(site, ctx):
+    """`try: import torch_xla.core.xla_model as xm; <code that used xm, now native> / except ImportError: ...`:
+    the import, now unused, still decides whether that code runs. When the code can fail where TorchNeuron is
+    not installed (anything beyond portable torch calls), the try's first torch_xla import becomes a probe of
+    TorchNeuron (`import torch_neuronx`) and the line of the first such call is returned; False for the try's
+    other torch_xla imports (they go); None when the import guards nothing that can fail (it just goes)."""
+    try_stmt = site.parent
+    if not isinstance(try_stmt, ast.Try) or site.node not in try_stmt.body:
+        return None
+    if not try_stmt.handlers or not all(_catches_import_error(h) for h in try_stmt.handlers):
+        return None
+    if any(ctx.analysis.uses_of(site.scope, _bound_name(site.node, al)) or string_annotation_uses(ctx, _bound_name(site.node, al))
+           for al in site.node.names):
+        return None  # still used: it stays (each use has its own finding)
+    imports = [s for s in try_stmt.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    if any(isinstance(s, ast.Import) and any(a.name == NATIVE_PROBE for a in s.names) for s in imports):
+        return None  # already probing TorchNeuron
+    a = ctx.analysis
+    failing = None
+    for stmt in [*try_stmt.body, *try_stmt.orelse]:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                q = a.resolve(node.func, site.scope, count_use=False)
+                if q not in _PORTABLE_CALLS and not _inserted_helper(node.func):
+                    failing = node.lineno
+                    break
+            elif isinstance(node, (ast.Raise, ast.Yield, ast.YieldFrom, ast.Await)):
+                failing = node.lineno
+                break
+        if failing is not None:
+            break
+    if failing is None:
+        return None
+    xla = [s for s in imports if ((s.names[0].name if isinstance(s, ast.Import) else s.module or "").startswith("torch_xla"))]
+    if not xla or xla[0] is not site.node or len(site.node.names) != 1:
+        return False if xla and xla[0] is not site.node else None
+    return failing
 
 
 def _bound_name(stmt, alias) -> str:
@@ -577,3 +650,83 @@ def add_step_closure(site, ctx):
     dropped = f" run_async={ctx.src(run_async)} dropped: the call runs synchronously." if run_async is not None else ""
     return ctx.finding(site, "step closure: called directly (it now runs at this point of the step)", fix=fx.build(),
                        note="The closure runs before the rest of the step; .item()/.cpu() inside it synchronises every step." + dropped)
+
+
+# -- seeding, portably (NM133, NM204) ------------------------------------------------------------------
+_CPU_SEEDS = ("torch.manual_seed", "torch.random.manual_seed")
+
+
+def _seed_only(stmt: ast.stmt) -> bool:
+    """A statement that only seeds generators or imports (`random.seed(s)`, `np.random.seed(s)`,
+    `torch.cuda.manual_seed_all(s)`, `xm.set_rng_state(s)`, `set_seed(s)`), or a try/if made of them."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        f = stmt.value.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        return "seed" in name.lower() or name == "set_rng_state"
+    if isinstance(stmt, ast.Try):
+        return all(_seed_only(s) for s in [*stmt.body, *stmt.orelse, *stmt.finalbody]) and all(
+            all(_seed_only(s) for s in h.body) for h in stmt.handlers)
+    if isinstance(stmt, ast.If):
+        return all(_seed_only(s) for s in [*stmt.body, *stmt.orelse])
+    return False
+
+
+def _block_of(parent, stmt):
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and stmt in block:
+            return block
+    for h in getattr(parent, "handlers", ()):
+        if stmt in h.body:
+            return h.body
+    return None
+
+
+def seeded_beside(site, ctx, seed: ast.expr) -> bool:
+    """Does `torch.manual_seed(<the same seed>)` run beside this seeding statement, among statements that only
+    seed (`random.seed(s); np.random.seed(s); torch.manual_seed(s); xm.set_rng_state(s)`, a try or if of
+    them included)? Then it already seeds every device, CPU included, and this call can go."""
+    a = ctx.analysis
+    want = ctx.src(seed)
+
+    def seeds_cpu(stmt) -> bool:
+        for n in walk(stmt):
+            if (isinstance(n, ast.Call) and n.args and not n.keywords and ctx.src(n.args[0]) == want
+                    and a.resolve(n.func, site.scope, count_use=False) in _CPU_SEEDS):
+                return True
+        return False
+
+    stmt = site.stmt
+    for _ in range(8):
+        parent = a.parent_of.get(stmt)
+        block = _block_of(parent, stmt) if parent is not None else None
+        if block is None:
+            return False
+        i = block.index(stmt)
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < len(block) and _seed_only(block[j]):
+                if seeds_cpu(block[j]):
+                    return True
+                j += step
+        if not isinstance(parent, (ast.Try, ast.If)) or not all(_seed_only(x) for x in block):
+            return False
+        stmt = parent
+    return False
+
+
+def seed_every_device(site, ctx, seed: ast.expr, what: str):
+    """The fix for a call that seeded one device's generator (`xm.set_rng_state(seed)`, `torch.cuda.manual_seed_all
+    (seed)`): removed where `torch.manual_seed(seed)` beside it already seeds every device; else
+    `torch.manual_seed(seed)`, which seeds every device and also the CPU generator (unsafe: that reseeds the CPU
+    generator at this point). Portable: it runs on a machine without Trainium too (tests, CI, laptops)."""
+    fx = ctx.fixer()
+    if site.is_statement and seeded_beside(site, ctx, seed):
+        fx.delete(site.stmt)
+        return ctx.finding(site, f"{what}: torch.manual_seed({ctx.src(seed)}) beside it already seeds every device "
+                                 "(CPU included): removed", fix=fx.build("safe"))
+    fx.replace(site.call, f"{fx.ref('torch')}.manual_seed({ctx.src(seed)})")
+    return ctx.finding(site, f"{what}: becomes torch.manual_seed(seed), which seeds every device, the CPU included",
+                       fix=fx.build("unsafe"), note="torch.manual_seed also reseeds the CPU generator at this point.")

@@ -193,6 +193,13 @@ def _restores_state(seed, site, facts) -> bool:
     return not isinstance(seed, ast.BinOp)
 
 
+def _device_rng(torch: str, op: str, arg: str = "") -> str:
+    """The current device's generator, portably: the accelerator's device module where there is one (torch.neuron
+    on Trainium), else the CPU generator (a machine without an accelerator: tests, CI, laptops)."""
+    return (f"{torch}.get_device_module().{op}({arg}) if {torch}.accelerator.is_available() "
+            f"else {torch}.{op}({arg})")
+
+
 @rule(
     code="NM133",
     name="xla-rng-seed",
@@ -203,55 +210,58 @@ def _restores_state(seed, site, facts) -> bool:
               ("call", f"{XM}.get_rng_state"), ("ref", f"{XM}.set_rng_state"), ("ref", "torch_xla.manual_seed"), ("ref", f"{XM}.get_rng_state")],
     docs="""
         `xm.set_rng_state(seed, device=None)` and `torch_xla.manual_seed(seed)` set the XLA device generator's
-        *seed* (an int, not a state tensor). They become `torch.neuron.manual_seed(seed)`, which seeds the
-        current NeuronCore only, exactly like before (`torch.neuron` is the device module TorchNeuron registers;
-        under torchrun each process has one core). With `device-style = "accelerator"` the fix writes
-        `torch.manual_seed(seed)` instead and is unsafe, because that also reseeds the CPU generator.
-        `xm.get_rng_state()` returns that int seed, while `torch.neuron.get_rng_state()` returns a ByteTensor
-        state: code that stores, compares or broadcasts the value (accelerate keeps `states["xm_seed"]`) is
-        reported; use `torch.neuron.get_rng_state()` / `set_rng_state()` as a pair or `torch.random.fork_rng`.
+        *seed* (an int, not a state tensor). Where `torch.manual_seed(seed)` with the same seed runs beside the
+        call, among statements that only seed (`random.seed(s); np.random.seed(s); torch.manual_seed(s);
+        xm.set_rng_state(s)`, the usual `set_seed`), that already seeds every device and the call is removed.
+        Elsewhere it becomes `torch.manual_seed(seed)`, which seeds every device and runs on any machine (tests,
+        CI, laptops without Trainium); unsafe, because it also reseeds the CPU generator at that point.
+        `torch.neuron.manual_seed` is not written: it exists only where torch-neuronx is installed.
+        `xm.get_rng_state()` returns that int seed, while a device generator's state is a ByteTensor: code that
+        stores, compares or broadcasts the value (accelerate keeps `states["xm_seed"]`) is reported; save and
+        restore the state as a pair or use `torch.random.fork_rng`.
         The two migrate together or not at all: `state = xm.get_rng_state()` whose name only ever reaches
-        `xm.set_rng_state(state)` in the same function becomes `torch.neuron.get_rng_state()` /
-        `torch.neuron.set_rng_state(state)` (a save/restore of the device generator, as before); while an
-        `xm.get_rng_state()` stays, a `set_rng_state` argument that may hold its value is reported, not seeded.
+        `xm.set_rng_state(state)` in the same function becomes the current device's `get_rng_state()` /
+        `set_rng_state(state)` (`torch.get_device_module()`, the CPU generator where no accelerator is
+        available): a save/restore of the device generator, as before; while an `xm.get_rng_state()` stays, a
+        `set_rng_state` argument that may hold its value is reported, not seeded.
     """,
-    examples=[("xm.set_rng_state(args.seed)", "torch.neuron.manual_seed(args.seed)")],
+    examples=[("torch.manual_seed(args.seed)\nxm.set_rng_state(args.seed)", "torch.manual_seed(args.seed)"),
+              ("xm.set_rng_state(args.seed)", "torch.manual_seed(args.seed)")],
 )
 def xla_rng_seed(site, ctx):
+    from neuron_migrate.rules.builtin.xla_core import seed_every_device
+
     short = "xm.get_rng_state" if site.key.endswith("get_rng_state") else "xm.set_rng_state" if site.key.endswith("set_rng_state") else "torch_xla.manual_seed"
     facts = cached(ctx.analysis, "xla_rng_pairs", _rng_facts)
-    accelerator = ctx.settings.device_style == "accelerator"
+    pair = "the current device's get_rng_state()/set_rng_state() (torch.get_device_module())"
     if short == "xm.get_rng_state":
-        if site.kind == "call" and site.node in facts[0] and not accelerator:
+        if site.kind == "call" and site.node in facts[0]:
             fx = ctx.fixer()
-            fx.replace(site.call, f"{fx.ref('torch')}.neuron.get_rng_state()")
-            return ctx.finding(site, "xm.get_rng_state() saved the device generator for xm.set_rng_state(): the pair becomes "
-                                     "torch.neuron.get_rng_state() / set_rng_state()", fix=fx.build())
-        return ctx.finding(site, "xm.get_rng_state() returns an int seed; torch.neuron.get_rng_state() returns a ByteTensor: "
-                                 "save/restore with torch.neuron.get_rng_state()/set_rng_state() as a pair, or use torch.random.fork_rng")
+            fx.replace(site.call, _device_rng(fx.ref("torch"), "get_rng_state"))
+            return ctx.finding(site, f"xm.get_rng_state() saved the device generator for xm.set_rng_state(): the pair becomes "
+                                     f"{pair}", fix=fx.build())
+        return ctx.finding(site, "xm.get_rng_state() returns an int seed; a device generator's state is a ByteTensor: "
+                                 f"save/restore with {pair} as a pair, or use torch.random.fork_rng")
     if site.kind == "ref":
-        return ctx.finding(site, f"{short} used as a value: use torch.neuron.manual_seed (same (seed) call)")
+        return ctx.finding(site, f"{short} used as a value: use torch.manual_seed (same (seed) call; it seeds every device)")
     call = site.call
     seed = kwarg(call, "seed", 0)
     if seed is None or has_star_args(call):
-        return ctx.finding(site, f"{short} without a plain seed argument: call torch.neuron.manual_seed(seed) by hand")
-    fx = ctx.fixer()
-    torch = fx.ref("torch")
+        return ctx.finding(site, f"{short} without a plain seed argument: call torch.manual_seed(seed) by hand")
     if short == "xm.set_rng_state" and isinstance(seed, ast.Name) and (id(site.scope), seed.id) in facts[1]:
-        if accelerator:
-            return ctx.finding(site, "xm.set_rng_state() restores a state saved by xm.get_rng_state(): use the device module's "
-                                     "get_rng_state()/set_rng_state() pair (torch.neuron on Neuron) by hand")
-        fx.replace(call, f"{torch}.neuron.set_rng_state({ctx.src(seed)})")
-        return ctx.finding(site, "xm.set_rng_state() restores the state saved by xm.get_rng_state(): the pair becomes "
-                                 "torch.neuron.get_rng_state() / set_rng_state()", fix=fx.build())
+        fx = ctx.fixer()
+        torch = fx.ref("torch")
+        if site.is_statement:
+            fx.replace(site.stmt, f"if {torch}.accelerator.is_available():\n    {torch}.get_device_module().set_rng_state({seed.id})\n"
+                                  f"else:\n    {torch}.set_rng_state({seed.id})")
+        else:
+            fx.replace(call, f"({_device_rng(torch, 'set_rng_state', seed.id)})")
+        return ctx.finding(site, f"xm.set_rng_state() restores the state saved by xm.get_rng_state(): the pair becomes {pair}",
+                           fix=fx.build())
     if short == "xm.set_rng_state" and _restores_state(seed, site, facts):
         return ctx.finding(site, "xm.set_rng_state() may restore a value saved by xm.get_rng_state(), which stays: migrate the two "
-                                 "together (torch.neuron.get_rng_state() / set_rng_state())")
-    if accelerator:
-        fx.replace(call, f"{torch}.manual_seed({ctx.src(seed)})")
-        return ctx.finding(site, f"{short}: becomes torch.manual_seed(seed) (also reseeds the CPU generator)", fix=fx.build("unsafe"))
-    fx.replace(call, f"{torch}.neuron.manual_seed({ctx.src(seed)})")
-    return ctx.finding(site, f"{short}: becomes torch.neuron.manual_seed(seed)", fix=fx.build())
+                                 f"together ({pair})")
+    return seed_every_device(site, ctx, seed, short)
 
 
 # NM141 (XLA FSDP auto-wrap policies) lives with NM151 in xla_fsdp.py: they migrate together.
