@@ -98,3 +98,17 @@ def test_example_project_migrates_completely(tmp_path):
     res = run("rewrite", "--write", str(work))
     assert res.exit_code == 0, res.output  # everything migrated, nothing left for the user
     assert "need manual migration" not in res.output
+
+
+def test_performance_notes_are_not_counted_as_manual_work(tmp_path):
+    """Issue 36 point 7 / issue 37 point 7: a host-fallback op and a tf32 flag need no change; they are listed apart
+    and the "need manual migration" count holds only what does (here: one torch_xla API with no migration)."""
+    f = tmp_path / "t.py"
+    f.write_text("import torch\nimport torch_xla.core.xla_model as xm\n\ntorch.backends.cuda.matmul.allow_tf32 = True\n\n\n"
+                 "def f(a):\n    q, r = torch.linalg.qr(a.to(xm.xla_device()))\n    xm.some_unknown_api()\n    return q\n")
+    out = run("rewrite", "--no-color", str(f)).output
+    assert "1 item needs manual migration" in out, out
+    assert "2 performance notes (listed apart: no change needed)" in out, out
+    left, _, notes = out.partition("Performance notes (the program runs as it is; no change needed):")
+    assert "NM199" in left and "NM310" not in left and "NM217" not in left
+    assert "NM310" in notes and "NM217" in notes

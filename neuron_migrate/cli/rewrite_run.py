@@ -194,10 +194,18 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         for path, f in sorted(fixed_list, key=lambda pf: (pf[0], pf[1].span.line, pf[1].rule.code)):
             safety = f.fix.safety.value if f.fix is not None else "safe"
             out.print(f"  {path}:{f.span.line}: {f.rule.code} ({safety}) {f.message}", **PLAIN)
-    if remaining and not quiet:
+    from neuron_migrate.rules.model import PERFORMANCE_NOTES
+
+    perf = [f for f in remaining if f.fix is None and f.rule.code in PERFORMANCE_NOTES]
+    todo = [f for f in remaining if not (f.fix is None and f.rule.code in PERFORMANCE_NOTES)]
+    if todo and not quiet:
         out.print()
         out.print(Text("Left for you (not rewritten automatically):", style="bold"))
-        print_findings(out, sorted(remaining, key=lambda f: f.sort_key()), source_lines)
+        print_findings(out, sorted(todo, key=lambda f: f.sort_key()), source_lines)
+    if perf and not quiet:
+        out.print()
+        out.print(Text("Performance notes (the program runs as it is; no change needed):", style="bold"))
+        print_findings(out, sorted(perf, key=lambda f: f.sort_key()), source_lines)
     out.print()
     n = len(run.items)
     verb = "rewritten" if do_write else "would be rewritten"
@@ -224,11 +232,13 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
             out.print(f"  {code} {r.name if r else ''}: {_plural(count, 'fix', 'fixes')}", **PLAIN)
     if remaining:
         unsafe = sum(1 for f in remaining if f.fix is not None)
-        manual = len(remaining) - unsafe
+        manual = len(remaining) - unsafe - len(perf)
         if manual:
             out.print(Text(f"{_plural(manual, 'item')} {'needs' if manual == 1 else 'need'} manual migration", style="yellow"))
         if unsafe:
             out.print(Text(f"{unsafe} more can be fixed with --unsafe-fixes", style="yellow"))
+        if perf:
+            out.print(Text(f"{_plural(len(perf), 'performance note')} (listed apart: no change needed)", style="dim"))
     if run.skipped_note():
         out.print(Text(f"Skipped {run.skipped_note()}.", style="dim"))
     if notes:

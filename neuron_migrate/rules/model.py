@@ -53,6 +53,12 @@ class _RuleLinks:
         return DOCS_URL.format(code=self.code.lower())
 
 
+# Findings that say how fast the migrated program runs, not whether it runs: the program needs no change for them
+# (ops TorchNeuron runs on the host, settings and options that do nothing on Neuron, compile advice). The rewrite's
+# summary lists them apart from what needs manual migration.
+PERFORMANCE_NOTES = frozenset({"NM213", "NM217", "NM218", "NM310", "NM404", "NM405"})
+
+
 class Rule(Record, _RuleLinks):
     """One rule: what rewrite, audit, explain, the editor server and every report say about it."""
 
