@@ -89,7 +89,11 @@ NXD_PLANS = {
     "scatter_to_sequence_parallel_region": ("sequence-parallel split", "SequenceParallel() / PrepareModuleInput(desired_input_layouts=(Shard(1),))"),
     # -- grads, random, utils ---------------------------------------------------------------------------------
     "grads": ("NxD's gradient utilities", "torch.nn.utils.clip_grad_norm_ (handles DTensor parameters) and DDP/FSDP2 for reduction"),
-    "clip_grad_norm": ("global gradient-norm clipping over tp/dp", "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) (DTensor-aware)"),
+    "clip_grad_norm": ("global gradient-norm clipping over tp/dp",
+                       "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) under DDP or FSDP2; under a tp plan, "
+                       "where replicated parameters (norm weights) stay plain tensors beside DTensors, clip_grad_norm_ "
+                       "raises 'mixed torch.Tensor and DTensor': take torch.nn.utils.get_total_norm of each kind (the "
+                       "DTensor one .full_tensor()), combine them, and call clip_grads_with_norm_ on each kind"),
     "bucket_allreduce_gradients": ("NxD's dp gradient all-reduce", "DistributedDataParallel over mesh['dp'] (or FSDP2) averages the gradients"),
     "random": ("NxD's XLA RNG tracker", "torch.manual_seed(seed) on every rank; DTensor keeps dropout in tp regions consistent itself"),
     "model_parallel_xla_manual_seed": ("seeds NxD's XLA RNG tracker", "torch.manual_seed(seed) (same on every rank: DTensor's RNG tracker offsets sharded random ops)"),
@@ -250,7 +254,12 @@ def _layer_plan(name: str, call: ast.Call) -> str:
         `rewrite` counts a file that still imports NxD as not migrated. What changes in behaviour: NxD's
         checkpoint layout (per-rank xser shards) does not load into DCP (convert once with NxD installed); NxD's
         `optimizer.grad_norm` and the NxDModel wrapper's `run_train` do not exist; a GQA `kv_size_multiplier`
-        and sequence parallelism need the plan's layouts written by hand. Unverified on a Trainium host.
+        and sequence parallelism need the plan's layouts written by hand; NxD's `clip_grad_norm` under a tp plan
+        needs the two-kind norm described at its finding (torch's `clip_grad_norm_` refuses a mix of DTensor and
+        plain parameters). The plan is checked by running: the NxD-style fixture migrated by hand trains under
+        torchrun with 2 processes at TP=2, at DP=2 with DDP + ZeRO-1, and at DP=2 with FSDP2, with per-step loss
+        within 1e-5 of the one-process run (CPU, gloo; tests/test_trainium_parity.py). Unverified on a Trainium
+        host.
     """,
     examples=[("from neuronx_distributed.parallel_layers import parallel_state\n"
                "parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)", None),

@@ -16,6 +16,7 @@ before the script, which then runs with:
 | `torch.compile(backend="neuron")` (or unset)        | backend `eager` (`aot_eager` if `NEURON_ON_CPU_COMPILE_BACKEND=aot_eager`) |
 | `torch.neuron.*` (device module)                    | CPU no-ops / `torch.manual_seed` / zeros   |
 | `FullyShardedDataParallel(module)` (FSDP1)          | with `device_id=cpu` (FSDP1 refuses CPU modules otherwise) |
+| `init_device_mesh("neuron", ...)`, `DeviceMesh("neuron", ...)` | a `cpu` mesh (DTensor TP, FSDP2 `fully_shard`) |
 | `torch.accelerator.synchronize()`, `memory_*`, ... | no-ops / 0 (is_available() stays False)    |
 | `tensor.neuron()`, `tensor.is_neuron`               | the tensor itself, `True` for CPU tensors  |
 
@@ -106,9 +107,21 @@ def _install() -> None:
 
         return factory
 
+    wrapped = []
     for name in _FACTORIES:
         if hasattr(torch, name):
             setattr(torch, name, wrap_factory(getattr(torch, name)))
+            wrapped.append(name)
+    # TorchScript compiles `torch.zeros(...)` in scripted code (torch.distributed.optim's functional optimizers, which
+    # ZeroRedundancyOptimizer imports) by looking the function up in its table of aten builtins: the wrappers are
+    # entered there as the ops they wrap, or scripting fails on them
+    try:
+        from torch.jit._builtins import _register_builtin
+
+        for name in wrapped:
+            _register_builtin(getattr(torch, name), "aten::" + name)
+    except ImportError:
+        pass
 
     # -- autocast ----------------------------------------------------------------------------------
     RealAutocast = torch.autocast
@@ -151,6 +164,8 @@ def _install() -> None:
     dist.init_process_group = init_process_group
     if os.environ.get("NEURON_ON_CPU_COLLECTIVES"):
         _count_collectives(dist, os.environ["NEURON_ON_CPU_COLLECTIVES"])
+
+    _patch_device_mesh(map_str)
 
     # -- torch.compile -------------------------------------------------------------------------------
     real_compile = torch.compile
@@ -234,6 +249,34 @@ _COLLECTIVES = {"dir": None, "counts": {}, "group": None}
 _COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter",
             "reduce_scatter_tensor", "reduce_scatter_single", "broadcast",
             "barrier", "all_gather_object", "broadcast_object_list", "all_to_all_single", "reduce")
+
+
+def _patch_device_mesh(map_str) -> None:
+    """`init_device_mesh("neuron", ...)` and `DeviceMesh("neuron", ...)` build a CPU mesh (gloo): DTensor tensor
+    parallelism (parallelize_module) and FSDP2 (fully_shard) then run on it as on CPU."""
+    import functools
+
+    try:
+        import torch.distributed.device_mesh as dm
+    except ImportError:  # a torch built without distributed
+        return
+    if getattr(dm.init_device_mesh, "_neuron_on_cpu", False):
+        return
+    real_init = dm.init_device_mesh
+
+    @functools.wraps(real_init)
+    def init_device_mesh(device_type, *args, **kwargs):
+        return real_init(map_str(device_type) if isinstance(device_type, str) else device_type, *args, **kwargs)
+
+    init_device_mesh._neuron_on_cpu = True
+    dm.init_device_mesh = init_device_mesh
+    real_mesh_init = dm.DeviceMesh.__init__
+
+    @functools.wraps(real_mesh_init)
+    def mesh_init(self, device_type, *args, **kwargs):
+        real_mesh_init(self, map_str(device_type) if isinstance(device_type, str) else device_type, *args, **kwargs)
+
+    dm.DeviceMesh.__init__ = mesh_init
 
 
 def _patch_fsdp(map_device, real_device) -> None:
