@@ -28,22 +28,35 @@ def cli(*args):
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
-def _nxd_lines(text: str) -> set[int]:
-    """Lines that import from neuronx_distributed or use a name bound by such an import."""
+def _lines_using(text: str, prefixes: tuple, imports: bool = True) -> set[int]:
+    """Lines that use a name bound by an import of a module under one of `prefixes`, and (`imports`) `from` imports
+    of names from such a module."""
     tree = ast.parse(text)
     bound, lines = set(), set()
+
+    def under(module):
+        return any(module == p or module.startswith(p + ".") for p in prefixes)
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] == "neuronx_distributed":
+                if under(a.name):
                     bound.add(a.asname or a.name.split(".")[0])
-                    lines.add(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "neuronx_distributed":
+        elif isinstance(node, ast.ImportFrom) and under(node.module or ""):
             bound.update(a.asname or a.name for a in node.names)
-            lines.add(node.lineno)
+            if imports:
+                lines.add(node.lineno)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in bound:
             lines.add(node.lineno)
+    return lines
+
+
+def _nxd_lines(text: str) -> set[int]:
+    """Lines that import neuronx_distributed or use a name bound by such an import."""
+    lines = _lines_using(text, ("neuronx_distributed",))
+    tree = ast.parse(text)
+    lines.update(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Import) and any(a.name.startswith("neuronx_distributed") for a in n.names))
     return lines
 
 
@@ -161,3 +174,27 @@ def test_optimum_neuron_and_nki_are_reported():
     assert {("NM161", 1), ("NM161", 4), ("NM161", 5), ("NM162", 2), ("NM162", 3), ("NM162", 6), ("NM162", 8)} <= got, got
     args = next(f.message for f in findings if (f.rule.code, f.span.line) == ("NM161", 4))
     assert "TrainingArguments" in args and "tensor_parallel_size, zero_1" in args
+
+
+def test_every_xla_fsdp_and_spmd_site_has_a_plan():
+    """The XLA FSDP and SPMD fixtures (tests/fixtures/trainium/xla_fsdp, xla_spmd): each line using an FSDP or SPMD name
+    carries NM151/NM141 or NM150 with its native plan (torch_xla imports in use need no finding of their own: their
+    uses have them, NM100)."""
+    root = NXD.parent
+    cases = [(root / "xla_fsdp" / "train_fsdp.py", ("torch_xla.distributed.fsdp",), {"NM151", "NM141"}, ("fully_shard", "torch.distributed.fsdp")),
+             (root / "xla_spmd" / "train_spmd.py", ("torch_xla.distributed.spmd", "torch_xla.experimental.spmd_fully_sharded_data_parallel"),
+              {"NM150"}, ("init_device_mesh", "distribute_tensor", "fully_shard"))]
+    for path, prefixes, codes, plan_words in cases:
+        text, findings = _findings(path)
+        expected = _lines_using(text, prefixes, imports=False)
+        assert len(expected) >= 4, path
+        got = {f.span.line for f in findings if f.rule.code in codes}
+        assert expected <= got, f"{path.name}: lines without a finding: {sorted(expected - got)}"
+        for f in findings:
+            if f.rule.code in codes and f.rule.code != "NM141":
+                assert any(w in f.message for w in plan_words), f.message
+    # the SPMD runtime switches are reported too
+    text, findings = _findings(root / "xla_spmd" / "train_spmd.py")
+    lines = text.splitlines()
+    spmd = {f.span.line for f in findings if f.rule.code == "NM150"}
+    assert {i + 1 for i, ln in enumerate(lines) if "xr.use_spmd()" in ln or "global_runtime_device_count" in ln} <= spmd

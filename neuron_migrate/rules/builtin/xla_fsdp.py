@@ -611,7 +611,10 @@ def xla_fsdp(site, ctx):
         reason = plan.why() if plan.blockers else "the file's use of XLA FSDP cannot be followed"
         return ctx.finding(site, f"`{name}` is torch_xla FSDP and stays ({reason}): migrate it by hand to "
                                  "torch.distributed.fsdp (FullyShardedDataParallel, or FSDP2 fully_shard on each block "
-                                 "then the model) and save with torch.distributed.checkpoint")
+                                 "then the model; compute_dtype/buffer_dtype -> MixedPrecisionPolicy(param_dtype=..., "
+                                 "reduce_dtype=...); checkpoint_module -> apply_activation_checkpointing) and save with "
+                                 "torch.distributed.checkpoint (consolidation: get_model_state_dict with "
+                                 "StateDictOptions(full_state_dict=True))")
     if site.kind == "import":
         return ctx.finding(site, f"`{name}`: imported from torch.distributed.fsdp instead", fix=plan.fix)
     if site.kind == "call" and site.node in plan.wraps:
