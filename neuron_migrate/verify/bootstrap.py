@@ -67,6 +67,7 @@ class Recorder:
         self.hparams: list = []
         self.opt_index: dict = {}
         self.opt_sites: list = []
+        self.autocast: set = set()  # dtypes of the autocast regions entered
         self.names: dict = {}  # id(param) -> qualified name
         self.module_names: dict = {}  # id(module) -> qualified name
         self.depth = 0
@@ -100,6 +101,15 @@ class Recorder:
             return orig_init(opt, *args, **kwargs)
 
         torch.optim.Optimizer.__init__ = opt_init
+
+        orig_enter = torch.autocast.__enter__
+
+        def autocast_enter(ctx):
+            if getattr(ctx, "_enabled", True):
+                rec.autocast.add(str(getattr(ctx, "fast_dtype", "")).replace("torch.", ""))
+            return orig_enter(ctx)
+
+        torch.autocast.__enter__ = autocast_enter
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
@@ -207,6 +217,7 @@ class Recorder:
             "loss_steps": [s for s, _ in self.losses],
             "grad_opts": [o for o, _ in self.grads],
             "hparams": self.hparams, "optimizers": self.opt_sites, "modules": self.module_rows,
+            "autocast": sorted(self.autocast),
             "dtype": str(self.losses[0][1].dtype).replace("torch.", "") if self.losses else "",
             "torch": torch.__version__,
             **extra,
@@ -313,6 +324,16 @@ def supply_removed_xla_apis() -> list[str]:
             fn = getattr(xr, new)
             setattr(xm, old, lambda *a, _fn=fn, **k: _fn())
             supplied.append(f"torch_xla.core.xla_model.{old}")
+    # One replica, in this process: XLA's CPU backend cannot run two (xmp.spawn with two CPU devices deadlocks at
+    # the first all-reduce), and a spawned child would run without this file's recording and supplied names.
+    from torch_xla._internal import pjrt
+
+    orig_spawn = pjrt.spawn
+
+    def spawn(fn, nprocs=None, start_method="spawn", args=()):
+        return orig_spawn(fn, 1, start_method, args)
+
+    pjrt.spawn = spawn
     if not hasattr(xm, "is_master_ordinal"):
         xm.is_master_ordinal = lambda local=True: (xr.local_ordinal() if local else xr.global_ordinal()) == 0
         supplied.append("torch_xla.core.xla_model.is_master_ordinal")

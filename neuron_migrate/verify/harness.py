@@ -223,8 +223,11 @@ def _where_module(found: dict, migrated: Path, hunks: list) -> dict:
     out = {"module": found.get("module"), "phase": found.get("phase"), "detail": found.get("detail")}
     if row.get("path"):
         rel = _rel_to(row["path"], migrated)
-        out["source"] = f"{rel}:{row.get('first')}"
-        out["hunks"] = hunks_in(hunks, rel, row.get("first", 0), row.get("last", 0))
+        if os.path.isabs(rel):  # a library's module (torch.nn.Linear): no line of the program to point at
+            out["source"] = f"{row.get('class')} (library code)"
+        else:
+            out["source"] = f"{rel}:{row.get('first')}"
+            out["hunks"] = hunks_in(hunks, rel, row.get("first", 0), row.get("last", 0))
     return out
 
 

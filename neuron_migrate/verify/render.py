@@ -79,7 +79,8 @@ def render_text(result: dict) -> str:
         lines.extend(_fmt_hunks(where.get("hunks") or site.get("hunks") or []))
     if verdict == "equivalent" and result.get("hunks"):
         codes = sorted({c for h in result["hunks"] for c in h["codes"]})
-        lines.append(f"  {len(result['hunks'])} changed hunks" + (f" (rules {', '.join(codes)})" if codes else ""))
+        files = len({h["path"] for h in result["hunks"]})
+        lines.append(f"  {len(result['hunks'])} changed hunks in {files} files" + (f" (rules {', '.join(codes)})" if codes else ""))
     for name in ("original", "migrated"):
         if result.get(f"{name}_error"):
             lines.append(f"  the {name} program failed after its first steps:\n" + result[f"{name}_error"].rstrip())

@@ -44,6 +44,21 @@ def test_the_rewrite_of_the_single_device_example_is_equivalent_to_its_torch_xla
     assert {"NM102", "NM110"} <= codes  # the device and xm.optimizer_step were rewritten
 
 
+@pytest.mark.parametrize("script, mode", [("spawn_allreduce.py", "float32"), ("torchrun_ddp.py", "float32"),
+                                          ("new_style.py", "autocast")])
+def test_the_distributed_and_new_style_examples_are_equivalent_with_one_process(tmp_path, xla_python, script, mode):
+    """xmp.spawn runs one replica in the process (XLA:CPU cannot run two); torchrun's program sees world size 1;
+    the bf16 autocast of new_style.py is compared with the autocast gates."""
+    project = tmp_path / "xla_project"
+    shutil.copytree(REPO / "examples" / "xla_project", project)
+    result = harness.verify(project, script, ["--epochs", "1"] if script != "new_style.py" else [],
+                            xla_python=xla_python, steps=6, timeout=600)
+    assert result["verdict"] == "equivalent", render_text(result)
+    assert result["comparison"]["mode"] == mode and result["comparison"]["steps"] == 6
+    if script == "spawn_allreduce.py":  # it calls the APIs torch_xla 2.9 removed
+        assert "torch_xla.core.xla_model.xrt_world_size" in result["supplied"]
+
+
 @pytest.fixture(scope="module")
 def migrated_program(tmp_path_factory):
     """The two-file torch_xla program and its rewrite (by the rewrite engine, as `rewrite --write` would)."""
