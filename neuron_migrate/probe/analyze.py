@@ -332,9 +332,71 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
     measured = [d.get("measured") for d in docs if d.get("measured")]
     if measured:
         report["measured"] = _measured_section(measured, run_ops)
+    report["host_runs"] = _host_runs(docs, cwd)
+    report["layout_tensors"] = _layout_tensors(docs, cwd)
+    report["problems"] = _problems(report)
     report["fail_on"] = fail_on
     report["failed_checks"] = _failed_checks(report, fail_on)
     return report
+
+
+def _host_runs(docs: list[dict], cwd: str) -> list[dict]:
+    """Ops the device had no kernel for (sparse, nested tensors), run on the host so the run could go on."""
+    out: dict[tuple, dict] = {}
+    for d in docs:
+        for r in d.get("host_runs") or []:
+            r = dict(r, file=_rel(r.get("file"), cwd), lib_file=lib_path(r.get("lib_file"), cwd))
+            r["site"] = _site(r)
+            key = (r["op"], r["site"])
+            if key in out:
+                out[key]["count"] += r.get("count", 1)
+            else:
+                out[key] = r
+    return sorted(out.values(), key=lambda r: (r.get("file") or "", r.get("line") or 0, r["op"]))
+
+
+def _layout_tensors(docs: list[dict], cwd: str) -> list[dict]:
+    """Sparse/nested parameters and buffers of the model, with where they were registered."""
+    out: dict[tuple, dict] = {}
+    for d in docs:
+        for t in d.get("layout_tensors") or []:
+            t = dict(t, file=_rel(t.get("file"), cwd))
+            out.setdefault((t["kind"], t["name"]), t)
+    return list(out.values())
+
+
+def _site_order(site: str) -> tuple:
+    """`file.py:12` sorts by file, then line as a number."""
+    head = site.split(" (from ", 1)[0]
+    f, _, ln = head.rpartition(":")
+    return (f, int(ln)) if ln.isdigit() else (head, 0)
+
+
+def _problems(report: dict) -> list[str]:
+    """One line per thing TorchNeuron cannot run, with the lines: the namespaces the table rates unsupported
+    (with the sparse/nested parameters and buffers and where they were created), then unsupported ops."""
+    lines: list[str] = []
+    ns_done = set()
+    for u in report.get("namespaces") or []:
+        if u.get("status") != "unsupported":
+            continue
+        ns = u["namespace"]
+        ns_done.add(ns)
+        parts = [f"{t['kind']} `{t['name']}`" + (f" created at {_loc(t['file'], t['line'])}" if t.get("file") else "")
+                 for t in report.get("layout_tensors") or [] if t.get("namespace") == ns]
+        uses = sorted({s["site"] for s in u.get("sites") or [] if not s["site"].startswith("(")},
+                      key=_site_order)
+        if uses:
+            more = f" and {len(uses) - 6} more" if len(uses) > 6 else ""
+            parts.append("used at " + ", ".join(uses[:6]) + more)
+        lines.append(f"{ns}: unsupported on TorchNeuron: " + ", ".join(parts))
+    for r in report.get("unsupported") or []:
+        if any(s.get("namespace") in ns_done for s in r["sites"]):
+            continue  # said with its namespace
+        sites = sorted({s["site"] for s in r["sites"]}, key=_site_order)
+        more = f" and {len(sites) - 6} more" if len(sites) > 6 else ""
+        lines.append(f"{r['op']}: unsupported on TorchNeuron, at " + ", ".join(sites[:6]) + more)
+    return lines
 
 
 def _namespace_section(ops: list[dict], docs: list[dict], classifier: Classifier, cwd: str) -> list[dict]:

@@ -42,6 +42,8 @@ class Writer:
                 doc["float64_tensors"] = self.recorder.float64_state()
                 doc["optimizer_steps"] = self.recorder.optimizer_steps
                 doc["namespace_calls"] = self.recorder.namespaces()
+                doc["host_runs"] = self.recorder.host_run_list()
+                doc["layout_tensors"] = self.recorder.layout_state()
             tmp = f"{self.path}.tmp{os.getpid()}"
             text = json.dumps(doc, default=str)  # dumps: json.dump streams through the slow pure-Python encoder
             with open(tmp, "w", encoding="utf-8") as fh:
@@ -59,9 +61,19 @@ def _error_record(exc: BaseException, phase: str) -> dict:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if len(tb) > _TB_LIMIT:
         tb = tb[:2000] + "\n...\n" + tb[-(_TB_LIMIT - 2000):]
+    from neuron_migrate.probe.messages import translate
+
+    message = str(exc)
+    line = translate(message)  # a dispatcher dump about sparse/nested tensors: one line, not 5 kB of dispatch keys
+    extra = {}
+    if line is not None:
+        extra["dispatcher_message"] = message.split("\n", 1)[0][:600]
+        message = line
+        tb = tb.split("NotImplementedError: Could not run", 1)[0] + f"{type(exc).__name__}: {line}\n"
     return {
+        **extra,
         "type": type(exc).__name__,
-        "message": str(exc)[:4000],
+        "message": message[:4000],
         "phase": phase,
         "file": site[0] if site else None,
         "line": site[1] if site else None,
@@ -177,7 +189,7 @@ def _emulate(spec: dict, why_not_real: str | None) -> tuple[str, Any, str, str]:
             table = load_table(spec["table"])
         except Exception:  # noqa: BLE001 - the parent reports a bad table; the device then has no native kernels
             table = None
-    emulator.install(table, keep_going=bool(spec.get("keep_going")),
+    emulator.install(table, keep_going=not spec.get("strict"),
                      log=lambda m: sys.stderr.write(f"neuron-migrate probe: {m}\n"))
     why = "emulated neuron device (PrivateUse1 on the host; kernel set from the compat table)"
     if why_not_real:
@@ -368,8 +380,9 @@ def _run_factory(spec: dict, writer: Writer, rec, device: str, tnx) -> tuple[Any
     model, (args, kwargs) = _load_factory(spec, writer, rec)
     dev = torch.device(device)
     model_cpu = copy.deepcopy(model) if (spec.get("numerics") or spec.get("compile")) else None
-    model = model.to(dev) if hasattr(model, "to") else model
-    args, kwargs = _to_device((args, kwargs), dev)
+    with rec:  # under the recorder: a tensor the device cannot hold (sparse, nested) is reported, kept on the host
+        model = model.to(dev) if hasattr(model, "to") else model
+        args, kwargs = _to_device((args, kwargs), dev)
     train = spec.get("mode", "train") == "train"
     opt = _make_optimizer(spec.get("optimizer", "adamw"), model.parameters()) if train and hasattr(model, "parameters") else None
     steps = max(1, int(spec.get("steps") or 1))
@@ -464,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
 
     STOP_CODES.update({_run_factory.__code__, _load_factory.__code__})
     rec = Recorder(on_tick=lambda: writer.flush(), tick_s=0.5)
+    rec.rescue = not spec.get("strict")  # report, don't crash: ops the device has no kernel for run on the host
     writer.recorder = rec
     rec.journal = open(os.path.join(spec["results_dir"], f"rank{rank}.ops.jsonl"), "a", encoding="utf-8")
     if spec.get("max_steps"):

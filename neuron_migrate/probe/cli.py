@@ -109,7 +109,10 @@ def probe(
     optimizer: Opt = typer.Option(Opt.adamw, "--optimizer", help="Optimizer for factory targets."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: neuron when torch-neuronx and a device are present, "
                                   "else the emulated neuron device; emulate: the emulated device; cpu: the CPU dispatch trace."),
-    keep_going: bool = typer.Option(False, "--keep-going", help="Emulated device: record ops the table calls unsupported "
+    strict: bool = typer.Option(False, "--strict", help="Stop at the first op or tensor kind TorchNeuron cannot run, "
+                                "raising as the device would (default: record it with its line, run it on the host, "
+                                "go on, and exit 1)."),
+    keep_going: bool = typer.Option(False, "--keep-going", help="The default (kept for scripts that pass it): record ops the table calls unsupported "
                                     "and run them on the host instead of raising as the device would."),
     compile_: bool = typer.Option(False, "--compile", help="Also run through torch.compile with a capturing backend."),
     shapes: List[str] = typer.Option([], "--shapes", help="Input shapes for the recompile count, e.g. --shapes 8x128,16x128 (first tensor input)."),
@@ -135,8 +138,9 @@ def probe(
                                         "grad-rtol=0.1,grad-floor=0.001,loss-rtol=0.05,act-rtol=0.05."),
 ) -> None:
     """Run a model or training script and report, per aten op, whether TorchNeuron runs it natively, falls
-    back to CPU, downcasts float64 or cannot run it, with your file and line. Exit: 0 ok, 1 --fail-on hit,
-    2 the run failed, timed out or torch is missing."""
+    back to CPU, downcasts float64 or cannot run it, with your file and line. Exit: 0 ok, 1 an op or namespace
+    TorchNeuron cannot run was found (reported with its line; the run went on) or a --fail-on hit, 2 the run
+    failed, timed out or torch is missing."""
     cwd = os.getcwd()
     try:
         fail_list = parse_fail_on(fail_on)
@@ -165,6 +169,11 @@ def probe(
     if script_args and tgt["kind"] != "script":
         typer.echo(f"neuron-migrate probe: extra arguments {script_args} only apply to a script target", err=True)
         raise typer.Exit(EXIT_ERROR)
+    if strict and keep_going:
+        typer.echo("neuron-migrate probe: --strict and --keep-going contradict each other; give one", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    if "unsupported" not in fail_list:  # what TorchNeuron cannot run always fails the probe (exit 1)
+        fail_list.append("unsupported")
     needs_compile = [f for f in fail_list if f in ("graph-break", "compile")]
     if needs_compile and not compile_:
         typer.echo(f"neuron-migrate probe: --fail-on {','.join(needs_compile)} needs --compile; without it nothing "
@@ -181,7 +190,7 @@ def probe(
         "time_limit": time_limit, "inputs": inputs, "optimizer": optimizer.value, "device": device.value,
         "compile": compile_, "shapes": shape_list if tgt["kind"] == "factory" else [],
         "numerics": numerics and tgt["kind"] == "factory", "seed": seed,
-        "keep_going": keep_going, "emulate_precision": precision_kinds,
+        "strict": strict, "emulate_precision": precision_kinds,
     }
     code = run_and_report(spec, timeout=timeout, nproc=nproc_per_node, fmt=fmt.value, report_md=report,
                           json_out=json_out, fail_on=fail_list, table=table, top=top,

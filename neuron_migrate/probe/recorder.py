@@ -23,7 +23,11 @@ Technique (verified on torch 2.13, see shared design notes section 4):
   its name), ops run from torch.distributions code, calls of the torch.func transforms (wrapped while the
   recorder is installed);
 - global optimizer step hooks mark the optimizer phase; global module hooks find parameters and buffers
-  held in float64 and where they were registered.
+  held in float64, or sparse/nested, and where they were registered;
+- report, don't crash (`rescue`, the default on a device): an op the device cannot run because it has no kernel
+  for a tensor kind (sparse, nested: the dispatcher's "Could not run ... 'Sparseneuron' backend") is recorded with
+  its line and run on the host instead (dense results go back to the device, sparse/nested ones stay on the host),
+  so the rest of the program is seen; `--strict` raises as the device would.
 """
 from __future__ import annotations
 
@@ -34,11 +38,14 @@ import sys
 import sysconfig
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from neuron_migrate.probe.messages import device_cannot
 
 _F64 = {torch.float64, torch.complex128}
 _STRIDED = torch.strided
@@ -452,6 +459,13 @@ class Recorder:
         self._seen: dict[tuple, dict] = {}
         self._ops_since_tick = 0
         self.flush_cost = 0.0  # seconds the last on_tick took: ticks are spaced so flushing stays a small cost
+        self.rescue = False  # run ops the device has no kernel for (sparse, nested) on the host instead of raising
+        self.host_runs: dict[tuple, dict] = {}  # (op, sites) -> what ran on the host and why
+        self.layout_tensors: dict[tuple, dict] = {}  # sparse/nested parameters and buffers, with where registered
+        # sparse/nested tensors kept on the host for a device (rescue) -> the device they were meant for: ops on them
+        # run on the host and their dense results go to that device
+        # (by id, with a weak reference: a WeakKeyDictionary would compare tensors with ==)
+        self.kept: dict[int, tuple] = {}
 
     # ------------------------------------------------------------------ recording
     def record(self, func, args, kwargs, out, raised: bool = False) -> None:
@@ -672,6 +686,8 @@ class Recorder:
                 if t is not None and t.dtype in _F64:
                     site = self.registration_sites.get((id(module), name))
                     self.float64_tensors[(id(module), name)] = self._f64_entry(kind, f"{cls}.{name}", t, site)
+                if t is not None and (t.layout is not _STRIDED or t.is_nested):
+                    self._layout_entry(module, kind, name, f"{cls}.{name}", t)
 
     def scan_model(self, model) -> None:
         """Full names for a root model known to the harness (factory targets)."""
@@ -685,7 +701,103 @@ class Recorder:
                         site = self.registration_sites.get((id(mod), name))
                         self.float64_tensors[(id(mod), name)] = self._f64_entry(
                             kind, f"{mname}.{name}" if mname else name, t, site)
+                    if t is not None and (t.layout is not _STRIDED or t.is_nested):
+                        self._layout_entry(mod, kind, name, f"{mname}.{name}" if mname else name, t)
             self.seen_modules.add(id(mod))
+
+    def _layout_entry(self, module, kind: str, name: str, full: str, t) -> None:
+        site = self.registration_sites.get((id(module), name))
+        self.layout_tensors[(id(module), name)] = {
+            "kind": kind, "name": full, "namespace": "torch.nested" if t.is_nested else "torch.sparse",
+            "layout": "nested" if t.is_nested else str(t.layout).replace("torch.", ""),
+            "file": site[0] if site else None, "line": site[1] if site else None}
+
+    # ------------------------------------------------------------------ ops the device cannot run
+    def host_route(self, func, args, kwargs) -> tuple | None:
+        """(op, namespace, reason, device) when `func` must run on the host before it is tried on the device: an op
+        making or reading sparse/nested tensors (by its name) with device tensors or a device argument, or an op on
+        a sparse/nested tensor kept on the host for a device. None: dispatch as usual."""
+        name_ns = _info_of(func)[2]
+        dev = None
+        kept = None
+        for x in pytree.tree_leaves((args, kwargs or {})):
+            if isinstance(x, _Tensor):
+                if dev is None and x.device.type not in ("cpu", "meta"):
+                    dev = x.device
+                if kept is None and self.kept:
+                    k = self.kept.get(id(x))
+                    if k is not None and k[0]() is x:
+                        kept = k[1:]
+            elif isinstance(x, torch.device) and dev is None and x.type not in ("cpu", "meta"):
+                dev = x
+        if name_ns is not None and dev is not None:
+            return _info_of(func)[0], name_ns, "the device has no such tensors", dev
+        if kept is not None:
+            return _info_of(func)[0], kept[1], "on a tensor kept on the host", dev or kept[0]
+        return None
+
+    def run_on_host(self, func, args, kwargs, why: tuple):
+        """Run `func` on the host for a device that has no kernel for its tensors (report, don't crash):
+        device tensors and `device=` arguments go to the CPU, mutated device arguments get the host's result
+        back, dense results go to the device and sparse/nested ones stay on the host (remembered in `kept`)."""
+        dev: list = []
+
+        def to_host(x):
+            if isinstance(x, _Tensor) and x.device.type not in ("cpu", "meta"):
+                dev.append(x.device)
+                return x.cpu()
+            if isinstance(x, torch.device) and x.type not in ("cpu", "meta"):
+                dev.append(x)
+                return torch.device("cpu")
+            return x
+
+        kwargs = kwargs or {}
+        hargs, hkwargs = pytree.tree_map(to_host, (args, kwargs))
+        out = func(*hargs, **hkwargs)
+        leaves, hleaves = pytree.tree_leaves((args, kwargs)), pytree.tree_leaves((hargs, hkwargs))
+        pairs = {id(h): o for o, h in zip(leaves, hleaves) if isinstance(o, _Tensor) and h is not o}
+        schema = getattr(func, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            for o, h in zip(leaves, hleaves):
+                if isinstance(o, _Tensor) and h is not o and o.layout is _STRIDED and not o.is_nested:
+                    o.copy_(h)
+        op, ns, reason = why[0], why[1], why[2]
+        target = why[3] if len(why) > 3 and why[3] is not None else (dev[0] if dev else None)
+
+        def back(t):
+            if not isinstance(t, _Tensor):
+                return t
+            if id(t) in pairs:
+                return pairs[id(t)]
+            if t.device.type == "cpu" and (t.layout is not _STRIDED or t.is_nested):
+                if target is not None and id(t) not in self.kept:
+                    self.kept[id(t)] = (weakref.ref(t), target, "torch.nested" if t.is_nested else "torch.sparse")
+                    weakref.finalize(t, self.kept.pop, id(t), None)
+                return t
+            if target is not None and t.device.type == "cpu":
+                return t.to(target)
+            return t
+
+        out = pytree.tree_map(back, out)
+        user, lib, _, _ = locate(sys._getframe(1).f_back)  # (the autograd engine's thread has a shallow stack)
+        key = (op_name(func), user, lib)
+        with self.lock:
+            r = self.host_runs.get(key)
+            if r is None:
+                r = self.host_runs[key] = {
+                    "op": op_name(func), "failed_op": op, "namespace": ns, "why": reason,
+                    "file": user[0] if user else None, "line": user[1] if user else None,
+                    "lib_file": lib[0] if lib and lib != user else None,
+                    "lib_line": lib[1] if lib and lib != user else None, "count": 0}
+            r["count"] += 1
+        return out
+
+    def host_run_list(self) -> list[dict]:
+        with self.lock:
+            return [dict(r) for r in self.host_runs.values()]
+
+    def layout_state(self) -> list[dict]:
+        return list(self.layout_tensors.values())
 
     # ------------------------------------------------------------------ install / remove
     def _wrap_transforms(self) -> None:
@@ -809,13 +921,34 @@ class _OpMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # an OpOverload's __call__ is `self._op(*args, **kwargs)`: calling `_op` saves a Python frame per op
         call = func._op if type(func) is _OpOverload else func
+        rec = self.rec
+        if rec.rescue and (rec.kept or _info_of(func)[2] is not None):
+            route = rec.host_route(func, args, kwargs)
+            if route is not None:
+                try:
+                    out = rec.run_on_host(func, args, kwargs, route)
+                except ProbeStop:
+                    raise
+                except BaseException:
+                    rec.record(func, args, kwargs, None, raised=True)
+                    raise
+                rec.record(func, args, kwargs, out)
+                return out
         try:
             out = call(*args, **kwargs) if kwargs else call(*args)
         except ProbeStop:
             raise
-        except BaseException:
-            self.rec.record(func, args, kwargs, None, raised=True)
-            raise
+        except BaseException as exc:
+            why = device_cannot(str(exc)) if rec.rescue and isinstance(exc, (RuntimeError, NotImplementedError)) \
+                else None
+            if why is None:
+                rec.record(func, args, kwargs, None, raised=True)
+                raise
+            try:
+                out = rec.run_on_host(func, args, kwargs, (why[0], why[1], f"no {why[2]} kernel"))
+            except BaseException:
+                rec.record(func, args, kwargs, None, raised=True)
+                raise exc from None
         self.rec.record(func, args, kwargs, out)
         return out
 

@@ -89,6 +89,11 @@ def print_rich(report: dict, *, top: int = 10, file=None) -> None:
         con.print(f"[yellow]warning:[/] {escape(report['table_warning'])}")
     head = _headline(report)
     con.print(f"[bold {'green' if report['status'] == 'ok' else 'red'}]{escape(head)}[/]", markup=True)
+    for line in report.get("problems") or []:
+        con.print(f"[red]{escape(line)}[/]")
+    if report.get("host_runs"):
+        con.print("run on the host so the run could go on (the device has no kernel for these tensors): "
+                  + "; ".join(f"{r['op']} at {r['site']} x{r['count']}" for r in report["host_runs"][:8]), markup=False)
 
     t = Table(title="aten ops by status (model construction excluded)", show_lines=False)
     t.add_column("status")
@@ -245,6 +250,12 @@ def to_markdown(report: dict, *, top: int = 10) -> str:
     L.append(f"- device: {_device_line(report)} ({report.get('device_reason')}); torch {report.get('torch_version')}")
     L.append(f"- compat table: {report.get('table_version') or report.get('table_error')}")
     L.append(f"- ranks: {report.get('world_size')}; mode: {report.get('mode')}\n")
+    if report.get("problems"):
+        L.append("## What TorchNeuron cannot run\n")
+        L.extend(f"- {line}" for line in report["problems"])
+        for r in report.get("host_runs") or []:
+            L.append(f"- run on the host so the run could go on: `{r['op']}` at {r['site']} x{r['count']}")
+        L.append("")
     L.append("## Ops by status\n\n| status | distinct ops | calls |\n|---|---:|---:|")
     for s, v in report["summary"]["by_status"].items():
         L.append(f"| {s} | {v['ops']} | {v['calls']} |")
