@@ -189,7 +189,7 @@ def _emulate(spec: dict, why_not_real: str | None) -> tuple[str, Any, str, str]:
             table = load_table(spec["table"])
         except Exception:  # noqa: BLE001 - the parent reports a bad table; the device then has no native kernels
             table = None
-    emulator.install(table, keep_going=not spec.get("strict"),
+    emulator.install(table, keep_going=not spec.get("strict"), library=spec.get("emulator_library"),
                      log=lambda m: sys.stderr.write(f"neuron-migrate probe: {m}\n"))
     why = "emulated neuron device (PrivateUse1 on the host; kernel set from the compat table)"
     if why_not_real:

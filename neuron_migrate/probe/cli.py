@@ -270,7 +270,8 @@ def prebuild_emulator(spec: dict) -> None:
     from neuron_migrate.probe.emulator.build import EmulatorUnavailable, library_path
 
     try:
-        library_path(log=lambda m: typer.echo(f"neuron-migrate probe: {m}", err=True))
+        # the child loads this very file (it never builds: one build, here, under the cache's lock)
+        spec["emulator_library"] = str(library_path(log=lambda m: typer.echo(f"neuron-migrate probe: {m}", err=True)))
     except EmulatorUnavailable as exc:
         typer.echo(f"neuron-migrate probe: {exc}; probing on the CPU trace instead (--device cpu)", err=True)
         spec["device"] = "cpu"

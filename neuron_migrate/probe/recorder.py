@@ -71,6 +71,11 @@ _TORCH_NAMESPACES = (
     (os.path.join(_TORCH_DIR, "nested") + os.sep, "torch.nested"),
     (os.path.join(_TORCH_DIR, "sparse") + os.sep, "torch.sparse"),
 )
+# torch.compile's machinery inside torch/_functorch (aot_autograd and its runtime wrappers, which run every compiled
+# graph): its frames on the stack are compile, not a use of torch.func
+_FUNCTORCH_COMPILE = tuple(os.path.join(_TORCH_DIR, "_functorch", x) for x in (
+    "_aot_autograd" + os.sep, "aot_autograd.py", "partitioners.py", "compilers.py", "compile_utils.py",
+    "_activation_checkpointing" + os.sep, "fx_minifier.py"))
 # the public torch.func transforms, wrapped while the recorder is installed
 _FUNC_TRANSFORMS = ("vmap", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "linearize",
                     "functional_call", "functionalize", "stack_module_state")
@@ -145,7 +150,7 @@ def _classify_file(fn: str) -> tuple[int, str | None, str]:
     else:
         a = os.path.abspath(fn)
         if a.startswith(_TORCH_DIR + os.sep):
-            tag = next((t for p, t in _TORCH_NAMESPACES if a.startswith(p)), None)
+            tag = None if a.startswith(_FUNCTORCH_COMPILE) else next((t for p, t in _TORCH_NAMESPACES if a.startswith(p)), None)
             info = (_SKIP, tag, a)
         elif a.startswith(_PROBE_DIR + os.sep):
             info = (_SKIP, None, a)
@@ -635,8 +640,12 @@ class Recorder:
             self._tag_pending(last)
 
     def note_namespace(self, namespace: str, api: str, depth: int = 2) -> None:
-        """A call of a namespace API seen by a wrapper (torch.func transforms)."""
-        user, lib, _, _ = locate(sys._getframe(depth))
+        """A call of a namespace API seen by a wrapper (torch.func transforms). A call from torch's own code
+        (torch.compile's aot_autograd runs functionalize and vmap) is torch's, not a use of the namespace."""
+        caller = sys._getframe(depth)
+        if caller.f_code.co_filename.startswith(_TORCH_DIR + os.sep):
+            return
+        user, lib, _, _ = locate(caller)
         key = (namespace, api, user, lib)
         with self.lock:
             r = self.namespace_calls.get(key)

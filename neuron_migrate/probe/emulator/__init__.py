@@ -285,12 +285,16 @@ def _default_device_count() -> int:
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
 
 
-def install(table=None, *, keep_going: bool = False, device_count: int | None = None, log=None) -> dict[str, Any]:
-    """Make `neuron` a real (emulated) device in this process. Idempotent. Raises EmulatorUnavailable."""
+def install(table=None, *, keep_going: bool = False, device_count: int | None = None, log=None,
+            library: str | None = None) -> dict[str, Any]:
+    """Make `neuron` a real (emulated) device in this process. Idempotent. Raises EmulatorUnavailable.
+    `library`: a library the caller built or found (the probe's parent); otherwise it is found or built here."""
     if _state.get("installed"):
         set_keep_going(keep_going)
         return _state
-    path = library_path(log=log)
+    from pathlib import Path
+
+    path = Path(library) if library and Path(library).is_file() else library_path(log=log)
     import torch
 
     current = torch._C._get_privateuse1_backend_name()

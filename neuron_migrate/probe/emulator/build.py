@@ -4,7 +4,10 @@
 
 The key hashes the C++ source, the torch version and git revision, the C++11 ABI flag, the machine and the
 compiler's version line, so a torch upgrade or an edited source builds afresh and a stale library is never
-loaded. Builds take a file lock (two probes started together build once) and land by an atomic rename.
+loaded. Builds take a file lock (two probes started together build once: the second waits, then finds the
+library) and land by an atomic rename of a synced file, so a library in the cache is always whole; a failed build
+publishes nothing. The probe's parent builds (or finds) the library and hands its path to the child, which never
+builds (tests/probe/test_fresh_install.py: concurrent first builds, a failed build, two probes on a fresh cache).
 Plain g++ is enough: no ninja, cmake, pybind11 or Python headers (the library is loaded with
 `torch.ops.load_library` and speaks to Python only through `neuron_emu::*` ops).
 """
@@ -140,7 +143,12 @@ def library_path(build: bool = True, log=None) -> Path:
                 first = next((ln for ln in (p.stderr or "").splitlines() if "error" in ln), p.stderr.strip()[:300])
                 raise EmulatorUnavailable(f"building the emulated device failed ({first.strip()}); "
                                           f"full log: {d / 'build.log'}")
-            os.replace(tmp, lib)
+            with open(tmp, "rb+") as fh:  # on disk before it is published: a crash cannot leave a partial library
+                head = fh.read(4)
+                os.fsync(fh.fileno())
+            if head != b"\x7fELF":
+                raise EmulatorUnavailable(f"building the emulated device gave no shared library ({tmp})")
+            os.replace(tmp, lib)  # atomic: a reader sees no library or the whole one
             return lib
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
