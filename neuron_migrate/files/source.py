@@ -101,6 +101,75 @@ def _tmp_prefix(target: Path) -> str:
     return f".{target.name}."
 
 
+PRIVATE_TMP = "neuron-migrate-tmp-{uid}"
+
+
+def _private_dir_in(base: str) -> str | None:
+    """`<base>/neuron-migrate-tmp-<uid>`, made if need be: a folder of this user's only (mode 0700, not a link), or
+    None when it cannot be (then another place is tried)."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else 0
+    path = os.path.join(base, PRIVATE_TMP.format(uid=uid))
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or stat.S_IMODE(st.st_mode) & 0o077:
+        return None  # someone else's, or open to others: not ours to write in
+    return path
+
+
+@functools.lru_cache(maxsize=64)
+def private_tmp_dir(device: int) -> str | None:
+    """Where a write's temp file goes for a file on the filesystem `device`: a private folder of this user's outside
+    the user's tree (`neuron-migrate-tmp-<uid>` in the temp folder, else in the user's cache folder), on that same
+    filesystem so that the finished file is renamed into place (atomic). A run killed meanwhile leaves its temp file
+    there, never in the tree, and the next run that writes on that filesystem removes it. None when neither is on
+    that filesystem: the temp file then goes beside the file (and the next --write of that file removes it)."""
+    import tempfile  # only a run that writes gets here
+
+    bases = [tempfile.gettempdir(), os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")]
+    for base in bases:
+        try:
+            if os.stat(base).st_dev != device:
+                continue
+        except OSError:
+            continue
+        path = _private_dir_in(base)
+        if path is not None:
+            _remove_dead_writers(path)
+            return path
+    return None
+
+
+def _remove_dead_writers(folder: str) -> int:
+    """Remove the temp files in our private folder whose writer is gone (`<pid>.<random>.nm-tmp`)."""
+    removed = 0
+    try:
+        with os.scandir(folder) as it:
+            entries = [(e.name, e.path) for e in it if e.name.endswith(TMP_SUFFIX)]
+    except OSError:
+        return 0
+    now = time.time()
+    for name, path in entries:
+        head = name.split(".", 1)[0]
+        if not head.isdigit():
+            continue
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and (_writer_gone(int(head), st.st_mtime) or now - st.st_mtime > STALE_AFTER_S):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def remove_stale_temps(target: Path) -> int:
     """Remove temp files an interrupted run left beside `target` (`.<name>.<pid>.<random>.nm-tmp`, ours only):
     those whose process is gone, or that are older than STALE_AFTER_S. Returns how many were removed."""
@@ -242,7 +311,11 @@ def write_atomic(src: SourceFile, data: bytes, hardlinks: str = "copy-back") -> 
     suffix = COPYBACK_SUFFIX if st.st_nlink > 1 else TMP_SUFFIX
     import tempfile  # here: an audit never writes, and tempfile brings shutil and random (milliseconds of start-up)
 
-    fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(target)}{os.getpid()}.", suffix=suffix, dir=str(target.parent))
+    private = private_tmp_dir(os.stat(target.parent).st_dev) if suffix == TMP_SUFFIX else None
+    if private is not None:  # outside the tree, on its filesystem: a kill never leaves a temp file in the tree
+        fd, tmp = tempfile.mkstemp(prefix=f"{os.getpid()}.", suffix=suffix, dir=private)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_tmp_prefix(target)}{os.getpid()}.", suffix=suffix, dir=str(target.parent))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -253,8 +326,9 @@ def write_atomic(src: SourceFile, data: bytes, hardlinks: str = "copy-back") -> 
             if _keep_owner(tmp, st):
                 os.replace(tmp, target)
                 return
-            # we may not give the new file the owner/group the file has: write in place instead
-            pending = tmp[: -len(TMP_SUFFIX)] + COPYBACK_SUFFIX
+            # we may not give the new file the owner/group the file has: write in place instead (the new bytes wait
+            # beside the file, where the next run finds them if this one is killed)
+            pending = os.path.join(str(target.parent), f"{_tmp_prefix(target)}{os.getpid()}.{os.path.basename(tmp).split('.')[-2]}{COPYBACK_SUFFIX}")
             os.rename(tmp, pending)
             tmp = pending
         _copy_back(target, data)
