@@ -481,6 +481,29 @@ def editor_checks(py: Path, paths: list, checks: int) -> dict:
         return {}
 
 
+MODEL_TIMER = """
+import sys, time
+from neuron_migrate.repository.model import RepositoryModel as M
+t = time.perf_counter(); m = M.build(sys.argv[1]); cold = time.perf_counter() - t
+t = time.perf_counter(); M.build(sys.argv[1], m.records); warm = time.perf_counter() - t
+print(cold, warm, len(m.py), len(set(m.entries)), sum(1 for v in m.modes.values() if v != {"single"}))
+"""
+
+
+def repository_model_times(py: str, tree: Path, repeat: int) -> dict:
+    """The repository model's own cost on the tree (neuron_migrate/repository/), in a fresh process each time: cold
+    (every file read and line-scanned) and warm (the previous records reused: a walk, a stat per file, the graph)."""
+    colds, warms, info = [], [], None
+    for _ in range(repeat):
+        p = subprocess.run([py, "-c", MODEL_TIMER, str(tree)], capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]}
+        cold, warm, *info = p.stdout.split()
+        colds.append(float(cold))
+        warms.append(float(warm))
+    return {"cold": colds, "warm": warms, "files": int(info[0]), "entries": int(info[1]), "distributed": int(info[2])}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tree xla, 1 run per tool, 1 MB generated file, no profile")
@@ -619,6 +642,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             timed(b)
     load_after = _load()
 
+    model = repository_model_times(str(py) if py.exists() else sys.executable, tree, repeat)
     prof_text = run_profile(nm, tree) if profile else ""
     versions = {
         "neuron-migrate": f"{_version([str(Path(nm).with_name('python')), '-c', 'import neuron_migrate; print(neuron_migrate.__version__)'])} (git {git_rev()}, `{nm}`, {'a regular install of this commit, as users get it' if installed else 'this venv: an editable install when developing'})",
@@ -629,7 +653,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     }
     ctx = dict(tree_name=tree_name, n_files=n_files, n_lines=n_lines, repeat=repeat, samples=samples, tree=tree,
                main=main_benches, jobs=jobs_benches, cache=cache_benches, singles=single_benches, small_ref=small_ref,
-               few=few_benches, editor=editor,
+               few=few_benches, editor=editor, model=model,
                big=big_benches, big_path=big, big_lines=big_lines, big_mb=big_mb, cache_clean=cache_clean,
                versions=versions, load_before=load_before, load_after=load_after, loads=loads, prof_text=prof_text,
                elapsed=time.perf_counter() - started, argv=sys.argv[1:] if argv is None else argv)
@@ -744,6 +768,20 @@ def render(c: dict) -> str:
         out += ["", f"Workers: `-j 1` {c['n_lines'] / j1.median:,.0f} lines/s, `-j 2` {c['n_lines'] / j2.median:,.0f} lines/s; "
                 f"per-worker efficiency t1 / (2 * t2) = {100 * eff:.0f}% (median of the per-repetition values; 100% would be "
                 "perfect scaling; the machine's other load takes from the second core first)."]
+    model = c.get("model") or {}
+    if model.get("cold"):
+        cold_audit = by.get("neuron-migrate audit")
+        share = (f"; cold, {100 * statistics.median(model['cold']) / cold_audit.median:.0f}% of the median `audit` of the "
+                 "tree above (which builds it too)") if cold_audit is not None and _ok(cold_audit) else ""
+        out += ["", "## Repository model", "",
+                f"The import graph, entry points and launch modes of the tree's {model['files']} Python files "
+                f"({model['entries']} programs; {model['distributed']} modules run by a distributed program), built "
+                "in a fresh process: cold (every file read and line-scanned) median "
+                f"{statistics.median(model['cold']):.3f} s (runs {', '.join(f'{x:.3f}' for x in model['cold'])}), "
+                f"warm (scan records reused: a walk, a stat per file, the graph) median "
+                f"{statistics.median(model['warm']):.3f} s (runs {', '.join(f'{x:.3f}' for x in model['warm'])}){share}."]
+    elif model.get("error"):
+        out += ["", "## Repository model", "", f"Not measured: {model['error'][0]}"]
     out += ["", "## Cache: cold and warm (same tree, unchanged between the two runs)", "",
             "| command | median wall (s) | runs (s) | warm / cold |", "|---|---:|---|---:|"]
     for cold, warm in ((cache[0], cache[1]), (cache[2], cache[3])):

@@ -3,9 +3,10 @@ about that file (`Settings.outside`, by absolute path; a file's rules read it as
 
 Each file belongs to the repository root above it: the nearest folder with pyproject.toml, setup.py or .git (else
 the folder named on the command line that holds it, else its own folder), so that `rewrite FILE`, a pre-commit run
-and the editor server see the same programs as a run over the whole tree. The model's scan records are kept in the
-results cache folder (`repository-<root digest>.json`), keyed by each file's size and mtime: a second run reads only
-the files that changed. Without a cache folder (`--no-cache`, `cache = false`) the model is built from scratch.
+and the editor server see the same programs as a run over the whole tree. The model's answers and its scan records are kept
+in the results cache folder (`repository-<root digest>.facts.json` and `.records.json`): a run whose walk finds every
+file as it was reads the answers back; else only the files whose size or mtime changed are read again. Without a
+cache folder (`--no-cache`, `cache = false`) the model is built from scratch.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ if TYPE_CHECKING:
     from typing import Optional
 
 _PYTHON = (".py", ".pyi")
-_MODELS: dict = {}  # root -> (model, built at): the models this process built (the editor server asks again)
-TIMINGS: dict = {}  # root -> seconds the last build took (benchmarks read it through NEURON_MIGRATE_MODEL_TIME)
+FACTS = 1  # the layout of a facts cache file
+# root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
+_KNOWN: dict = {}
+TIMINGS: dict = {}  # root -> seconds its last model build took (NEURON_MIGRATE_MODEL_TIME reports them)
 
 
 def roots_of(paths: list, run_paths: list = ()) -> dict:
@@ -44,38 +47,69 @@ def roots_of(paths: list, run_paths: list = ()) -> dict:
     return out
 
 
-def _records_file(folder: "Path", root: str) -> "Path":
+def _cache_files(folder: "Path", root: str) -> tuple:
     from neuron_migrate.files.digests import blake2b
 
-    return folder / f"repository-{blake2b(root.encode(), digest_size=8).hexdigest()}.json"
+    stem = f"repository-{blake2b(root.encode(), digest_size=8).hexdigest()}"
+    return folder / f"{stem}.facts.json", folder / f"{stem}.records.json"
 
 
-def model_for(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0):
-    """The repository model of `root` (None when the tree is too large). With `max_age`, a model this process built
-    less than that many seconds ago is reused (the editor server)."""
+def _load(path: "Path") -> "Optional[dict]":
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0) -> dict:
+    """{path relative to `root`: facts} for the repository at `root` ({} when the tree is too large).
+
+    A run walks the tree (one stat per file): when no file was added, removed or changed since the facts were last
+    computed (here, or by a run that left them in `cache_folder`), they are read back as they are; else the model is
+    built again, reading only the files whose size or mtime changed. With `max_age`, facts this process computed
+    less than that many seconds ago are reused without a walk (the editor server, at every keystroke)."""
     import time
 
-    from neuron_migrate.repository.model import RECORDS, RepositoryModel
+    from neuron_migrate.repository.model import RECORDS, RepositoryModel, listing_key, walk
 
     now = time.monotonic()
-    known = _MODELS.get(root)
-    if known is not None and max_age and now - known[1] < max_age:
-        return known[0]
-    cached = known[0].records if known is not None and known[0] is not None else None
-    target = _records_file(cache_folder, root) if cache_folder is not None else None
-    if cached is None and target is not None:
-        try:
-            data = json.loads(target.read_text(encoding="utf-8"))
-            if data.get("format") == RECORDS and data.get("root") == root:
-                cached = data["files"]
-        except (OSError, ValueError, KeyError, AttributeError, TypeError):
-            cached = None
-    model = RepositoryModel.build(root, cached)
+    known = _KNOWN.get(root)
+    if known is not None and max_age and now - known[3] < max_age:
+        return known[1]
+    listing = walk(root)
+    if listing is None:
+        return {}
+    key = listing_key(listing)
+    # a file changed in the last 2 s may change again within the clock's granularity ("racy"): then the answers are
+    # computed again rather than trusted by its size and mtime
+    if max((sig[1] for _rel, _kind, sig in listing), default=0) > time.time_ns() - 2_000_000_000:
+        key = None
+    if known is not None and key is not None and known[0] == key:
+        known[3] = now
+        return known[1]
+    facts_file = records_file = None
+    if cache_folder is not None:
+        facts_file, records_file = _cache_files(cache_folder, root)
+        data = _load(facts_file) if key is not None else None
+        if data and data.get("format") == FACTS and data.get("root") == root and data.get("key") == key:
+            _KNOWN[root] = [key, data.get("facts") or {}, None, now]
+            return _KNOWN[root][1]
+    cached = known[2].records if known is not None and known[2] is not None else None
+    if cached is None and records_file is not None:
+        data = _load(records_file)
+        if data and data.get("format") == RECORDS and data.get("root") == root:
+            cached = data.get("files")
+    model = RepositoryModel.build(root, cached if isinstance(cached, dict) else None, listing)
+    facts = model.all_facts() if model is not None else {}
     TIMINGS[root] = time.monotonic() - now
-    _MODELS[root] = (model, now)
-    if model is not None and target is not None and model.records != (cached or {}):
-        _save(target, {"format": RECORDS, "root": root, "files": model.records})
-    return model
+    _KNOWN[root] = [key, facts, model, now]
+    if model is not None and facts_file is not None:
+        if model.records != cached:
+            _save(records_file, {"format": RECORDS, "root": root, "files": model.records})
+        if key is not None:
+            _save(facts_file, {"format": FACTS, "root": root, "key": key, "facts": facts})
+    return facts
 
 
 def _save(target: "Path", data: dict) -> None:
@@ -91,25 +125,29 @@ def _save(target: "Path", data: dict) -> None:
             json.dump(data, fh, separators=(",", ":"))
         os.replace(tmp, target)
     except OSError:
-        pass  # a record cache that cannot be written only costs the next run a scan
+        pass  # a cache that cannot be written only costs the next run a scan
 
 
 def repository_facts(paths: list, run_paths: list = (), cache_folder: "Optional[Path]" = None,
                      max_age: float = 0.0) -> dict:
     """{absolute path: facts} for the Python files among `paths` that the repository model knows something about."""
+    import time
+
+    started = time.monotonic()
     out: dict = {}
     for root, files in roots_of(paths, run_paths).items():
-        model = model_for(root, cache_folder, max_age)
-        if model is None:
+        facts = root_facts(root, cache_folder, max_age)
+        if not facts:
             continue
+        prefix = root.rstrip(os.sep) + os.sep
         for p in files:
-            facts = model.facts(p)
-            if facts:
-                out[p] = facts
-    if os.environ.get("NEURON_MIGRATE_MODEL_TIME"):  # benchmarks/run.py: the model's own cost
+            f = facts.get(p[len(prefix):].replace(os.sep, "/")) if p.startswith(prefix) else None
+            if f:
+                out[p] = f
+    if os.environ.get("NEURON_MIGRATE_MODEL_TIME"):  # the model's own cost, for measurements
         import sys
 
-        sys.stderr.write(f"repository model: {sum(TIMINGS.values()):.4f} s\n")
+        sys.stderr.write(f"repository model: {time.monotonic() - started:.4f} s\n")
     return out
 
 

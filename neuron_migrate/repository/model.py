@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 
-from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python, training_defs
-
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
 if TYPE_CHECKING:
     from typing import Optional
@@ -61,6 +59,16 @@ def _kind(name: str) -> str:
             ("Dockerfile.", "Containerfile.")):
         return "run"
     return ""
+
+
+def listing_key(listing: list) -> str:
+    """A digest of a walk's listing: the same files with the same sizes and mtimes give the same key."""
+    from neuron_migrate.files.digests import blake2b
+
+    h = blake2b(digest_size=16)
+    for rel, kind, sig in sorted(listing):
+        h.update(f"{rel}\0{kind}\0{sig[0]}\0{sig[1]}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
 
 
 def walk(root: str) -> Optional[list]:
@@ -151,13 +159,17 @@ class RepositoryModel:
 
     # -- building -----------------------------------------------------------------------------------------
     @classmethod
-    def build(cls, root: str, cached: Optional[dict] = None) -> Optional["RepositoryModel"]:
-        """Scan the tree under `root`, reusing `cached` records (a previous model's `records`) whose stat signature
-        is unchanged. None when the tree is too large."""
-        listing = walk(root)
+    def build(cls, root: str, cached: Optional[dict] = None, listing: Optional[list] = None) -> Optional["RepositoryModel"]:
+        """Scan the tree under `root` (its `walk`, unless given), reusing `cached` records (a previous model's
+        `records`) whose stat signature is unchanged. None when the tree is too large."""
+        if listing is None:
+            listing = walk(root)
         if listing is None:
             return None
         import time
+
+        # the scans (and their patterns) load only when a file must be read: a run whose answers are cached needs none
+        from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python
 
         cached = cached or {}
         records: dict = {}
@@ -349,6 +361,15 @@ class RepositoryModel:
                 out["training"] = training
         return out or None
 
+    def all_facts(self) -> dict:
+        """{path relative to the root: `facts`} for every Python file the model knows something about."""
+        out = {}
+        for rel in self.py:
+            facts = self.facts(os.path.join(self.root, rel))
+            if facts:
+                out[rel] = facts
+        return out
+
     def _imported_training(self, rel: str) -> dict:
         out: dict = {}
         for imp in self.py[rel].get("i", ()):
@@ -390,6 +411,8 @@ class RepositoryModel:
             return {}
         got = self._training_of.get(rel)
         if got is None:
+            from neuron_migrate.repository.scan import training_defs
+
             data = _read(os.path.join(self.root, rel))
             got = self._training_of[rel] = training_defs(data) if data is not None else {}
         return got

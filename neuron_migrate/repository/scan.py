@@ -21,16 +21,15 @@ if TYPE_CHECKING:
 _IMPORT = re.compile(
     rb"[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*(?:\\\r?\n[^\n#;]*)*)"
     rb"|import[ \t]+([^\n#;]+))")
-_DYNAMIC = re.compile(rb"""\(\s*["']([\w.]+)["']""")  # after `import_module` / `__import__`
+_DYNAMIC = re.compile(rb"""\(\s*["']([\w.]+)["']""")  # after `import_module`
 _MAIN = re.compile(rb"""if[ \t(]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""")
 _TOP_LEVEL = re.compile(rb"^(?=[^\s#])(?!else\b|elif\b|except\b|finally\b)", re.M)
-_SYS_PATH = re.compile(rb"\b(?:sys\.path\.(?:append|insert|extend)|site\.addsitedir)[ \t]*\(")
+_SYS_PATH = re.compile(rb"\bsys\.path\.(?:append|insert|extend)[ \t]*\(")
 _PATH_ASSIGN = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*([^\n]*(?:__file__|argv\[0\]|dirname|\.parent)[^\n]*)$", re.M)
 _CLASS = re.compile(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
 # what starts processes or a process group (the modes a program can have besides "single"), by the literals that
 # show it
 # (DDP and FSDP by the names they are imported by: `DDP(` would be a slow needle; a file that calls it imports it)
-_GROUP = (b"init_process_group", b"DistributedDataParallel", b"FullyShardedDataParallel", b"fully_shard(")
 _ENV = tuple(q + v + q for v in (b"RANK", b"LOCAL_RANK", b"WORLD_SIZE", b"LOCAL_WORLD_SIZE", b"GROUP_RANK")
              for q in (b"'", b'"'))
 _TRAIN_CALL = re.compile(r"\.(zero_grad|backward|step)\(|\b(optimizer_step)\(")
@@ -132,10 +131,10 @@ def scan_python(data: bytes) -> dict:
 
     - "i": imports, [level, module, [[name, local name], ...]] for `from`, [0, module, None] for `import module`
       and [0, module, None, alias] for `import module as alias`,
-    - "d": modules imported by `importlib.import_module("literal")` / `__import__("literal")`,
+    - "d": modules imported by `importlib.import_module("literal")`,
     - "p": folders added to `sys.path`, [[levels up from this file's folder, sub path]],
     - "m": 1 when the file has an `if __name__ == "__main__":` guard,
-    - "s": what starts processes or a group outside that guard, "ms": inside it only (see _GROUP),
+    - "s": what starts processes or a group outside that guard, "ms": inside it only (see _signals),
     - "c": top-level classes and their bases' text, {name: [base, ...]} (what NM406 follows across files),
     - "t": 1 when some line calls zero_grad/backward/step (training_defs reads which def does),
     - "k": 1 when the file calls something named `compile(`.
@@ -161,14 +160,14 @@ def scan_python(data: bytes) -> dict:
     if imports:
         rec["i"] = imports
     dynamic = []
-    for needle in (b"import_module(", b"__import__("):
+    for needle in (b"import_module(",):
         for i in _positions(data, needle):
             m = _DYNAMIC.match(data, i + len(needle) - 1)
             if m:
                 dynamic.append(m.group(1).decode("utf-8", "replace"))
     if dynamic:
         rec["d"] = dynamic
-    if b"sys.path" in data or b"addsitedir" in data:
+    if b"sys.path" in data:
         paths = _sys_paths(data)
         if paths:
             rec["p"] = paths
@@ -204,7 +203,7 @@ def scan_python(data: bytes) -> dict:
         classes[m.group(1).decode()] = [b for b in bases if b and "=" not in b]
     if classes:
         rec["c"] = classes
-    if b"zero_grad(" in data or b"backward(" in data or b"step(" in data:
+    if b"backward(" in data or b"zero_grad(" in data:  # a training step has one of them
         rec["t"] = 1
     if b"compile(" in data:
         rec["k"] = 1
@@ -212,14 +211,22 @@ def scan_python(data: bytes) -> dict:
 
 
 def _signals(data: bytes, imports: list) -> list:
-    """[(mode, positions)]: where the file spawns processes or starts a process group."""
-    spawn = _positions(data, b"spawn(") if b"xla_multiprocessing" in data else []
+    """[(mode, positions)]: where the file spawns processes or starts a process group. (Every `in` below is a pass over
+    the file: rare needles gate the others.)"""
+    spawn, mp = [], []
+    if b"multiprocessing" in data:
+        if b"xla_multiprocessing" in data:
+            spawn = _positions(data, b"spawn(")
+        mp = [i for n in (b"mp.spawn(", b"multiprocessing.spawn(", b"start_processes(") for i in _positions(data, n)
+              if data[i - 1:i] != b"x" and data[i - 4:i] != b"xla_"]
     launch = _positions(data, b"torch_xla.launch(")
     if any(imp[1] == "torch_xla" and imp[2] and any(n == "launch" for n, _l in imp[2]) for imp in imports):
         launch += _positions(data, b"launch(")
-    mp = [i for n in (b"mp.spawn(", b"multiprocessing.spawn(", b"start_processes(") for i in _positions(data, n)
-          if data[i - 1:i] != b"x" and data[i - 4:i] != b"xla_"] if b"spawn(" in data or b"start_processes(" in data else []
-    group = [i for n in _GROUP for i in _positions(data, n)]
+    group = []
+    if b"DataParallel" in data:  # DistributedDataParallel, FullyShardedDataParallel
+        group += _positions(data, b"DistributedDataParallel") + _positions(data, b"FullyShardedDataParallel")
+    for needle in (b"init_process_group", b"fully_shard("):
+        group += _positions(data, needle)
     if b"RANK" in data or b"WORLD_SIZE" in data:
         group += [i for n in _ENV for i in _positions(data, n)]
     return [("xmp.spawn", spawn), ("torch_xla.launch", launch), ("mp.spawn", mp), ("process group", group)]

@@ -23,9 +23,26 @@ class FileSetup:
     excluded: bool = False
 
 
+# The editor asks about the same repository at every keystroke: its model (pipeline/repository_facts.py) is built
+# again, reading only the files whose size or mtime changed, once it is this many seconds old.
+MODEL_MAX_AGE = 5.0
+
+
 class Checker:
     def __init__(self) -> None:
         self._setups: dict = {}
+
+    @staticmethod
+    def _with_repository(path: str, settings):
+        """The settings with what the repository model says about the file (the programs that run it, across files)."""
+        from neuron_migrate.pipeline.repository_facts import repository_facts
+
+        try:
+            outside = repository_facts([path], (), None, MODEL_MAX_AGE)
+        except Exception:  # noqa: BLE001 - the model is an aid: without it the file is judged alone
+            outside = {}
+        settings.outside = outside or None
+        return settings
 
     def reload(self) -> None:
         self._setups.clear()
@@ -85,7 +102,7 @@ class Checker:
         if s.excluded:
             return [], None
         try:
-            result = check_text(text, path, s.ruleset, s.settings)
+            result = check_text(text, path, s.ruleset, self._with_repository(path, s.settings))
         except AnalysisError as exc:
             return [], str(exc)
         except RecursionError:
@@ -129,6 +146,7 @@ class Checker:
         settings = s.settings
         if unsafe is not None:
             settings = Settings(device_style=settings.device_style, unsafe_fixes=unsafe, table_path=settings.table_path)
+        settings = self._with_repository(path, settings)
         try:
             out = fix_text(text, path, s.ruleset, settings)
         except (AnalysisError, FixError, RecursionError):

@@ -379,3 +379,16 @@ def test_nm406_and_nm105_follow_bases_and_functions_in_other_files(tmp_path):
     fixed = _rewritten(root / "pkg/trainer.py")
     assert '+        self.c3 = torch.compile(self.step_fn, backend="neuron")' in fixed, fixed
     assert "+        self.c1 = torch.compile(self.step_fn, fullgraph=False)" in fixed
+
+
+def test_the_editor_server_reads_the_repository_of_the_buffer(sys_path_repo):
+    from neuron_migrate.server.core import Checker
+
+    base = sys_path_repo / "examples/train_base.py"
+    checker = Checker()
+    findings, error = checker.check(base.read_text(), str(base))
+    assert error is None
+    messages = [f.message for f in findings if f.rule.code == "NM112"]
+    assert messages and not any("single-device program" in m for m in messages), messages
+    fixed = checker.fix_all(base.read_text(), str(base), unsafe=True)
+    assert "_neuron_world_size()" in fixed and '    print("epoch begin")' not in fixed

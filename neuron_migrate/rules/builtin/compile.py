@@ -298,6 +298,8 @@ def compile_static_shapes(site, ctx):
         `fullgraph=False`: the forward and loss are compiled, backward runs through AOTAutograd's compiled
         backward, and the optimizer step is compiled as its own graph. For one forward graph, compile the model
         instead (`model = torch.compile(model, backend="neuron")`) and call the step eagerly ({COMPILE_ABOUT}).
+        The compiled function is found where Python would find it: a def of the file, `self.step_fn` in the class or
+        its bases, and a base class or function imported from another file of the repository (the repository model).
     """,
     examples=[("@torch.compile(backend=\"neuron\", fullgraph=True)\ndef step(x, y):\n    opt.zero_grad()\n    loss_fn(model(x), y).backward()\n    opt.step()",
                "@torch.compile(backend=\"neuron\", fullgraph=False)\ndef step(x, y):\n    opt.zero_grad()\n    loss_fn(model(x), y).backward()\n    opt.step()")],
