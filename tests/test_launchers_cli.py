@@ -132,3 +132,21 @@ def test_pre_commit_hooks_pass_exactly_the_files_discovery_knows():
         rx = re.compile(hook["files"])
         for n in names:
             assert bool(rx.search(n)) == _wanted(n.rsplit("/", 1)[-1]), (hook["id"], n)
+
+
+def test_a_refused_file_is_told_what_to_do_not_what_was_done(tmp_path):
+    """NM500 refuses a launcher or job file: its other findings say what to do by hand, never "removed" (issue 38)."""
+    broken = "#!/bin/bash\nexport XLA_IR_DEBUG=1\nexport NEURONCORE_NUM_DEVICES=2\nif [ \"$X\" = 1 ; then\n  python train.py\n"
+    good = "#!/bin/bash\nexport XLA_IR_DEBUG=1\npython train.py\n"
+    (tmp_path / "run.sh").write_text(broken)
+    (tmp_path / "ok.sh").write_text(good)
+    out = json.loads(_run("audit", "-f", "json", ".", cwd=tmp_path).stdout)
+    by_file: dict = {}
+    for f in out:
+        by_file.setdefault(Path(f["location"]["path"]).name, []).append(f)
+    refused = [f for f in by_file["run.sh"] if f["code"] != "NM500"]
+    assert [f["code"] for f in by_file["run.sh"]].count("NM500") == 1 and len(refused) == 2
+    assert all("removed" not in f["message"] and f["fix"] is None for f in refused), refused
+    assert "XLA_IR_DEBUG is read only by torch_xla / the XLA flow: remove it by hand" in refused[0]["message"]
+    # the same variable in a file that is rewritten: the fix removes it, and the message says so
+    assert [f["message"].split(";")[0] for f in by_file["ok.sh"]] == ["XLA_IR_DEBUG is read only by torch_xla / the XLA flow: removed"]

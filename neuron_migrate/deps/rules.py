@@ -133,7 +133,7 @@ def torch_xla_dependency(site, ctx):
         return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron; remove it by hand (only entry of its list)")
     fx = ctx.fixer()
     fx.delete(*delete)
-    return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron: removed", fix=fx.build())
+    return ctx.finding(site, f"{site.data['text']}: torch-xla is not used by TorchNeuron: {ctx.did('removed', 'remove it')}", fix=fx.build())
 
 
 # -- NM602 --------------------------------------------------------------------------------------------
@@ -170,7 +170,8 @@ def torch_neuronx_family(site, ctx):
         fx.replace(a, b, f"=={tf}.*")
         what = (f"XLA-era {site.data['text']}" if nf else f"{site.data['text']} (a range that also allows other families)"
                 if site.data["spec"] else "torch-neuronx without a version")
-        return ctx.finding(site, f"{what}: pinned to torch-neuronx=={tf}.*, the family built for torch {FAMILIES[tf]} (the torch pin here)",
+        pinned = ctx.did(f"pinned to torch-neuronx=={tf}.*", f"pin it to torch-neuronx=={tf}.*")
+        return ctx.finding(site, f"{what}: {pinned}, the family built for torch {FAMILIES[tf]} (the torch pin here)",
                            fix=fx.build(), note=f"source: {RELEASE_NOTES}")
     if nf and _legacy(nf) and tf in (None, ""):
         fx = ctx.fixer("unsafe")

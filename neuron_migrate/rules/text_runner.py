@@ -117,6 +117,16 @@ class TextCtx:
             span = at
         return Finding(rule=self.rule, path=self.doc.path, span=span, message=message, fix=fix, note=note)
 
+    @property
+    def rewritten(self) -> bool:
+        """Is this file rewritten at all? Not when its parse reported a region it could not read (NM500, NM600):
+        then no fix is applied, and a message says what to do, not what was done."""
+        return not self.doc.problems
+
+    def did(self, done: str, todo: str) -> str:
+        """`done` ("removed") where the fix is applied; else `todo` ("remove it") by hand, and why."""
+        return done if self.rewritten else f"{todo} by hand (not done here: this file is not rewritten, its syntax could not be read)"
+
     def fixer(self, safety: Optional[str] = None) -> "TextFixBuilder":
         default = self.rule.fix_safety if self.rule else FixSafety.SAFE
         return TextFixBuilder(self.doc, FixSafety(safety) if safety else (default if default != FixSafety.NONE else FixSafety.UNSAFE))

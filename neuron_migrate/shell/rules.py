@@ -123,8 +123,9 @@ def xla_env_launcher(site, ctx):
     fx = ctx.fixer()
     fx.delete(*delete)
     if what == "launch":
-        return ctx.finding(site, f"{site.key} (the process count of xmp.spawn) is now torchrun --nproc_per_node: removed", fix=fx.build())
-    return ctx.finding(site, f"{site.key} is read only by torch_xla / the XLA flow: removed{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
+        return ctx.finding(site, f"{site.key} (the process count of xmp.spawn) is now torchrun --nproc_per_node: "
+                                 f"{ctx.did('removed', 'remove it')}", fix=fx.build())
+    return ctx.finding(site, f"{site.key} is read only by torch_xla / the XLA flow: {ctx.did('removed', 'remove it')}{extra}", fix=fx.build())  # source: the rule docs (ENV_DOC)
 
 
 # -- NM502 ---------------------------------------------------------------------------------------------
@@ -169,8 +170,8 @@ def neuron_parallel_compile(site, ctx):
     if script and later and site.data.get("delete"):
         fx = ctx.fixer()
         fx.delete(*site.data["delete"])
-        return ctx.finding(site, f"neuron_parallel_compile pre-compiles XLA graphs: removed, the run of {script} below compiles "
-                                 "and caches on first use", fix=fx.build(), note=_PRECOMPILE_NOTE)
+        return ctx.finding(site, f"neuron_parallel_compile pre-compiles XLA graphs: {ctx.did('removed', 'remove the command')}, "
+                                 f"the run of {script} below compiles and caches on first use", fix=fx.build(), note=_PRECOMPILE_NOTE)
     why = ("it is the only run of the script here, so it is a compile-only job" if not later else
            "it cannot be removed without leaving invalid shell")
     return ctx.finding(site, f"neuron_parallel_compile (XLA graph pre-compilation) does not exist for TorchNeuron; {why}: "
@@ -408,5 +409,5 @@ def spawn_launch_torchrun(site, ctx):
             fx.replace(start, end, f"{q}torchrun{q}\n{prefix}{q}--nproc_per_node={n}{q}\n{prefix}")
     else:
         fx.replace(start, end, f"torchrun --nproc_per_node={n} ")
-    return ctx.finding(site, f"{facts['script']} started its workers with xmp.spawn: launched with torchrun --nproc_per_node={n} "
-                             f"(N: {source})", fix=fx.build(), note=note)
+    launched = ctx.did(f"launched with torchrun --nproc_per_node={n}", f"launch it with torchrun --nproc_per_node={n}")
+    return ctx.finding(site, f"{facts['script']} started its workers with xmp.spawn: {launched} (N: {source})", fix=fx.build(), note=note)
