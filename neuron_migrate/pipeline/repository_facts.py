@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Optional
 
 _PYTHON = (".py", ".pyi")
-FACTS = 1  # the layout of a facts cache file
+FACTS = 2  # the layout of a facts cache file (2: "closed" classes)
 # root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
 _KNOWN: dict = {}
 TIMINGS: dict = {}  # root -> seconds its last model build took (NEURON_MIGRATE_MODEL_TIME reports them)

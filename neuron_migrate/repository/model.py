@@ -14,6 +14,10 @@ the changed ones). What it answers, per module: the launch modes of every progra
   "process group" (init_process_group, DDP/FSDP, torchrun's environment variables). What another module does
   only under its own `__main__` guard does not count for a program that imports it. No mode: "single".
 
+A module's *closed* classes are those no other repository file imports (by name, by star, or through the whole
+module): no subclass elsewhere can override their methods, so a rewrite may follow a value from one method into
+another (NM130's loader stored on `self`, NM144's tracker handed to `self._train_update`).
+
 A module's modes are the union over the programs that reach it; any mode but "single" means the module runs in a
 distributed program somewhere, so no per-file decision may treat it as single-process.
 """
@@ -120,6 +124,8 @@ def _read(path: str) -> Optional[bytes]:
 class RepositoryModel:
     """The model of one repository (see the module docstring). `records` maps each file's path relative to the
     root to [kind, stat signature, scan record]; `facts(path)` is what the rules of a file get."""
+
+    _importers = None  # {file: names other files import from it ("*": all of them)}, made when first asked
 
     def __init__(self, root: str, records: dict):
         self.root = root
@@ -347,7 +353,8 @@ class RepositoryModel:
         """What the rules of one file learn from the repository, as plain data (None: nothing):
         "modes": `modes_of`; "training": for names this file imports from other repository files, the training-step
         calls of those defs and of the methods of those classes (their bases' included), keyed "name" and
-        "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step)."""
+        "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step);
+        "closed": the file's top-level classes that no other repository file imports (NM130, NM144)."""
         rel = self.rel(path)
         if rel is None or rel not in self.py:
             return None
@@ -359,6 +366,9 @@ class RepositoryModel:
             training = self._imported_training(rel)
             if training:
                 out["training"] = training
+        closed = self._closed_classes(rel)
+        if closed:
+            out["closed"] = closed
         return out or None
 
     def all_facts(self) -> dict:
@@ -369,6 +379,40 @@ class RepositoryModel:
             if facts:
                 out[rel] = facts
         return out
+
+    def _closed_classes(self, rel: str) -> list:
+        """The classes of `rel` that no other repository file imports (by name, with a star, or through its module):
+        no subclass of them can override a method elsewhere, so a rewrite may follow a value from one method of
+        such a class into another."""
+        classes = self.py[rel].get("c", {})
+        if not classes:
+            return []
+        if self._importers is None:
+            index: dict = {}
+            for other, (kind, _sig, rec) in self.records.items():
+                if kind != "py":
+                    continue
+                for imp in rec.get("i", ()):
+                    level, module, names = imp[0], imp[1], imp[2]
+                    if not module:  # `from . import a, b`: the package's names, or its submodules imported whole
+                        for f in self.resolve(other, level, module, names):
+                            index.setdefault(f, set()).add("*" if not f.endswith("__init__.py") else "")
+                            if f.endswith("__init__.py"):
+                                index[f].update(n for n, _l in names or ())
+                        continue
+                    files = self.resolve(other, level, module)
+                    if not files:
+                        continue
+                    index.setdefault(files[-1], set()).update(["*"] if names is None else [n for n, _l in names])
+                    for n, _l in names or ():
+                        sub = self.resolve(other, level, f"{module}.{n}")
+                        if sub and sub[-1] != files[-1]:
+                            index.setdefault(sub[-1], set()).add("*")  # `from pkg import module`
+            self._importers = index
+        imported = self._importers.get(rel, set())
+        if "*" in imported:
+            return []
+        return sorted(c for c in classes if c not in imported)
 
     def _imported_training(self, rel: str) -> dict:
         out: dict = {}

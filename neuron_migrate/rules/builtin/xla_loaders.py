@@ -241,6 +241,87 @@ def _device_visible_in(device, fn) -> bool:
     return isinstance(root, ast.Name) and not _binds(fn, root.id)
 
 
+def _function_around(node, a):
+    up = a.parent_of.get(node)
+    while up is not None and not isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)):
+        up = a.parent_of.get(up)
+    return up if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def closed_class_of(method, ctx):
+    """The class that `method` (a def directly in its body) belongs to, when no subclass of it can exist: the
+    repository model says no other file imports it and no class of this file derives from it. Else None."""
+    a = ctx.analysis
+    cls = a.parent_of.get(method)
+    if not (isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(cls, ast.ClassDef)
+            and method.args.args and not method.decorator_list):
+        return None
+    if cls.name not in (getattr(a, "outside", None) or {}).get("closed", ()):
+        return None
+    for n in walk(a.tree):
+        if isinstance(n, ast.ClassDef) and n is not cls and any(
+                (isinstance(b, ast.Name) and b.id == cls.name) or (isinstance(b, ast.Attribute) and b.attr == cls.name)
+                for b in n.bases):
+            return None
+    return cls
+
+
+def _attribute_loader_loops(target, site, ctx, device):
+    """`self.loader = pl.MpDeviceLoader(loader, self.device)` in a method of a class no subclass can extend, where
+    every use of `self.loader` is a loop's iterable, len(), or an argument of another method of the class that only
+    iterates that parameter: the loops, where the batch is moved to `self.device` (which the class sets once).
+    Else None (the loader keeps a wrapper object)."""
+    a = ctx.analysis
+    assign = a.parent_of.get(target)
+    if not (isinstance(assign, ast.Assign) and assign.value is target and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Attribute) and isinstance(assign.targets[0].value, ast.Name)):
+        return None
+    attr = assign.targets[0]
+    cls = closed_class_of(site.scope.node, ctx)
+    me = attr.value.id
+    if cls is None or site.scope.node.args.args[0].arg != me:
+        return None
+    if not (isinstance(device, ast.Attribute) and isinstance(device.value, ast.Name) and device.value.id == me):
+        return None
+    methods: dict = {}
+    for n in cls.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if n.name in methods:
+                return None
+            methods[n.name] = n
+    device_stores, loops = 0, []
+    for n in walk(a.tree):
+        if isinstance(n, ast.Attribute) and n.attr == device.attr and not isinstance(n.ctx, ast.Load):
+            device_stores += 1
+        if not (isinstance(n, ast.Attribute) and n.attr == attr.attr) or n is attr:
+            continue
+        fn = _function_around(n, a)
+        if not (isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == me and fn is not None
+                and a.parent_of.get(fn) is cls and fn.args.args and fn.args.args[0].arg == me):
+            return None
+        loop = _loop_over(n, site, ctx)
+        if loop is not None:
+            loops.append(loop)
+            continue
+        parent = a.parent_of.get(n)
+        if _builtin_call(parent, "len", a, site.scope) and len(parent.args) == 1:
+            continue
+        if not (isinstance(parent, ast.Call) and n in parent.args and not has_star_args(parent)
+                and isinstance(parent.func, ast.Attribute) and isinstance(parent.func.value, ast.Name)
+                and parent.func.value.id == me and parent.func.attr in methods):
+            return None
+        callee = methods[parent.func.attr]
+        params = [*callee.args.posonlyargs, *callee.args.args]
+        index = parent.args.index(n) + 1
+        if callee.decorator_list or index >= len(params) or params[0].arg != me:
+            return None
+        inner = _param_uses(callee, params[index].arg, site, ctx)
+        if inner is None:
+            return None
+        loops.extend(inner)
+    return loops if loops and device_stores == 1 else None
+
+
 def _named_parallel_loader(call, site, ctx):
     """(assignment, [`name.per_device_loader(d)` calls]) when `name = pl.ParallelLoader(loader, devices)` is only
     ever used as `name.per_device_loader(d)` after it, in this scope, and `loader` is a plain name this scope does
@@ -388,8 +469,16 @@ def _dropped_options(call, ctx) -> list[str]:
         (a batch bound to one name becomes `batch = _batch_to_device(batch, device)`, an inserted function that
         moves the tensors inside lists, tuples and dicts). This applies where every use of the loader is visible:
         the call is a loop's iterable (also through `enumerate`), or it is assigned to a name that this function
-        only iterates in `for` loops or passes to `len()`. The unpacked names are assumed to be tensors, as in
-        `(data, target)` batches. A loader that escapes (returned, passed on, stored on `self`) becomes
+        only iterates in `for` loops or passes to `len()`. A loader stored on the object (`self.train_device_loader =
+        pl.MpDeviceLoader(loader, self.device)` in `__init__`) and handed to another method that iterates it
+        (`self.train_loop_fn(self.train_device_loader, epoch)`, also through `itertools.islice`) becomes the plain
+        loader too, with the batch moved to `self.device` where that method unpacks it, when no subclass can
+        override those methods: the repository model says no other file imports the class, and no class of the file
+        derives from it. The unpacked names are assumed to be tensors, as in
+        `(data, target)` batches. Also named: `para = pl.ParallelLoader(loader, [device])` with
+        `para.per_device_loader(device)` called later (each call becomes the plain loader), and a loop in a local
+        `train_loop_fn(loader)` the loader is handed to. A loader that escapes (returned, passed on, stored on
+        `self` of a class that other files import) becomes
         `_DeviceLoader(loader, device)`, a small inserted class that iterates the loader with each batch moved
         and keeps `len()`. `pl.ParallelLoader(loader, [device]).per_device_loader(device)` is treated the same.
         The prefetch options (`device_prefetch_size`, `loader_prefetch_size`, `batches_per_execution`,
@@ -449,6 +538,8 @@ def mp_device_loader(site, ctx):
     note = "; ".join(dropped)
     fx = ctx.fixer()
     loops = _loader_loops(target, site, ctx, device)
+    if loops is None:
+        loops = _attribute_loader_loops(target, site, ctx, device)
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):

@@ -5,6 +5,7 @@ import ast
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.xla_loaders import closed_class_of
 from neuron_migrate.rules.builtin.xla_misc import XM, _isinstance_or_base, _nested_mentions, _scope_body_nodes
 from neuron_migrate.rules.helpers import HELPERS, Helper
 
@@ -256,11 +257,15 @@ def _plain_tracker_fix(site, ctx):
             continue
         passed = _passed_to(n, ctx, scope)
         if passed is None:
-            return None
-        fname, index = passed
-        fn = _only_binding(a.tree, fname.id)
-        if fn is None or a.parent_of.get(fn) not in (a.tree, scope_node) or not _only_called_with(fn.name, index, name, scope, ctx):
-            return None
+            method = _passed_to_method(n, ctx, scope)
+            if method is None:
+                return None
+            fn, index = method
+        else:
+            fname, index = passed
+            fn = _only_binding(a.tree, fname.id)
+            if fn is None or a.parent_of.get(fn) not in (a.tree, scope_node) or not _only_called_with(fn.name, index, name, scope, ctx):
+                return None
         if (fn, index) in done_params:
             continue
         done_params.add((fn, index))
@@ -279,6 +284,37 @@ def _plain_tracker_fix(site, ctx):
     for node, text in edits:
         fx.replace(node, text)
     return fx
+
+
+def _passed_to_method(use, ctx, scope):
+    """(method def, parameter index) when `use` is passed, positionally, to `self.method(...)` (directly or through
+    `xm.add_step_closure(self.method, args=(...))`) from a method of a class no subclass can extend, and that is the
+    only mention of `.method` in the file. Else None."""
+    a = ctx.analysis
+    cls = closed_class_of(scope.node, ctx)
+    if cls is None:
+        return None
+    me = scope.node.args.args[0].arg
+    call = a.parent_of.get(use)
+    if isinstance(call, ast.Call) and use in call.args and not has_star_args(call):
+        func, index = call.func, call.args.index(use)
+    else:
+        seq = a.parent_of.get(use)
+        closure = _call_of_argument(seq, a)
+        if not (isinstance(seq, (ast.Tuple, ast.List)) and isinstance(closure, ast.Call)
+                and a.resolve(closure.func, scope, count_use=False) == f"{XM}.add_step_closure"):
+            return None
+        if has_star_args(closure) or any(isinstance(e, ast.Starred) for e in seq.elts) or kwarg(closure, "args", 1) is not seq:
+            return None
+        func, index = kwarg(closure, "closure", 0), seq.elts.index(use)
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == me):
+        return None
+    defs = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func.attr]
+    if len(defs) != 1 or defs[0].decorator_list or not defs[0].args.args or defs[0].args.args[0].arg != me:
+        return None
+    if sum(1 for n in walk(a.tree) if isinstance(n, ast.Attribute) and n.attr == func.attr) != 1:
+        return None  # the method is named elsewhere too: every caller would have to pass this tracker
+    return defs[0], index + 1
 
 
 def _binds_param(fn, name: str) -> bool:
@@ -334,7 +370,8 @@ def _only_called_with(fname: str, index: int, name: str, scope, ctx) -> bool:
         `tracker = xm.RateTracker()` (no arguments) is assigned once in a function and every use of it in the
         file is `tracker.add(n)` as a statement, `tracker.rate()` or `tracker.global_rate()`, in that function
         or in a function of this file that it is passed to (directly or through `xm.add_step_closure(fn,
-        args=(..., tracker, ...))`) and that uses the parameter only that way, the tracker becomes
+        args=(..., tracker, ...))`), or in a method of its class called as `self.method(...)` when no subclass can
+        override it (the repository model says no other file imports the class), and that uses the parameter only that way, the tracker becomes
         `SimpleNamespace(start=time.time(), seen=0)`, `add(n)` becomes `tracker.seen += n`, and both rates become
         `tracker.seen / (time.time() - tracker.start)`. That is torch_xla's `global_rate()` (except that an
         elapsed time of exactly zero divides by zero where torch_xla returned 0.0); `rate()` loses its smoothing
