@@ -183,7 +183,7 @@ def test_every_xla_fsdp_and_spmd_site_has_a_plan():
     root = NXD.parent
     cases = [(root / "xla_fsdp" / "train_fsdp.py", ("torch_xla.distributed.fsdp",), {"NM151", "NM141"}, ("fully_shard", "torch.distributed.fsdp")),
              (root / "xla_spmd" / "train_spmd.py", ("torch_xla.distributed.spmd", "torch_xla.experimental.spmd_fully_sharded_data_parallel"),
-              {"NM150"}, ("init_device_mesh", "distribute_tensor", "fully_shard"))]
+              {"NM150"}, ("init_device_mesh", "distribute_tensor", "fully_shard", "DeviceMesh", "torchrun", "get_world_size"))]
     for path, prefixes, codes, plan_words in cases:
         text, findings = _findings(path)
         expected = _lines_using(text, prefixes, imports=False)
@@ -198,3 +198,31 @@ def test_every_xla_fsdp_and_spmd_site_has_a_plan():
     lines = text.splitlines()
     spmd = {f.span.line for f in findings if f.rule.code == "NM150"}
     assert {i + 1 for i, ln in enumerate(lines) if "xr.use_spmd()" in ln or "global_runtime_device_count" in ln} <= spmd
+
+
+def test_spmd_plans_are_written_from_the_call():
+    from neuron_migrate.rules.builtin.xla_spmd import spec_placements
+
+    names = ("data", "model")
+    assert spec_placements(("model", None), names) == ["Replicate()", "Shard(0)"]  # rows split over "model"
+    assert spec_placements((None, "model"), names) == ["Replicate()", "Shard(1)"]
+    assert spec_placements(("data", None), names) == ["Shard(0)", "Replicate()"]
+    assert spec_placements(("data", "model"), names) == ["Shard(0)", "Shard(1)"]
+    assert spec_placements((("data", "model"), None), names) == ["Shard(0)", "Shard(0)"]  # one dim over both axes
+    assert spec_placements((None, 1), (0, 1)) == ["Replicate()", "Shard(1)"]  # mesh axes by index
+    assert spec_placements(("expert", None), names) is None  # not an axis of this mesh
+    assert spec_placements(("model", "model"), names) is None  # one mesh axis cannot split two tensor dims
+    text, findings = _findings(NXD.parent / "xla_spmd" / "train_spmd.py")
+    lines = text.splitlines()
+    by_line = {f.span.line: f.message for f in findings if f.rule.code == "NM150"}
+
+    def msg(snippet):
+        return by_line[next(i + 1 for i, ln in enumerate(lines) if snippet in ln)]
+
+    assert 'init_device_mesh("neuron", (num_devices // 2, 2), mesh_dim_names=("data", "model"))' in msg("mesh = xs.Mesh(")
+    assert "distribute_tensor(model[0].weight, mesh, [Replicate(), Shard(0)])" in msg("xs.mark_sharding(model[0].weight")
+    assert "ColwiseParallel()" in msg("xs.mark_sharding(model[0].weight")
+    assert "RowwiseParallel()" in msg("xs.mark_sharding(model[2].weight")
+    assert "distribute_tensor(x, mesh, [Shard(0), Replicate()])" in msg("xs.mark_sharding(x, mesh")
+    assert "fully_shard" in msg("wrapped = FSDPv2(")
+    assert "dist.get_world_size()" in msg("num_devices = xr.global_runtime_device_count()")

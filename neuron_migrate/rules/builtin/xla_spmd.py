@@ -1,0 +1,178 @@
+"""XLA SPMD (NM150): every use reported with its DTensor plan, and for `xs.Mesh` and `xs.mark_sharding` the plan
+written out from the call's own arguments (the mesh shape and names, the placements a partition spec means).
+
+XLA SPMD is single-controller: one process drives every device and shards tensors by annotation. Native
+torch.distributed is one process per NeuronCore (torchrun) with DTensor, so data loading, seeding and checkpointing
+change with the process model: nothing is rewritten.
+"""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.rules.api import kwarg, rule
+
+SPMD_MODULES = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding",
+                "torch_xla.experimental.spmd_fully_sharded_data_parallel")
+RUNTIME = {
+    "torch_xla.runtime.use_spmd": "delete it: run one process per NeuronCore under torchrun with dist.init_process_group(\"neuron\")",
+    "torch_xla.runtime.is_spmd": "False: there is no single-controller mode (one process per NeuronCore)",
+    "torch_xla.runtime.global_runtime_device_count": "dist.get_world_size() (one process per NeuronCore)",
+    "torch_xla.runtime.addressable_runtime_device_count": "int(os.environ[\"LOCAL_WORLD_SIZE\"]) (processes on this host, set by torchrun)",
+}
+_GENERAL = ("rewrite with one process per NeuronCore (torchrun) and DTensor: mesh = init_device_mesh(\"neuron\", shape, "
+            "mesh_dim_names=...), distribute_tensor(t, mesh, placements) / fully_shard / parallelize_module")
+PLANS = {
+    "Mesh": "init_device_mesh(\"neuron\", mesh_shape, mesh_dim_names=axis_names)",
+    "HybridMesh": "init_device_mesh(\"neuron\", (hosts, per_host), mesh_dim_names=...) (the outer dimension across hosts)",
+    "get_1d_mesh": "init_device_mesh(\"neuron\", (world_size,), mesh_dim_names=(name,))",
+    "set_global_mesh": "keep the DeviceMesh in a variable (or module global) and pass it where it is used",
+    "get_global_mesh": "the DeviceMesh variable the program built with init_device_mesh",
+    "mark_sharding": "distribute_tensor(t, mesh, placements) (placements per mesh dimension: the partition spec inverted)",
+    "mark_sharding_with_gradients": "distribute_tensor(t, mesh, placements) (DTensor gradients keep the placements)",
+    "clear_sharding": "dtensor.full_tensor() or dtensor.redistribute(mesh, [Replicate()] * mesh.ndim)",
+    "enable_manual_sharding": "dtensor.to_local() (the local shard), or torch.distributed.tensor.experimental.local_map",
+    "disable_manual_sharding": "DTensor.from_local(local, mesh, placements)",
+    "xla_distribute_tensor": "torch.distributed.tensor.distribute_tensor(t, mesh, placements)",
+    "xla_distribute_module": "torch.distributed.tensor.distribute_module(module, mesh, partition_fn, input_fn, output_fn)",
+    "apply_backward_optimization_barrier": "delete it: an XLA compiler hint",
+    "XLAShardedTensor": "torch.distributed.tensor.DTensor",
+    "ShardingSpec": "a list of placements (Shard(dim) / Replicate()) per mesh dimension",
+    "ShardingType": "DTensor placements (Shard / Replicate / Partial)",
+    "SpmdFullyShardedDataParallel": ("FSDP2: fully_shard(block, mesh=mesh[\"data\"]) on each block, then fully_shard(model, "
+                                     "mesh=mesh[\"data\"]) (torch.distributed.fsdp)"),
+}
+
+
+def _mesh_names(call: ast.Call, ctx) -> tuple | None:
+    """The axis names of the mesh a mark_sharding call uses, when its argument is a name assigned once in the file
+    from xs.Mesh(..., axis_names) with literal names; None otherwise."""
+    mesh = kwarg(call, "mesh", 1)
+    if not isinstance(mesh, ast.Name):
+        return None
+    found = []
+    for node in ast.walk(ctx.analysis.tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == mesh.id for t in node.targets):
+            found.append(node.value)
+    if len(found) != 1 or not isinstance(found[0], ast.Call):
+        return None
+    names = kwarg(found[0], "axis_names", 2)
+    try:
+        value = ast.literal_eval(names) if names is not None else None
+    except ValueError:
+        return None
+    return tuple(value) if isinstance(value, (tuple, list)) and all(isinstance(n, str) for n in value) else None
+
+
+def spec_placements(spec, mesh_names) -> list[str] | None:
+    """The DTensor placements (one per mesh dimension) that an XLA partition spec means.
+
+    `spec[d]` names the mesh axis (by name or index; a tuple for several) that tensor dimension d is split over, or
+    None; placements go the other way: for each mesh dimension, Shard(d) of the tensor dimension split over it, else
+    Replicate(). Returns None when the spec cannot be read (unknown name, an axis used twice).
+    """
+    ndim = len(mesh_names)
+    placements = ["Replicate()"] * ndim
+    for d, entry in enumerate(spec):
+        axes = entry if isinstance(entry, (tuple, list)) else (entry,)
+        for axis in axes:
+            if axis is None:
+                continue
+            i = mesh_names.index(axis) if isinstance(axis, str) and axis in mesh_names else axis if isinstance(axis, int) else None
+            if i is None or not 0 <= i < ndim or placements[i] != "Replicate()":
+                return None
+            placements[i] = f"Shard({d})"
+    return placements
+
+
+def _mark_sharding_plan(call: ast.Call, ctx) -> str:
+    spec_node = kwarg(call, "partition_spec", 2)
+    try:
+        spec = ast.literal_eval(spec_node) if spec_node is not None else None
+    except ValueError:
+        spec = None
+    if not isinstance(spec, (tuple, list)):
+        return PLANS["mark_sharding"]
+    names = _mesh_names(call, ctx)
+    if names is None:
+        if not all(isinstance(a, int) or a is None for e in spec for a in (e if isinstance(e, (tuple, list)) else (e,))):
+            return PLANS["mark_sharding"] + "; the mesh's axis names are not known here: map each name to its mesh dimension"
+        names = tuple(range(1 + max([a for e in spec for a in (e if isinstance(e, (tuple, list)) else (e,)) if a is not None],
+                                    default=0)))
+    placements = spec_placements(spec, names)
+    if placements is None:
+        return PLANS["mark_sharding"] + "; the partition spec could not be read: write the placements by hand"
+    tensor = ctx.src(kwarg(call, "t", 0)) if kwarg(call, "t", 0) is not None else "t"
+    mesh = ctx.src(kwarg(call, "mesh", 1)) if kwarg(call, "mesh", 1) is not None else "mesh"
+    dims = ", ".join(str(n) for n in names)
+    hint = ""
+    if placements.count("Replicate()") == len(placements) - 1 and tensor.endswith(".weight"):
+        sharded = next(p for p in placements if p != "Replicate()")
+        style = {"Shard(0)": "ColwiseParallel()", "Shard(1)": "RowwiseParallel()"}.get(sharded)
+        if style:
+            hint = f"; for an nn.Linear weight that is {style} on that mesh dimension in a parallelize_module plan"
+    return (f"distribute_tensor({tensor}, {mesh}, [{', '.join(placements)}]) (one placement per mesh dimension {dims}; "
+            f"under torchrun each rank then holds its shard){hint}; an input batch: each rank loads its own slice instead")
+
+
+def _mesh_plan(call: ast.Call, ctx) -> str:
+    shape = kwarg(call, "mesh_shape", 1)
+    names = kwarg(call, "axis_names", 2)
+    ids = kwarg(call, "device_ids", 0)
+    text = f"init_device_mesh(\"neuron\", {ctx.src(shape) if shape is not None else 'mesh_shape'}"
+    if names is not None:
+        text += f", mesh_dim_names={ctx.src(names)}"
+    text += ") (torch.distributed.device_mesh; ranks in order"
+    ids_src = ctx.src(ids) if ids is not None else ""
+    if ids is not None and not any(k in ids_src for k in ("arange", "range(")):
+        text += "; device_ids in another order: DeviceMesh(\"neuron\", torch.tensor(device_ids).reshape(mesh_shape), mesh_dim_names=...)"
+    return text + ")"
+
+
+@rule(
+    code="NM150",
+    name="xla-spmd",
+    summary="XLA SPMD (single-controller sharding annotations) has no TorchNeuron equivalent; use DTensor",
+    fix="none",
+    severity="error",
+    triggers=[(kind, q) for m in SPMD_MODULES for q in (f"{m}.*",) for kind in ("call", "ref", "store", "import")]
+    + [(kind, q) for q in RUNTIME for kind in ("call", "ref", "store", "import")],
+    docs="""
+        XLA SPMD runs one process that drives every device and shards tensors by annotation
+        (`xs.mark_sharding(t, mesh, partition_spec)`, `xr.use_spmd()`, FSDPv2). TorchNeuron runs one process per
+        NeuronCore and supports DTensor, FSDP and tensor parallelism
+        (https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst):
+        build the mesh with `torch.distributed.device_mesh.init_device_mesh("neuron", shape, mesh_dim_names=...)`,
+        shard with `distribute_tensor(t, mesh, placements)`, `fully_shard` (FSDP2) or `parallelize_module`. Data
+        loading, seeding and checkpointing change with the process model, so every SPMD call is reported.
+
+        The finding writes the plan from the call where it can: `xs.Mesh(ids, (4, 2), ("data", "model"))` →
+        `init_device_mesh("neuron", (4, 2), mesh_dim_names=("data", "model"))`; `xs.mark_sharding(w, mesh,
+        ("model", None))` → `distribute_tensor(w, mesh, [Replicate(), Shard(0)])`. A partition spec says, per
+        tensor dimension, which mesh axis splits it; DTensor placements say, per mesh dimension, which tensor
+        dimension it splits (`Shard(d)`) or that it replicates: the inverse. For an `nn.Linear` weight, `Shard(0)`
+        on one mesh dimension is `ColwiseParallel()` and `Shard(1)` is `RowwiseParallel()` in a
+        `parallelize_module` plan. `SpmdFullyShardedDataParallel` (FSDPv2) becomes FSDP2 `fully_shard` over the
+        data axis. `xr.use_spmd()` goes (torchrun starts the processes); `xr.global_runtime_device_count()` is
+        `dist.get_world_size()`. Unverified on a Trainium host.
+    """,
+    examples=[("xr.use_spmd()", None),
+              ("import torch_xla.distributed.spmd as xs\nmesh = xs.Mesh(np.arange(8), (4, 2), (\"data\", \"model\"))\n"
+               "xs.mark_sharding(w, mesh, (\"model\", None))", None)],
+)
+def xla_spmd(site, ctx):
+    if site.kind == "store":
+        return ctx.finding(site, f"`{ctx.src(site.node)}` is assigned (monkey-patched): migrate by hand")
+    if site.key in RUNTIME:
+        if site.kind == "import":
+            return ctx.finding(site, f"`{site.key}` is XLA SPMD: {_GENERAL}")
+        return ctx.finding(site, f"`{site.key}` is XLA SPMD -> {RUNTIME[site.key]}")
+    name = site.key.rsplit(".", 1)[1]
+    if site.kind == "call" and name in ("Mesh",):
+        plan = _mesh_plan(site.node, ctx)
+    elif site.kind == "call" and name in ("mark_sharding", "mark_sharding_with_gradients"):
+        plan = _mark_sharding_plan(site.node, ctx)
+    else:
+        plan = PLANS.get(name)
+    if plan is None or site.kind == "import":
+        return ctx.finding(site, f"`{site.key}` is XLA SPMD: {_GENERAL}" + (f"; here: {plan}" if plan and site.kind == "import" else ""))
+    return ctx.finding(site, f"`{site.key}` is XLA SPMD -> {plan}")
