@@ -191,6 +191,7 @@ def _device_module(torch) -> types.ModuleType:
     mod.get_rng_state = lambda device="neuron": torch.get_rng_state()
     mod.set_rng_state = lambda state, device="neuron": torch.set_rng_state(state)
     mod.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
+    mod.is_bf16_supported = lambda including_emulation=True: True  # torch-neuronx neuron.py has it; Trainium has bf16
     return mod
 
 

@@ -192,13 +192,20 @@ def compile_mode(site, ctx):
         `backend="inductor"` generates Triton/C++ for CPU and GPU, `"openxla"` needs torch_xla, `"cudagraphs"`
         needs CUDA. The fix (unsafe: the code then compiles for Neuron only) sets `backend="neuron"`; a backend
         held in a variable or a callable backend is reported, and so is every other backend with
-        `device-style = "accelerator"` (where leaving the backend out keeps the code portable).
+        `device-style = "accelerator"` (where leaving the backend out keeps the code portable). In CUDA code,
+        `torch.compile(model)` with no backend gets `backend="neuron"` too, as the guide writes it (code that names no
+        device is left alone: the backend is auto-selected on a Neuron device), except in code that picks among several
+        backends (a finding: there the backend belongs where the neuron device is picked) and with
+        `device-style = "accelerator"` (left out: portable).
     """,
-    examples=[('model = torch.compile(model, backend="inductor")', 'model = torch.compile(model, backend="neuron")')],
+    examples=[('model = torch.compile(model, backend="inductor")', 'model = torch.compile(model, backend="neuron")'),
+              ('model = torch.compile(model)', 'model = torch.compile(model, backend="neuron")')],
 )
 def compile_backend(site, ctx):
     backend = kwarg(site.call, "backend")
-    if backend is None or (isinstance(backend, ast.Constant) and backend.value == "neuron"):
+    if backend is None:
+        return _no_backend(site, ctx)
+    if isinstance(backend, ast.Constant) and backend.value == "neuron":
         return None
     if not isinstance(backend, ast.Constant) or ctx.settings.device_style == "accelerator":
         return ctx.finding(site, f"torch.compile(backend={ctx.src(backend)}): on TorchNeuron the backend must be 'neuron' "
@@ -207,6 +214,29 @@ def compile_backend(site, ctx):
     fx.replace(backend, '"neuron"')
     return ctx.finding(site, f"torch.compile(backend={ctx.src(backend)}) does not target Neuron: use backend=\"neuron\"",
                        fix=fx.build())
+
+
+def _no_backend(site, ctx):
+    """`torch.compile(model)`: Inductor on CUDA and CPU. In code that targets one device (after migration, neuron) the
+    backend is written out, as the TorchNeuron guide does; in code that picks among several backends, a finding."""
+    call = site.call
+    if ctx.settings.device_style == "accelerator" or any(kw.arg is None for kw in call.keywords):
+        return None  # device-agnostic code leaves the backend to the device
+    from neuron_migrate.program import cached, device_flow
+
+    if not cached(ctx.analysis, "names-cuda", lambda a: any("cuda" in line for line in a.lines)):
+        return None  # code that names no device (or only XLA's, NM1xx's business): the backend is auto-selected on Neuron
+    if device_flow.may_dispatch(ctx.analysis) and device_flow.facts(ctx.analysis).is_dispatch(site.node):
+        return ctx.finding(site, "torch.compile without a backend in code that runs on several backends: Inductor on CUDA "
+                                 "and CPU; on Neuron pass backend=\"neuron\" where the neuron device is picked")
+    fx = ctx.fixer()
+    args = ctx.args_src(call)
+    if "\n" in args or "#" in args:  # a call over several lines: its arguments one after the other
+        args = ", ".join([ctx.src(a) for a in call.args] + [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords])
+    args = args.rstrip().rstrip(",")
+    fx.replace(call, f"{ctx.src(call.func)}({args + ', ' if args else ''}backend=\"neuron\")")
+    return ctx.finding(site, "torch.compile without a backend compiles with Inductor for CUDA/CPU: use backend=\"neuron\"",
+                       fix=fx.build(), note="The TorchNeuron guide writes the backend out: torch.compile(model, backend=\"neuron\").")
 
 
 @rule(

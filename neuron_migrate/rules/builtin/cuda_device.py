@@ -583,7 +583,8 @@ def cuda_is_available(site, ctx):
 
 # -- NM204 ------------------------------------------------------------------------------------------
 # torch.cuda call -> (neuron-style replacement, accelerator-style replacement, value without accelerator)
-# "acc:" = torch.accelerator.<name>, "neuron:" = torch.neuron.<name>, "torch:" = torch.<name>
+# "acc:" = torch.accelerator.<name>, "neuron:" = torch.neuron.<name>, "torch:" = torch.<name>,
+# "devmod:" = torch.get_device_module().<name> (the current accelerator's device module)
 _DEVICE_CALLS = {
     "synchronize": ("acc:synchronize", "acc:synchronize", "None"),
     "device_count": ("acc:device_count", "acc:device_count", None),
@@ -599,13 +600,16 @@ _DEVICE_CALLS = {
     "manual_seed": ("torch:manual_seed", "torch:manual_seed", None),
     "manual_seed_all": ("torch:manual_seed", "torch:manual_seed", None),
     "set_device": ("helper:_neuron_set_device", "helper:_neuron_set_device", None),
+    # torch.accelerator has no such query; the accelerator's device module has (torch.neuron: torch-neuronx neuron.py)
+    "is_bf16_supported": ("devmod:is_bf16_supported", "devmod:is_bf16_supported", None),
 }
 
 
 def _spell(fx, target: str) -> str:
     kind, name = target.split(":")
     torch = fx.ref("torch")
-    return {"acc": f"{torch}.accelerator.{name}", "neuron": f"{torch}.neuron.{name}", "torch": f"{torch}.{name}"}.get(kind) or fx.helper(name)
+    return {"acc": f"{torch}.accelerator.{name}", "neuron": f"{torch}.neuron.{name}", "torch": f"{torch}.{name}",
+            "devmod": f"{torch}.get_device_module().{name}"}.get(kind) or fx.helper(name)
 
 
 @rule(
@@ -623,7 +627,9 @@ def _spell(fx, target: str) -> str:
         statements that only seed (the usual `set_seed`), that already seeds every device and the call is
         removed; elsewhere it becomes `torch.manual_seed(seed)`, which seeds every device and runs on any machine
         (unsafe: it also reseeds the CPU generator). `torch.neuron.manual_seed` is not written: it exists only
-        where torch-neuronx is installed. A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
+        where torch-neuronx is installed. `is_bf16_supported()` (a precision choice such as `'bfloat16' if ...
+        torch.cuda.is_bf16_supported() else 'float16'`) becomes `torch.get_device_module().is_bf16_supported()`, the
+        current accelerator's own answer (torch.neuron has it on TorchNeuron, torch.cuda on a GPU). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
         that selects the device only when the process sees several: under torchrun TorchNeuron makes each
         process see just its own NeuronCore, so `set_device(local_rank)` would be out of range.
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded

@@ -153,12 +153,21 @@ def _scaler_removal(site, ctx):
         With float16 the scaler stays reported: TorchNeuron does not document loss scaling, and the ops GradScaler
         needs (`_amp_foreach_non_finite_check_and_unscale_`, `_amp_update_scale_`) are not in the pre-release op
         registry, so `torch.amp.GradScaler("neuron")` is unverified. Prefer bfloat16 (then the scaler goes).
+        A scaler switched by the program's own precision choice (`GradScaler(enabled=(dtype == 'float16'))`, with
+        `dtype = 'bfloat16' if ... is_bf16_supported() else 'float16'`) becomes `torch.amp.GradScaler("neuron",
+        enabled=...)` (unsafe): a pass-through when the program picks bfloat16, as on Trainium; with float16 it
+        scales on Neuron, unverified ([verify] in the note).
     """,
     examples=[("with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x)\nscaler = torch.cuda.amp.GradScaler()\n"
                "scaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()",
                "with torch.autocast('neuron', dtype=torch.bfloat16):\n    loss = model(x)\nloss.backward()\nopt.step()")],
 )
 def grad_scaler(site, ctx):
+    call = site.call
+    enabled = kwarg(call, "enabled")
+    if site.key != "torch.cuda.amp.GradScaler" and const_value(kwarg(call, "device", 0)) == "neuron" \
+            and enabled is not None and not isinstance(enabled, ast.Constant):
+        return None  # already on neuron, switched by the program's precision choice (the rewrite's note said [verify])
     precision = autocast_precision(ctx)
     if precision == "bf16":
         fx = _scaler_removal(site, ctx)
@@ -169,11 +178,34 @@ def grad_scaler(site, ctx):
         return ctx.finding(site, "GradScaler next to bfloat16 autocast is unnecessary: remove it and unwrap its uses "
                                  "(scaler.scale(loss).backward() -> loss.backward(), scaler.step(opt) -> opt.step(), drop "
                                  "scaler.update()); not rewritten: the scaler is used in other ways too")
+    follows = _scaler_follows_precision(site, ctx)
+    if follows is not None:
+        return follows
     why = "with float16" if precision == "fp16" else "without a visible bfloat16 autocast"
     return ctx.finding(site, f"GradScaler {why}: loss scaling on Neuron is undocumented (torch.cuda.amp.GradScaler() disables "
                              "itself without CUDA, so float16 gradients go unscaled); train in bfloat16 "
                              "(torch.autocast(\"neuron\", dtype=torch.bfloat16)) and remove the scaler. "
                              "float16 scaling with torch.amp.GradScaler(\"neuron\") is unverified")
+
+
+def _scaler_follows_precision(site, ctx):
+    """`torch.cuda.amp.GradScaler(enabled=(dtype == 'float16'))`: the program turns the scaler on for float16 only, a
+    choice made at run time. The scaler moves to the neuron device with the same `enabled=`: with bfloat16 (what
+    the migrated precision choice picks on Trainium) it stays a pass-through, as it was; with float16 it scales
+    on Neuron, which TorchNeuron does not document (unsafe, [verify])."""
+    call = site.call
+    enabled = kwarg(call, "enabled")
+    if enabled is None or isinstance(enabled, ast.Constant) or has_star_args(call) or accelerator(ctx):
+        return None
+    if site.key != "torch.cuda.amp.GradScaler":
+        return None  # torch.amp.GradScaler("cuda", ...): its device string is NM201's
+    fx = ctx.fixer("unsafe")
+    fx.scope = site.scope
+    fx.replace(call, f'{fx.ref("torch")}.amp.GradScaler("neuron", {ctx.args_src(call)})')
+    return ctx.finding(site, f"GradScaler(enabled={ctx.src(enabled)}) follows the program's precision choice: moves to the neuron "
+                             "device with the same switch (a pass-through with bfloat16, as before)", fix=fx.build(),
+                       note="[verify] With float16 the scaler now scales on Neuron, which TorchNeuron does not document "
+                            "(its _amp_* ops are not in the pre-release op registry); prefer bfloat16.")
 
 
 # -- NM208 ------------------------------------------------------------------------------------------
