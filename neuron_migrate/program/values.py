@@ -45,7 +45,6 @@ _FSTRING_HEAD = re.compile(r"^(%s):" % "|".join(DEVICE_WORDS))
 
 # torch functions whose first positional argument (or `device`-like keyword) is a device
 _DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype",
-                 "torch.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler",
                  "torch.is_autocast_enabled", "torch.distributed.get_default_backend_for_device"}
 _DEVICE_KWARGS = {"device", "device_type", "map_location"}
 # torch.distributed calls taking a backend name: qualified name -> its positional index

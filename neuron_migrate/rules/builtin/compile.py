@@ -199,7 +199,7 @@ def compile_mode(site, ctx):
         `device-style = "accelerator"` (left out: portable).
     """,
     examples=[('model = torch.compile(model, backend="inductor")', 'model = torch.compile(model, backend="neuron")'),
-              ('model = torch.compile(model)', 'model = torch.compile(model, backend="neuron")')],
+              ('model = torch.compile(model.to("cuda"))', 'model = torch.compile(model.to("neuron"), backend="neuron")')],
 )
 def compile_backend(site, ctx):
     backend = kwarg(site.call, "backend")

@@ -197,11 +197,15 @@ def _scaler_follows_precision(site, ctx):
     enabled = kwarg(call, "enabled")
     if enabled is None or isinstance(enabled, ast.Constant) or has_star_args(call) or accelerator(ctx):
         return None
-    if site.key != "torch.cuda.amp.GradScaler":
-        return None  # torch.amp.GradScaler("cuda", ...): its device string is NM201's
     fx = ctx.fixer("unsafe")
     fx.scope = site.scope
-    fx.replace(call, f'{fx.ref("torch")}.amp.GradScaler("neuron", {ctx.args_src(call)})')
+    if site.key == "torch.cuda.amp.GradScaler":
+        fx.replace(call, f'{fx.ref("torch")}.amp.GradScaler("neuron", {ctx.args_src(call)})')
+    else:
+        device = kwarg(call, "device", 0)
+        if not (isinstance(device, ast.Constant) and device.value == "cuda"):
+            return None
+        fx.replace(device, ctx.src(device).replace("cuda", "neuron"))
     return ctx.finding(site, f"GradScaler(enabled={ctx.src(enabled)}) follows the program's precision choice: moves to the neuron "
                              "device with the same switch (a pass-through with bfloat16, as before)", fix=fx.build(),
                        note="[verify] With float16 the scaler now scales on Neuron, which TorchNeuron does not document "
