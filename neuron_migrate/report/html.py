@@ -12,6 +12,8 @@ import json
 from collections import Counter
 from typing import Iterable, Optional
 
+from neuron_migrate.report.verify_html import verify_section, verify_summary
+
 STATUSES = ("migrated", "manual", "clean", "error")
 STATUS_LABEL = {"migrated": "migrated", "manual": "needs manual work", "clean": "clean", "error": "error"}
 STATUS_COLOR = {"migrated": "#2e7d32", "manual": "#e65100", "clean": "#607d8b", "error": "#c62828"}
@@ -35,7 +37,7 @@ def file_status(res) -> str:
 
 
 def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterable[tuple[str, dict]] = (),
-                parities: Iterable[tuple[str, dict]] = ()) -> dict:
+                parities: Iterable[tuple[str, dict]] = (), verifies: Iterable[tuple[str, dict]] = ()) -> dict:
     """Plain data for the page from rewrite dry-run FileResults (files.process.FileResult)."""
     from neuron_migrate import __version__
     from neuron_migrate.files.discover import file_kind
@@ -85,6 +87,7 @@ def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterabl
         "install": INSTALL,
         "probes": [probe_summary(name, p) for name, p in probes],
         "parities": [parity_summary(name, p) for name, p in parities],
+        "verifies": [verify_summary(name, v) for name, v in verifies],
     }
 
 
@@ -295,6 +298,7 @@ def render_html(data: dict, title: str = "TorchNeuron migration report") -> str:
                        f'<h3>float64 sites (TorchNeuron computes float64 in float32): <span data-testid="probe-{i}-f64">{len(p["float64"])}</span></h3>'
                        f'<table><tbody>{f64 or "<tr><td>none</td></tr>"}</tbody></table></section>')
     parity_html = "".join(_parity_section(i, p) for i, p in enumerate(data.get("parities") or []))
+    parity_html += "".join(verify_section(i, v, _e, _divergence_chart) for i, v in enumerate(data.get("verifies") or []))
     payload = json.dumps(data, ensure_ascii=True).replace("</", "<\\/")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
             f'<title>{_e(title)}</title><style>{CSS}</style></head><body>'
