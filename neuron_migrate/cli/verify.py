@@ -34,7 +34,7 @@ def verify(
     xla_python: str | None = typer.Option(None, "--xla-python", help="Interpreter with torch_xla for the original (default: $NM_VERIFY_XLA_PYTHON, else the cached environment)."),
     check_determinism: bool = typer.Option(False, "--check-determinism", help="Run the original twice first: a program that differs from itself is reported as such."),
     no_localise: bool = typer.Option(False, "--no-localise", help="Do not replay the first diverging step with module hooks."),
-    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="Rewrite with unsafe fixes too (when verify makes the migrated copy)."),
+    unsafe_fixes: bool | None = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="When verify makes the migrated copy: apply unsafe fixes too (default: the project's [tool.neuron-migrate] setting)."),
     fmt: Fmt = typer.Option(Fmt.text, "--format", help="text or json on stdout."),
     json_out: str | None = typer.Option(None, "--json-out", help="Also write the JSON result to FILE."),
     native_original: bool = typer.Option(False, "--native-original", hidden=True, help="Run the original natively too (no torch_xla: tests, programs already native)."),

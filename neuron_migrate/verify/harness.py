@@ -48,14 +48,23 @@ def copy_tree(src: Path, dst: Path) -> None:
                     dirs_exist_ok=True)
 
 
-def rewrite_tree(root: Path, unsafe_fixes: bool = False) -> dict[str, list[tuple[str, int]]]:
-    """Rewrite every .py under `root` in place, as `neuron-migrate rewrite --write` would; returns the change
-    map's rule codes: {relative path: [(code, original line)]}."""
+def rewrite_tree(root: Path, unsafe_fixes: bool | None = None, config_from: Path | None = None) -> dict[str, list[tuple[str, int]]]:
+    """Rewrite every .py under `root` in place, as `neuron-migrate rewrite --write` would with the project's
+    [tool.neuron-migrate] configuration (found from `config_from`, the original project; `unsafe_fixes` overrides
+    it when given); returns the change map's rule codes: {relative path: [(code, line in the rewritten text)]}."""
+    from neuron_migrate.files.config import find_pyproject, load_file
     from neuron_migrate.rewrite.engine import FixError, fix_text
     from neuron_migrate.rules.api import Settings
     from neuron_migrate.rules.registry import RuleSet
 
-    ruleset, settings = RuleSet.select(), Settings(unsafe_fixes=unsafe_fixes)
+    pyproject = find_pyproject(config_from or root)
+    cfg = load_file(pyproject) if pyproject else None
+    if cfg is not None:
+        ruleset = RuleSet.select(cfg.select + cfg.extend_select, cfg.ignore)
+        settings = Settings(device_style=cfg.device_style, table_path=cfg.table,
+                            unsafe_fixes=cfg.unsafe_fixes if unsafe_fixes is None else unsafe_fixes)
+    else:
+        ruleset, settings = RuleSet.select(), Settings(unsafe_fixes=bool(unsafe_fixes))
     fixes: dict[str, list[tuple[str, int]]] = {}
     for rel in python_files(root):
         path = root / rel
@@ -96,7 +105,7 @@ def _git_head_tree(root: Path, dest: Path) -> bool:
     return True
 
 
-def prepare_trees(project: Path, work: Path, original: Path | None = None, unsafe_fixes: bool = False) -> dict:
+def prepare_trees(project: Path, work: Path, original: Path | None = None, unsafe_fixes: bool | None = None) -> dict:
     """{'original': dir, 'migrated': dir, 'how': why these two, 'hunks': change map}.
 
     --original DIR: that tree against the project as it is. A project that still uses torch_xla: the project as
@@ -107,7 +116,7 @@ def prepare_trees(project: Path, work: Path, original: Path | None = None, unsaf
     elif _uses_torch_xla(project):
         migrated = work / "migrated"
         copy_tree(project, migrated)
-        fixes = rewrite_tree(migrated, unsafe_fixes)
+        fixes = rewrite_tree(migrated, unsafe_fixes, config_from=project)
         orig, how = project, "the files as they are against their rewrite (a temporary copy)"
     else:
         orig = work / "original"
@@ -234,7 +243,7 @@ def _where_module(found: dict, migrated: Path, hunks: list) -> dict:
 def verify(project: Path, script: str, args: list[str], *, xla_python: str, steps: int = 20, seed: int = 0,
            float64: bool = False, timeout: float = 600.0, original: Path | None = None, native_original: bool = False,
            emulate: bool = True, localise: bool = True, check_determinism: bool = False, keep: Path | None = None,
-           unsafe_fixes: bool = False, log=None) -> dict:
+           unsafe_fixes: bool | None = None, log=None) -> dict:
     """The whole check. `native_original`: run the original side natively too (tests; programs without
     torch_xla). Returns the result dict (see render_text); raises CannotRun."""
     log = log or (lambda msg: None)
