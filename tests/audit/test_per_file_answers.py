@@ -3,6 +3,7 @@ plans (its calls migrate together) and whether the short gradient-average helper
 Asked per site, they made a file with 400 all_reduce calls seven times slower than one with 100."""
 from __future__ import annotations
 
+import neuron_migrate.rules.builtin.xla_collectives as xc
 import neuron_migrate.rules.builtin.xla_distributed as xd
 from neuron_migrate.rules.registry import RuleSet
 from neuron_migrate.rules.runner import check_text
@@ -16,8 +17,8 @@ SCRIPT = ("import torch\nimport torch.distributed as dist\nimport torch_xla.core
 
 def test_whole_file_answers_are_made_once(monkeypatch):
     plans, averages = [], []
-    real_plan, real_average = xd._all_reduce_plan, xd._every_average_is_short
-    monkeypatch.setattr(xd, "_all_reduce_plan", lambda ctx, node: plans.append(node) or real_plan(ctx, node))
+    real_plan, real_average = xc._all_reduce_plan, xd._every_average_is_short
+    monkeypatch.setattr(xc, "_all_reduce_plan", lambda ctx, node: plans.append(node) or real_plan(ctx, node))
     monkeypatch.setattr(xd, "_every_average_is_short", lambda ctx: averages.append(1) or real_average(ctx))
     result = check_text(SCRIPT, "train.py", RuleSet.select([], []))
     codes = [f.rule.code for f in result.findings]
@@ -38,14 +39,14 @@ def test_names_and_models_of_a_scope_are_collected_once(monkeypatch):
     import ast
 
     big = []
-    real = xd._name_counts
+    real = xc._name_counts
 
     def counting(node):
         if not isinstance(node, ast.Lambda):  # a site's own reduce function is small: counted per site
             big.append(node)
         return real(node)
 
-    monkeypatch.setattr(xd, "_name_counts", counting)
+    monkeypatch.setattr(xc, "_name_counts", counting)
     result = check_text(MESH, "train.py", RuleSet.select([], []))
     meshes = [f for f in result.findings if "mesh_reduce" in f.message]
     assert len(meshes) == N and all(f.fix is not None for f in meshes)

@@ -1,0 +1,540 @@
+"""torch_xla saving and launching: xm.save, init_process_group('xla'), xmp.spawn / torch_xla.launch, MpModelWrapper,
+MpSerialExecutor (NM125-NM129); the shared context facts are in xla_distributed.py."""
+from __future__ import annotations
+
+import ast
+import os
+
+from neuron_migrate.names.analysis import walk
+from neuron_migrate.program import cached
+from neuron_migrate.program.distributed import Group
+from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.xla_distributed import (
+    DIST, DIST_GUIDE, XM, XMP, alone_on_lines, atom, call_and_ref, dropped, dropped_words, group_at,
+    is_none, program, replace_callee, simple_ref, starts_line, _stmt_of)
+
+
+# -- NM125 xm.save ---------------------------------------------------------------------------------
+@rule(
+    code="NM125",
+    name="xla-save",
+    summary="xm.save writes CPU copies from each host's rank 0: becomes _neuron_save with the same defaults",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XM}.save"),
+    docs="""
+        `xm.save(data, file_or_path, master_only=True, global_master=False)` is called by every rank: it moves the
+        tensors in `data` to the CPU, writes on rank 0 of **each host** (`global_master=True`: global rank 0 only;
+        `master_only=False`: every rank), and then waits for all ranks. A plain `torch.save` on every rank races on
+        the file; on `rank == 0` only it changes multi-node behaviour and saves device tensors. The call becomes
+        `_neuron_save(...)`, an inserted helper with the same signature and defaults (tensors are moved with
+        public API only: dicts, lists and tuples are walked). Used as a value (`save_function=xm.save`) it becomes
+        the helper name. Where the program model knows more, the plain form is written: in a single-device program
+        `torch.save(<CPU copy>, path)`; after an `init_process_group` that always runs, `if
+        dist.get_node_local_rank(fallback_rank=0) == 0: torch.save(<CPU copy>, path)` then `dist.barrier()`. The
+        CPU copy of a model's `state_dict()` is `{k: v.cpu() for k, v in model.state_dict().items()}`.
+    """,
+    examples=[("xm.save(model.state_dict(), 'model.pt')", "_neuron_save(model.state_dict(), 'model.pt')")],
+)
+def xla_save(site, ctx):
+    if site.kind == "call" and not has_star_args(site.call):
+        plain = _plain_save(site, ctx)
+        if plain is not None:
+            return plain
+    return replace_callee(site, ctx, "_neuron_save", "xm.save: becomes _neuron_save (CPU copy, written by each host's rank 0, then a barrier)")
+
+
+def _plain_save(site, ctx):
+    """torch.save of a CPU copy: directly in a single-device program, on the saving rank then a barrier after a sure init."""
+    call = site.call
+    data, path = kwarg(call, "data", 0), kwarg(call, "file_or_path", 1)
+    master_only = const_value(kwarg(call, "master_only", 2), True) if kwarg(call, "master_only", 2) is not None else True
+    global_master = const_value(kwarg(call, "global_master", 3), False) if kwarg(call, "global_master", 3) is not None else False
+    if data is None or path is None or not isinstance(master_only, bool) or not isinstance(global_master, bool):
+        return None
+    state = group_at(ctx, site)
+    if state not in (Group.NONE, Group.ALWAYS):
+        return None
+    fx = ctx.fixer()
+    cpu = _cpu_copy(ctx, fx, data)
+    save = f"{fx.ref('torch', site.scope)}.save({cpu}, {ctx.src(path)})"
+    if state is Group.NONE:
+        fx.replace(call, save)
+        return ctx.finding(site, "xm.save in a single-device program: becomes torch.save of a CPU copy", fix=fx.build())
+    stmt = site.stmt
+    if not (site.is_statement and alone_on_lines(ctx, stmt)):
+        return None
+    dist = fx.ref(DIST, site.scope)
+    lines = []
+    if not master_only:
+        lines.append(save)
+    else:
+        test = f"{dist}.get_rank() == 0" if global_master else f"{dist}.get_node_local_rank(fallback_rank=0) == 0"
+        lines += [f"if {test}:", f"    {save}"]
+    lines.append(f"{dist}.barrier()")
+    fx.replace(stmt, "\n".join(lines) + "\n")
+    who = "every rank" if not master_only else ("global rank 0" if global_master else "rank 0 of each host")
+    return ctx.finding(site, f"xm.save: becomes torch.save of a CPU copy on {who}, then dist.barrier() (xm.save waited for all ranks)",
+                       fix=fx.build())
+
+
+def _cpu_copy(ctx, fx, data) -> str:
+    """A CPU copy of `data` as one expression: a comprehension for a module's state_dict (also as a value of a dict
+    literal whose other values are constants), else the small helper."""
+    plain = _plain_cpu_copy(ctx, data)
+    if plain is not None:
+        return plain
+    return f"{fx.helper('_neuron_to_cpu')}({ctx.src(data)})"
+
+
+def _plain_cpu_copy(ctx, data):
+    if (isinstance(data, ast.Call) and isinstance(data.func, ast.Attribute) and data.func.attr == "state_dict"
+            and not data.args and not data.keywords and _is_module(ctx, data.func.value)):
+        return f"{{k: v.cpu() for k, v in {ctx.src(data)}.items()}}"
+    if isinstance(data, ast.Constant):
+        return ctx.src(data)
+    if isinstance(data, ast.Dict) and all(k is not None for k in data.keys) and ctx.analysis.span(data).line == ctx.analysis.span(data).end_line:
+        values = [_plain_cpu_copy(ctx, v) for v in data.values]
+        if all(v is not None for v in values):
+            return "{" + ", ".join(f"{ctx.src(k)}: {v}" for k, v in zip(data.keys, values)) + "}"
+    return None
+
+
+def _is_module(ctx, node) -> bool:
+    """`node` is a model: the file takes its .parameters() (an optimizer's, so its state_dict holds tensors only)."""
+    if not simple_ref(node):
+        return False
+
+    def owners(a) -> set:  # the text of every `X` in `X.parameters()` / `X.named_parameters()` (once per file)
+        return {ctx.src(n.func.value) for n in walk(a.tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("parameters", "named_parameters")}
+
+    return ctx.src(node) in cached(ctx.analysis, "parameters owners", owners)
+
+
+# -- NM126 init_process_group('xla') ---------------------------------------------------------------
+_XLA_INIT_METHODS = ("xla://", "pjrt://")
+
+
+@rule(
+    code="NM126",
+    name="xla-process-group",
+    summary="dist.init_process_group('xla', init_method='xla://') becomes dist.init_process_group(\"neuron\")",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", f"{DIST}.init_process_group"), ("call", f"{DIST}.distributed_c10d.init_process_group")],
+    docs=f"""
+        The XLA process group backend `'xla'` and its rendezvous `init_method='xla://'` (`'pjrt://'` before
+        torch_xla 2.2) become the TorchNeuron backend `"neuron"` with the default `env://` rendezvous, whose
+        `MASTER_ADDR`/`MASTER_PORT`/`RANK`/`WORLD_SIZE` torchrun provides ({DIST_GUIDE}). `rank=` and
+        `world_size=` keep their meaning. The `neuron` backend must be initialised before the first tensor is put
+        on the device; the finding notes it. `import torch_xla.distributed.xla_backend` is removed by NM100 once
+        nothing uses it. An `if not dist.is_initialized(): dist.init_process_group(...)` that can never run, because
+        the program model knows a group is always started before it (a `setup()` that the launched worker calls
+        after the launch rewrite's own init), is removed.
+    """,
+    examples=[("dist.init_process_group('xla', init_method='xla://')", 'dist.init_process_group("neuron")')],
+)
+def xla_process_group(site, ctx):
+    call = site.call
+    if has_star_args(call):
+        return None
+    backend = kwarg(call, "backend", 0)
+    init = kwarg(call, "init_method", 1)
+    xla_backend = isinstance(backend, ast.Constant) and backend.value == "xla"
+    xla_init = isinstance(init, ast.Constant) and isinstance(init.value, str) and init.value.startswith(_XLA_INIT_METHODS)
+    guard = program(ctx).launch_inits() and not _guarded_init(ctx, site)
+    if not xla_backend and not xla_init and not guard:
+        return None
+    if xla_init and not xla_backend and backend is not None:
+        return ctx.finding(site, f"init_method {init.value!r} needs the XLA backend: use init_method='env://' (torchrun) with backend \"neuron\"")
+    dead = _dead_guarded_init(ctx, site)
+    if dead is not None:
+        fx = ctx.fixer()
+        fx.delete(dead)
+        return ctx.finding(site, f"`if {ctx.src(dead.test)}: init_process_group(...)` can never run: the process group is "
+                                 "always started before this point (by the launch rewrite's init, or the program's own): removed",
+                           fix=fx.build())
+    fx = ctx.fixer()
+    new_call = ctx.src(call)
+    drops = []
+    if xla_backend or xla_init:
+        parts = []
+        for i, a in enumerate(call.args):
+            if a is backend:
+                parts.append('"neuron"')
+            elif a is init:
+                drops.append((a, f"init_method={ctx.src(a)} (torchrun's env:// rendezvous replaces it)"))
+                if i == len(call.args) - 1:
+                    continue
+                parts.append("None")
+            else:
+                parts.append(ctx.src(a))
+        for kw in call.keywords:
+            if kw.value is init:
+                drops.append((kw, f"init_method={ctx.src(kw.value)} (torchrun's env:// rendezvous replaces it)"))
+                continue
+            parts.append(f'{kw.arg}="neuron"' if kw.value is backend else f"{kw.arg}={ctx.src(kw.value)}")
+        if backend is None:
+            parts.insert(0, '"neuron"')
+        new_call = f"{ctx.src(call.func)}({', '.join(parts)})"
+    extra = dropped(ctx, site, drops)
+    message = "XLA process group: becomes init_process_group(\"neuron\") with the env:// rendezvous (torchrun)" if (xla_backend or xla_init) else ""
+    note = ("Call it before any tensor is moved to the neuron device: the backend cannot start once the Neuron runtime "
+            "is initialised.")
+    if guard:
+        stmt = site.stmt
+        dist = fx.ref(DIST, site.scope)
+        parent = ctx.analysis.parent_of.get(stmt)
+        if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+            return [ctx.finding(site, "init_process_group in a program whose launch now starts the group: guard it with "
+                                      "`if not dist.is_initialized():` by hand (its value is used)"), *extra]
+        if isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse and starts_line(ctx, stmt):
+            test = parent.test
+            test_src = ctx.src(test) if not isinstance(test, (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)) or (
+                isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) else f"({ctx.src(test)})"
+            fx.replace(test, f"{test_src} and not {dist}.is_initialized()")
+            fx.replace(call, new_call)
+        elif alone_on_lines(ctx, stmt):
+            fx.replace(stmt, f"if not {dist}.is_initialized():\n    {new_call}\n")
+        else:
+            return [ctx.finding(site, "init_process_group on a shared line in a program whose launch now starts the group: "
+                                      "guard it with `if not dist.is_initialized():` by hand"), *extra]
+        message = (message + "; " if message else "") + ("guarded with `not dist.is_initialized()`: the launch rewrite already "
+                                                         "starts the group whenever torchrun runs the script")
+        return [ctx.finding(site, message[0].upper() + message[1:], fix=fx.build(), note=note), *extra]
+    fx.replace(call, new_call)
+    return [ctx.finding(site, message, fix=fx.build(), note=note), *extra]
+
+
+def _dead_guarded_init(ctx, site):
+    """The `if not dist.is_initialized():` statement around this init (its only statement, no else) when the program
+    model knows a group is always started before it runs (e.g. a `setup()` the launched worker calls after the
+    launch rewrite's init): that init can never run. Else None."""
+    stmt = site.stmt
+    parent = ctx.analysis.parent_of.get(stmt)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is site.call and isinstance(parent, ast.If)
+            and parent.body == [stmt] and not parent.orelse and alone_on_lines(ctx, parent)):
+        return None
+    test = parent.test
+    if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
+            and isinstance(test.operand.func, ast.Attribute) and test.operand.func.attr == "is_initialized"
+            and not test.operand.args and program(ctx).qualname(test.operand.func) in (f"{DIST}.is_initialized", None)):
+        return None
+    if program(ctx).group_at(parent) is not Group.ALWAYS:
+        return None
+    # the group the model counts on may be the launch rewrite's: only when NM127 really rewrites every launch
+    for launch in program(ctx).uses(sorted(_SPAWN | _LAUNCH)):
+        if not (isinstance(launch, ast.Call) and _launch_rewritable(ctx, launch)):
+            return None
+    return parent
+
+
+def _launch_rewritable(ctx, call) -> bool:
+    """NM127 rewrites this xmp.spawn / torch_xla.launch call (else it only reports it)."""
+    what = "xmp.spawn" if program(ctx).qualname(call.func) in _SPAWN else "torch_xla.launch"
+    fn = kwarg(call, "fn", 0)
+    if has_star_args(call) or fn is None:
+        return False
+    method = kwarg(call, "start_method", 5 if what == "xmp.spawn" else 2)
+    if const_value(method) == "fork" and _fork_shared(ctx, None, fn):
+        return False
+    stmt = _stmt_of(ctx.analysis, call)
+    return isinstance(stmt, ast.Expr) and stmt.value is call and alone_on_lines(ctx, stmt)
+
+
+def _guarded_init(ctx, site) -> bool:
+    """An `if` around the init already asks `dist.is_initialized()` (or the WORLD_SIZE check of the launch rewrite)."""
+    for anc in site.ancestors():
+        if isinstance(anc, ast.If):
+            for n in walk(anc.test):
+                if isinstance(n, ast.Attribute) and n.attr == "is_initialized" or isinstance(n, ast.Constant) and n.value == "WORLD_SIZE":
+                    return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+    return False
+
+
+# -- NM127 xmp.spawn / torch_xla.launch ------------------------------------------------------------
+_SPAWN = {f"{XMP}.spawn"}
+_LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
+
+
+@rule(
+    code="NM127",
+    name="xmp-spawn",
+    summary="xmp.spawn(fn, args) / torch_xla.launch(fn, args) become a direct fn(rank, *args) call started by torchrun",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(*sorted(_SPAWN | _LAUNCH)),
+    docs=f"""
+        `xmp.spawn(fn, args=(...))` started one process per device and called `fn(global_ordinal, *args)` in each;
+        `torch_xla.launch(fn, args)` did the same, or under torchrun called `fn(LOCAL_RANK, *args)`. TorchNeuron
+        runs one process per NeuronCore started by torchrun ({DIST_GUIDE}), so the call becomes a direct call
+        `fn(dist.get_rank(), *args)`: both pass the global ordinal, as torch_xla documents for both (on one host
+        it is also the LOCAL_RANK torch_xla.launch passed under torchrun). Unless the worker always starts the
+        group itself first, the rewrite starts it before the call: torchrun's group (`dist.init_process_group(
+        "neuron")` when torchrun set `WORLD_SIZE`), else a group of one process (`store=dist.HashStore(), rank=0,
+        world_size=1`), so the script still runs as one process without torchrun and every rewritten collective,
+        rank and barrier is a plain `torch.distributed` call that works in both. The script's own init (behind a
+        flag, say) is then guarded with `not dist.is_initialized()` (NM126). When the worker always starts the
+        group itself, the index is `int(os.environ.get("RANK", 0))`. The group is destroyed after the worker
+        returns. `nprocs`, `join`,
+        `daemon`, `start_method` are dropped (each is a finding on its own line). The finding's note
+        gives the launch command: `torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on
+        trn2.48xlarge> script.py`. `start_method='fork'` is dropped like the others when nothing is shared through
+        the fork: the worker is a module-level function that reads no module-level name the program binds to a
+        computed object (a constant, the command line or the environment is computed alike in every torchrun
+        process) and the file has no `xmp.MpModelWrapper`/`MpSerialExecutor`. Otherwise it is reported, naming
+        what is shared: the Neuron runtime cannot be initialised in a forked process (torch_neuronx raises
+        "Cannot re-initialize Neuron runtime in forked subprocess"), and fork-based sharing (a model built once
+        in the parent, `xmp.MpModelWrapper`) has to be replaced by each process building its own.
+    """,
+    examples=[
+        ("if __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=(flags,))",
+         "if __name__ == '__main__':\n    if \"WORLD_SIZE\" in os.environ:  # started by torchrun\n        dist.init_process_group(\"neuron\")\n"
+         "    else:  # run without torchrun: a group of one process\n"
+         "        dist.init_process_group(\"neuron\", store=dist.HashStore(), rank=0, world_size=1)\n"
+         "    _mp_fn(dist.get_rank(), flags)\n"
+         "    dist.destroy_process_group()"),
+    ],
+)
+def xmp_spawn(site, ctx):
+    what = "xmp.spawn" if site.key in _SPAWN else "torch_xla.launch"
+    script = os.path.basename(ctx.analysis.path) if ctx.analysis.path and not ctx.analysis.path.startswith("<") else "script.py"
+    note = f"Launch with: torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on trn2.48xlarge> {script}"
+    if site.kind == "ref":
+        return ctx.finding(site, f"{what} used as a value: start the script with torchrun and call the function with its rank directly", note=note)
+    call = site.call
+    if has_star_args(call):
+        return ctx.finding(site, f"{what} with *args/**kwargs: start the script with torchrun and call fn(rank, *args) directly", note=note)
+    fn = kwarg(call, "fn", 0)
+    args = kwarg(call, "args", 1)
+    method = kwarg(call, "start_method", 5 if what == "xmp.spawn" else 2)
+    if fn is None:
+        return ctx.finding(site, f"{what} without a function: start the script with torchrun and call fn(rank, *args) directly", note=note)
+    forked = const_value(method) == "fork"
+    if forked:
+        shared = _fork_shared(ctx, site, fn)
+        if shared:
+            return ctx.finding(site, f"{what} with start_method='fork' shares {shared} with the workers through the fork: "
+                                     "the Neuron runtime cannot start in a forked process; launch with torchrun, build it in "
+                                     "each process (no MpModelWrapper sharing) and call fn(rank, *args) directly", note=note)
+    if not site.is_statement or not alone_on_lines(ctx, site.stmt):
+        return ctx.finding(site, f"{what} inside an expression or on a shared line: replace it with a direct fn(rank, *args) call "
+                                 "and launch with torchrun", note=note)
+    fx = ctx.fixer()
+    os_ = fx.ref("os")
+    dist = fx.ref(DIST)
+    fn_src = atom(ctx, fn) if not isinstance(fn, ast.Lambda) else f"({ctx.src(fn)})"
+    owns_group = program(ctx).launch_needs_init(fn.id if isinstance(fn, ast.Name) else None)
+    # torch_xla documents the index as the global ordinal for both (launch wraps xmp.spawn's docs); on one host
+    # it equals LOCAL_RANK, which torch_xla.launch passed under torchrun
+    call_args = [f"{dist}.get_rank()" if owns_group else f'int({os_}.environ.get("RANK", 0))']
+    if isinstance(args, (ast.Tuple, ast.List)):
+        call_args += [ctx.src(e) for e in args.elts]
+    elif args is not None and not is_none(args):
+        call_args.append(f"*{atom(ctx, args)}")
+    lines = []
+    if owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
+        lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
+                  f'    {dist}.init_process_group("neuron")',
+                  "else:  # run without torchrun: a group of one process",
+                  f'    {dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)']
+    lines.append(f"{fn_src}({', '.join(call_args)})")
+    destroys = any(q.endswith("destroy_process_group") for q in ctx.analysis.qualnames)
+    if owns_group and not destroys:
+        lines.append(f"{dist}.destroy_process_group()")
+    else:
+        lines += [f"if {dist}.is_initialized():", f"    {dist}.destroy_process_group()"]
+    fx.replace(site.stmt, "\n".join(lines) + "\n")
+    if what == "xmp.spawn":
+        named = [("nprocs", 2), ("join", 3), ("daemon", 4), ("start_method", 5)]
+    else:
+        named = [("start_method", 2), ("debug_single_process", 3)]
+    drops = []
+    for name, pos in named:
+        node = kwarg(call, name, pos)
+        if node is None:
+            continue
+        for kw in call.keywords:
+            if kw.value is node:
+                node = kw
+        value = node.value if isinstance(node, ast.keyword) else node
+        if name == "nprocs" and const_value(value, 0) not in (None, 1):
+            note += f" (nprocs={ctx.src(value)} becomes --nproc_per_node={ctx.src(value)})"
+        why = ("nothing is shared through the fork: each torchrun process builds what the worker reads"
+               if name == "start_method" and forked else "torchrun decides how processes start")
+        drops.append((node, f"{name}={ctx.src(value)} ({why})"))
+    return [ctx.finding(site, f"{what}: becomes a direct call of the worker with its global rank; torchrun starts one process "
+                              "per NeuronCore" + ("; a process group is started first (torchrun's, else one of a single process)"
+                                                  if owns_group else "")
+                              + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
+
+
+_FORK_SHARERS = {f"{XMP}.MpModelWrapper", f"{XMP}.MpSerialExecutor"}
+
+
+def _fork_shared(ctx, site, fn) -> str:
+    """What an `xmp.spawn(fn, ..., start_method="fork")` hands its workers through the fork's memory, in words ("" when
+    nothing): an object the file wraps for sharing (MpModelWrapper, MpSerialExecutor), a closure over the spawning
+    function's variables, or a module-level name that the worker reads and that the program binds to something it
+    computes (not an import, def, class or constant), at module level or in the block that spawns."""
+    a = ctx.analysis
+    q = a.qualnames
+    for sharer in sorted(_FORK_SHARERS):
+        if sharer in q:
+            return f"an xmp.{sharer.rsplit('.', 1)[1]}"
+    if not isinstance(fn, ast.Name):
+        return f"`{ctx.src(fn)}`"
+    defs = [s for s in a.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == fn.id]
+    if len(defs) != 1:
+        return f"`{fn.id}` (not a function defined once at module level, maybe a closure)"
+    worker = defs[0]
+    computed = set()
+    for stmt in walk(a.tree):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) and stmt is not a.tree:
+            continue
+        for n in _bound_at_module(stmt, a):
+            computed.add(n)
+    local = {n.id for n in walk(worker) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    local |= {arg.arg for arg in walk(worker) if isinstance(arg, ast.arg)}
+    glob = {name for n in walk(worker) if isinstance(n, ast.Global) for name in n.names}
+    read = sorted({n.id for n in walk(worker) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                   and n.id in computed and (n.id not in local or n.id in glob)})
+    return ", ".join(f"`{n}`" for n in read)
+
+
+def _bound_at_module(stmt, a):
+    """Names a module-level (or `if __name__ == "__main__":`) statement binds to a computed value."""
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        value = stmt.value
+        if value is None or all(_same_in_every_process(c) for c in walk(value) if isinstance(c, ast.Call)):
+            return []  # a constant, or what every process computes alike (its command line, its environment)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return [n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)]
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+        targets = [stmt.target] if isinstance(stmt, (ast.For, ast.AsyncFor, ast.NamedExpr)) else [i.optional_vars for i in stmt.items if i.optional_vars]
+        return [n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)]
+    return []
+
+
+_SAME_CALLS = {"parse_args", "parse_known_args", "parse_common_options", "get", "getenv", "int", "float", "str", "bool",
+               "dict", "list", "tuple", "set", "len", "range", "getLogger"}
+
+
+def _same_in_every_process(call) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id in _SAME_CALLS) or (isinstance(func, ast.Attribute) and func.attr in _SAME_CALLS)
+
+
+# -- NM128 xmp.MpModelWrapper ----------------------------------------------------------------------
+@rule(
+    code="NM128",
+    name="mp-model-wrapper",
+    summary="xmp.MpModelWrapper(model) becomes model",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XMP}.MpModelWrapper"),
+    docs="""
+        `xmp.MpModelWrapper(model)` shared one CPU copy of the model between forked device processes;
+        `.to(device)` on it returned the model on the device. Under torchrun each process has its own model, and
+        `model.to(device)` does the same, so the wrapper is dropped: `xmp.MpModelWrapper(model)` becomes `model`.
+        Used as a value, it becomes `(lambda model: model)`.
+    """,
+    examples=[("WRAPPED_MODEL = xmp.MpModelWrapper(net)", "WRAPPED_MODEL = net")],
+)
+def mp_model_wrapper(site, ctx):
+    fx = ctx.fixer()
+    if site.kind == "ref":
+        fx.replace(site.node, "(lambda model: model)")
+        return ctx.finding(site, "xmp.MpModelWrapper used as a value: becomes an identity function", fix=fx.build())
+    call = site.call
+    model = kwarg(call, "model", 0)
+    if model is None or has_star_args(call):
+        return ctx.finding(site, "xmp.MpModelWrapper: use the model itself")
+    fx.replace(call, atom(ctx, model))
+    return ctx.finding(site, "xmp.MpModelWrapper is not needed: each torchrun process owns its model", fix=fx.build())
+
+
+# -- NM129 xmp.MpSerialExecutor --------------------------------------------------------------------
+@rule(
+    code="NM129",
+    name="mp-serial-executor",
+    summary="xmp.MpSerialExecutor() becomes _neuron_serial_executor(): .run(fn) runs fn on one local process at a time",
+    fix="safe",
+    severity="warning",
+    triggers=call_and_ref(f"{XMP}.MpSerialExecutor"),
+    docs="""
+        `xmp.MpSerialExecutor().run(fn)` ran `fn` in the processes of a host one after the other (typically a
+        dataset download that must not run concurrently) and returned its result in each. It becomes
+        `_neuron_serial_executor()`, an inserted helper whose `.run(fn)` lets each local rank (LOCAL_RANK) run `fn`
+        in turn, separated by barriers. Every process must call `.run` the same number of times, as before.
+
+        When `X = xmp.MpSerialExecutor()` is only used as `X.run(fn)` (the usual module-level `SERIAL_EXEC`), the
+        assignment goes and each `X.run(fn)` becomes `fn()` in a single-device program; after an init that always
+        runs, `result = X.run(fn)` becomes a loop over LOCAL_WORLD_SIZE turns in which the process whose local rank
+        has the turn calls `result = fn()`, with `dist.barrier()` after each turn; elsewhere
+        `_neuron_run_serially(fn)`. This keeps module-level code from calling a helper that is defined further
+        down the file.
+    """,
+    examples=[("SERIAL_EXEC = xmp.MpSerialExecutor()", "SERIAL_EXEC = _neuron_serial_executor()")],
+)
+def mp_serial_executor(site, ctx):
+    if site.kind == "call" and (site.call.args or site.call.keywords):
+        return ctx.finding(site, "xmp.MpSerialExecutor with arguments: run fn on each local rank in turn with dist.barrier() between")
+    runs = _serial_runs(ctx, site) if site.kind == "call" else None
+    if runs is None:
+        return replace_callee(site, ctx, "_neuron_serial_executor", "xmp.MpSerialExecutor: becomes _neuron_serial_executor (turns by local rank)")
+    fx = ctx.fixer()
+    facts = program(ctx)
+    fx.delete(site.stmt)
+    direct = 0
+    for run in runs:
+        fn = run.args[0]
+        state = facts.group_at(run)
+        stmt = _stmt_of(ctx.analysis, run)
+        if state is Group.NONE:
+            fx.replace(run, f"{atom(ctx, fn)}()")
+            direct += 1
+        elif state is Group.ALWAYS and alone_on_lines(ctx, stmt) and (
+                isinstance(stmt, ast.Expr) and stmt.value is run
+                or isinstance(stmt, ast.Assign) and stmt.value is run and all(simple_ref(t) for t in stmt.targets)):
+            # each process of this host in turn, a barrier between turns: what the executor did, written out
+            dist, os_ = fx.ref(DIST, site.scope), fx.ref("os", site.scope)
+            call = ctx.src(stmt)[: run.col_offset - stmt.col_offset] + f"{atom(ctx, fn)}()"
+            fx.replace(stmt, f'for turn in range(int({os_}.environ.get("LOCAL_WORLD_SIZE", 1))):  # one process of this host at a time\n'
+                             f"    if {dist}.get_node_local_rank(fallback_rank=0) == turn:\n"
+                             f"        {call}\n"
+                             f"    {dist}.barrier()\n")
+        else:
+            fx.replace(run, f"{fx.helper('_neuron_run_serially')}({ctx.src(fn)})")
+    how = "a direct call fn() (single-device program)" if direct == len(runs) else "fn() run by each local rank in turn"
+    name = site.stmt.targets[0].id
+    return ctx.finding(site, f"xmp.MpSerialExecutor: the executor `{name}` goes and each {name}.run(fn) becomes {how}", fix=fx.build())
+
+
+def _serial_runs(ctx, site):
+    """The `X.run(fn)` calls of `X = xmp.MpSerialExecutor()` when they are all the file does with X, else None.
+
+    Rewriting the uses instead of the construction keeps module-level code free of inserted helpers, which are only
+    defined further down the file (issue: inserted code used before it is defined)."""
+    stmt = site.stmt
+    if not (isinstance(stmt, ast.Assign) and stmt.value is site.call and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and alone_on_lines(ctx, stmt)):
+        return None
+    name = stmt.targets[0].id
+    runs = []
+    for node in walk(ctx.analysis.tree):
+        if isinstance(node, ast.Global) and name in node.names:
+            return None
+        if not (isinstance(node, ast.Name) and node.id == name) or node is stmt.targets[0]:
+            continue
+        attr = ctx.analysis.parent_of.get(node)
+        call = ctx.analysis.parent_of.get(attr)
+        if not (isinstance(node.ctx, ast.Load) and isinstance(attr, ast.Attribute) and attr.attr == "run"
+                and isinstance(call, ast.Call) and call.func is attr and len(call.args) == 1 and not call.keywords
+                and not isinstance(call.args[0], ast.Starred)):
+            return None
+        runs.append(call)
+    return runs or None
