@@ -333,7 +333,7 @@ def open_cache(group: Group, fix: bool, no_cache: bool, root_config=None):
     return ResultCache(cache_folder(src), cache_key(group.ruleset.spec, group.settings_kw, fix))
 
 
-def add_repository_facts(run: Run, no_cache: bool) -> None:
+def add_repository_facts(run: Run, no_cache: bool, jobs: int | None = 1) -> None:
     """Build the repository model of the run's files once, and give every group what it says about its files
     (`outside` in the settings: pipeline/repository_facts.py)."""
     from neuron_migrate.pipeline.repository_facts import repository_facts
@@ -346,7 +346,11 @@ def add_repository_facts(run: Run, no_cache: bool) -> None:
     paths = [path for path, _display in run.items]
     if run.stdin is not None:  # the text comes on stdin; the model reads the tree it names
         paths = [display for _path, display in run.items]
-    outside = repository_facts(paths, run.paths, folder)
+    if jobs is None:
+        from neuron_migrate.pipeline.parallel import default_jobs
+
+        jobs = default_jobs()
+    outside = repository_facts(paths, run.paths, folder, jobs=jobs)
     for g in run.groups:
         if outside:
             g.settings_kw["outside"] = outside
@@ -359,7 +363,7 @@ def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_pr
     from neuron_migrate.pipeline.parallel import run_files
     from neuron_migrate.report.text import labelled
 
-    add_repository_facts(run, no_cache)
+    add_repository_facts(run, no_cache, jobs)
 
     total = len(run.items)
     progress = None

@@ -62,13 +62,14 @@ def _load(path: "Path") -> "Optional[dict]":
     return data if isinstance(data, dict) else None
 
 
-def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0) -> dict:
+def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0, jobs: int = 1) -> dict:
     """{path relative to `root`: facts} for the repository at `root` ({} when the tree is too large).
 
     A run walks the tree (one stat per file): when no file was added, removed or changed since the facts were last
     computed (here, or by a run that left them in `cache_folder`), they are read back as they are; else the model is
     built again, reading only the files whose size or mtime changed. With `max_age`, facts this process computed
-    less than that many seconds ago are reused without a walk (the editor server, at every keystroke)."""
+    less than that many seconds ago are reused without a walk (the editor server, at every keystroke). With `jobs` > 1
+the files to scan are shared with a second process when there are many."""
     import time
 
     from neuron_migrate.repository.model import RECORDS, RepositoryModel, listing_key, walk
@@ -100,7 +101,12 @@ def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float 
         data = _load(records_file)
         if data and data.get("format") == RECORDS and data.get("root") == root:
             cached = data.get("files")
-    model = RepositoryModel.build(root, cached if isinstance(cached, dict) else None, listing)
+    map_chunks = None
+    if jobs > 1:
+        from neuron_migrate.pipeline.parallel import fork_map
+
+        map_chunks = fork_map
+    model = RepositoryModel.build(root, cached if isinstance(cached, dict) else None, listing, map_chunks)
     facts = model.all_facts() if model is not None else {}
     TIMINGS[root] = time.monotonic() - now
     _KNOWN[root] = [key, facts, model, now]
@@ -129,14 +135,14 @@ def _save(target: "Path", data: dict) -> None:
 
 
 def repository_facts(paths: list, run_paths: list = (), cache_folder: "Optional[Path]" = None,
-                     max_age: float = 0.0) -> dict:
+                     max_age: float = 0.0, jobs: int = 1) -> dict:
     """{absolute path: facts} for the Python files among `paths` that the repository model knows something about."""
     import time
 
     started = time.monotonic()
     out: dict = {}
     for root, files in roots_of(paths, run_paths).items():
-        facts = root_facts(root, cache_folder, max_age)
+        facts = root_facts(root, cache_folder, max_age, jobs)
         if not facts:
             continue
         prefix = root.rstrip(os.sep) + os.sep

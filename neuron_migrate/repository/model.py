@@ -121,6 +121,33 @@ def _read(path: str) -> Optional[bytes]:
         return None
 
 
+MAP_MIN_FILES = 200  # fewer files to scan: one process (a fork and the records' way back cost more)
+
+
+def _scan_all(job: tuple) -> list:
+    """[(path relative to root, [kind, stat signature, record])] of the files of `job` = (root, listing)."""
+    # the scans (and their patterns) load only when a file must be read: a run whose answers are cached needs none
+    from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python
+
+    root, listing = job
+    out = []
+    for rel, kind, sig in listing:
+        data = _read(os.path.join(root, rel))
+        if data is None:
+            continue
+        name = rel.rpartition("/")[2]
+        if kind == "py":
+            rec = scan_python(data)
+            if name in _PACKAGING:
+                rec["e"] = scan_packaging(name, data)
+        elif kind == "pkg":
+            rec = {"e": scan_packaging(name, data)}
+        else:
+            rec = {"r": scan_launcher(data)}
+        out.append((rel, [kind, sig, rec]))
+    return out
+
+
 class RepositoryModel:
     """The model of one repository (see the module docstring). `records` maps each file's path relative to the
     root to [kind, stat signature, scan record]; `facts(path)` is what the rules of a file get."""
@@ -165,38 +192,33 @@ class RepositoryModel:
 
     # -- building -----------------------------------------------------------------------------------------
     @classmethod
-    def build(cls, root: str, cached: Optional[dict] = None, listing: Optional[list] = None) -> Optional["RepositoryModel"]:
+    def build(cls, root: str, cached: Optional[dict] = None, listing: Optional[list] = None,
+              map_chunks=None) -> Optional["RepositoryModel"]:
         """Scan the tree under `root` (its `walk`, unless given), reusing `cached` records (a previous model's
-        `records`) whose stat signature is unchanged. None when the tree is too large."""
+        `records`) whose stat signature is unchanged. None when the tree is too large. `map_chunks(fn, chunks)`: how
+        the files to scan are spread over processes (pipeline.parallel.fork_map: two), when there are many."""
         if listing is None:
             listing = walk(root)
         if listing is None:
             return None
         import time
 
-        # the scans (and their patterns) load only when a file must be read: a run whose answers are cached needs none
-        from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python
-
         cached = cached or {}
         records: dict = {}
+        todo = []
         racy = time.time_ns() - 2_000_000_000  # a file changed in the last 2 s may change again unseen: read it
         for rel, kind, sig in listing:
             old = cached.get(rel)
             if old is not None and old[0] == kind and old[1] == sig and sig[1] < racy:
                 records[rel] = old
-                continue
-            data = _read(os.path.join(root, rel))
-            if data is None:
-                continue
-            if kind == "py":
-                rec = scan_python(data)
-                if rel.rpartition("/")[2] in _PACKAGING:
-                    rec["e"] = scan_packaging(rel.rpartition("/")[2], data)
-            elif kind == "pkg":
-                rec = {"e": scan_packaging(rel.rpartition("/")[2], data)}
             else:
-                rec = {"r": scan_launcher(data)}
-            records[rel] = [kind, sig, rec]
+                todo.append((rel, kind, sig))
+        if map_chunks is not None and len(todo) >= MAP_MIN_FILES:
+            done = [r for part in map_chunks(_scan_all, [(root, todo[0::2]), (root, todo[1::2])]) for r in part]
+        else:
+            done = _scan_all((root, todo))
+        for rel, rec in done:
+            records[rel] = rec
         return cls(root, records)
 
     # -- resolution ---------------------------------------------------------------------------------------

@@ -392,3 +392,29 @@ def test_the_editor_server_reads_the_repository_of_the_buffer(sys_path_repo):
     assert messages and not any("single-device program" in m for m in messages), messages
     fixed = checker.fix_all(base.read_text(), str(base), unsafe=True)
     assert "_neuron_world_size()" in fixed and '    print("epoch begin")' not in fixed
+
+
+@pytest.mark.parametrize("case", ["group started in an imported module", "started by torchrun in a launcher"])
+def test_an_entry_point_whose_program_is_distributed_elsewhere(tmp_path, case, monkeypatch):
+    files = {
+        "pyproject.toml": "",
+        "train.py": """\
+            import torch_xla.runtime as xr
+            import setup_utils
+
+            if __name__ == "__main__":
+                setup_utils.setup()
+                print(xr.world_size())
+            """,
+        "setup_utils.py": "def setup():\n    pass\n",
+    }
+    if case.startswith("group"):
+        files["setup_utils.py"] = "import torch.distributed as dist\n\n\ndef setup():\n    dist.init_process_group('gloo')\n"
+    else:
+        files["run.sh"] = "torchrun --nproc_per_node=2 train.py\n"
+    root = write(tmp_path / "r", files)
+    monkeypatch.chdir(root)
+    out = _rewritten(root / "train.py")
+    assert "print((1))" not in out and "print(1)" not in out, out
+    (root / ("setup_utils.py" if case.startswith("group") else "run.sh")).write_text("def setup():\n    pass\n")
+    assert "+    print(1)" in _rewritten(root / "train.py")  # the control: judged alone, it is single-process
