@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 _PYTHON = (".py", ".pyi")
 FACTS = 2  # the layout of a facts cache file (2: "closed" classes)
+UNKNOWN = {"modes": ["unknown"]}  # a file of a repository too large to model: its programs are not known
 # root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
 _KNOWN: dict = {}
 TIMINGS: dict = {}  # root -> seconds its last model build took (NEURON_MIGRATE_MODEL_TIME reports them)
@@ -62,8 +63,8 @@ def _load(path: "Path") -> "Optional[dict]":
     return data if isinstance(data, dict) else None
 
 
-def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0, jobs: int = 1) -> dict:
-    """{path relative to `root`: facts} for the repository at `root` ({} when the tree is too large).
+def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0, jobs: int = 1) -> "Optional[dict]":
+    """{path relative to `root`: facts} for the repository at `root` (None when the tree is too large to model).
 
     A run walks the tree (one stat per file): when no file was added, removed or changed since the facts were last
     computed (here, or by a run that left them in `cache_folder`), they are read back as they are; else the model is
@@ -80,7 +81,7 @@ the files to scan are shared with a second process when there are many."""
         return known[1]
     listing = walk(root)
     if listing is None:
-        return {}
+        return None
     key = listing_key(listing)
     # a file changed in the last 2 s may change again within the clock's granularity ("racy"): then the answers are
     # computed again rather than trusted by its size and mtime
@@ -143,7 +144,9 @@ def repository_facts(paths: list, run_paths: list = (), cache_folder: "Optional[
     out: dict = {}
     for root, files in roots_of(paths, run_paths).items():
         facts = root_facts(root, cache_folder, max_age, jobs)
-        if not facts:
+        if facts is None:  # too large to model: no file of it is known to be single-process
+            for p in files:
+                out[p] = UNKNOWN
             continue
         prefix = root.rstrip(os.sep) + os.sep
         for p in files:

@@ -418,3 +418,14 @@ def test_an_entry_point_whose_program_is_distributed_elsewhere(tmp_path, case, m
     assert "print((1))" not in out and "print(1)" not in out, out
     (root / ("setup_utils.py" if case.startswith("group") else "run.sh")).write_text("def setup():\n    pass\n")
     assert "+    print(1)" in _rewritten(root / "train.py")  # the control: judged alone, it is single-process
+
+
+def test_a_repository_too_large_to_model_is_never_single_process(sys_path_repo, monkeypatch):
+    from neuron_migrate.repository import model
+
+    monkeypatch.setattr(model, "MAX_FILES", 2)
+    base = sys_path_repo / "examples/single.py"
+    assert repository_facts([str(base)]) == {str(base): {"modes": ["unknown"]}}
+    monkeypatch.chdir(sys_path_repo)
+    out = _rewritten(base, "--no-cache")
+    assert "print(1)" not in out and "_neuron_world_size()" in out, out
