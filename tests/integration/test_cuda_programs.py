@@ -10,6 +10,10 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   `torch.cuda.is_bf16_supported()`), `device_type = 'cuda' if 'cuda' in device else 'cpu'`, autocast,
   `GradScaler(enabled=(dtype == 'float16'))`, `torch.compile(model)` and DDP from torchrun's environment.
 
+- `ddp_spawn/`: the DDP tutorial's basic case: `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
+  `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
+  CPU inputs to the device.
+
 Fast tests: `rewrite --write --unsafe-fixes` makes the changes each pattern needs (and no half of one). Slow tests: the
 rewritten programs train, unchanged, on the EMULATED neuron device (`neuron_emulated/sitecustomize.py`, a real
 PrivateUse1 device: nothing is mapped back to the CPU, so a program that still picks `cpu` or `cuda` shows it), in one
@@ -95,6 +99,15 @@ def test_gpt_trainer_value_sets_precision_and_compile(tmp_path):
     assert 'model = torch.compile(model, backend="neuron")' in text
     assert "[verify]" in out
     assert "torch.cuda" not in text
+
+
+def test_spawned_workers_keep_the_module_device_index(tmp_path):
+    work, out = _rewrite(tmp_path, "ddp_spawn")
+    text = (work / "main.py").read_text()
+    assert 'dist.init_process_group("neuron", rank=rank, world_size=world_size)' in text
+    assert "n_gpus = torch.accelerator.device_count()" in text
+    # the module went to device `rank` and DDP moves the inputs there: device_ids names the module's own device
+    assert "model = ToyModel().to(rank)\n    ddp_model = DDP(model, device_ids=[rank])" in text
 
 
 # -- training on the emulated neuron device -----------------------------------------------------------------
@@ -183,4 +196,25 @@ def test_gpt_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
     losses = [float(x) for x in re.findall(r"^iter \d+: loss ([0-9.]+)", out, re.M)]
     assert len(losses) >= 3 and losses[-1] < losses[0], out[-3000:]
     assert "using fused AdamW: True" in out  # the device_type value reached the model file's choice as 'neuron'
+    _groups(logs, nproc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_spawned_ddp_tutorial_trains(tmp_path, emulator, nproc):
+    import socket
+
+    work, _ = _rewrite(tmp_path, "ddp_spawn")
+    logs = tmp_path / "collectives"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(_env(logs), NM_EMULATOR_DEVICES=str(nproc), MASTER_PORT=str(port))  # devices seen = workers spawned
+    proc = subprocess.run([sys.executable, "main.py"], cwd=work, env=env, capture_output=True, text=True, timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"^rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>\S+)", nproc)
+    first = float(re.search(r"^rank 0 step 0 loss ([0-9.]+)", out, re.M).group(1))
+    last = float(re.search(r"^rank 0 step 29 loss ([0-9.]+)", out, re.M).group(1))
+    assert last < 0.5 * first, out[-3000:]
     _groups(logs, nproc)

@@ -343,7 +343,10 @@ def _nccl_available(site, ctx):
         `DDP(model, device_ids=[local_rank], output_device=local_rank)` names the CUDA device of this rank. Under
         torchrun TorchNeuron shows each process only its own NeuronCore, so `local_rank` is not a valid index,
         and on CPU `device_ids` must be None. For a module on a single device, DDP with `device_ids=None` uses
-        the module's device (PyTorch DDP docs), so both arguments are removed.
+        the module's device (PyTorch DDP docs), so both arguments are removed. Where the module itself went to that
+        index (`model = Net().to(rank); DDP(model, device_ids=[rank])`, the DDP tutorial: an int device is the
+        current accelerator's, so the module is on `neuron:<rank>`) `device_ids` names the module's own device and
+        stays: DDP moves the inputs there (`ddp_model(torch.randn(20, 10))` relies on it).
     """,
     examples=[("model = nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])",
                "model = nn.parallel.DistributedDataParallel(model)")],
@@ -353,6 +356,8 @@ def ddp_device_ids(site, ctx):
     if skip:
         return out
     call = site.call
+    if _module_placed_by_index(call, ctx):
+        return None
     drop = [k for k in call.keywords if k.arg in ("device_ids", "output_device") and const_value(k.value, 0) is not None]
     if not drop or len(call.args) > 1:
         return None
@@ -360,6 +365,35 @@ def ddp_device_ids(site, ctx):
     fx.scope = site.scope
     fx.replace(call, f"{ctx.src(call.func)}({call_args_src(call, ctx, drop={k.arg for k in drop})})")
     return ctx.finding(site, "DDP device_ids/output_device name a CUDA device: drop them (DDP uses the module's device)", fix=fx.build())
+
+
+def _module_placed_by_index(call, ctx) -> bool:
+    """`model = Net().to(rank); DDP(model, device_ids=[rank])`: the module went to the accelerator with that index (an
+    int device is the current accelerator's, `neuron:<rank>` on TorchNeuron) and DDP moves the inputs there
+    (`ddp_model(torch.randn(20, 10))` relies on it): device_ids names the module's own device and stays."""
+    ids = next((k.value for k in call.keywords if k.arg == "device_ids"), None)
+    if not (isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1 and call.args and isinstance(call.args[0], ast.Name)):
+        return False
+    index = ctx.src(ids.elts[0])
+    if not isinstance(ids.elts[0], (ast.Name, ast.Attribute)):
+        return False
+    name = call.args[0].id
+    a = ctx.analysis
+    scope = a.parent_of.get(call)
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = a.parent_of.get(scope)
+    for node in walk(scope if scope is not None else a.tree):
+        value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id == name:
+            value = node.value
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) \
+                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == name:
+            value = node.value  # model.to(rank)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to" \
+                and value.args and ctx.src(value.args[0]) == index:
+            return True
+    return False
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
