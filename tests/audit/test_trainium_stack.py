@@ -226,3 +226,24 @@ def test_spmd_plans_are_written_from_the_call():
     assert "distribute_tensor(x, mesh, [Shard(0), Replicate()])" in msg("xs.mark_sharding(x, mesh")
     assert "fully_shard" in msg("wrapped = FSDPv2(")
     assert "dist.get_world_size()" in msg("num_devices = xr.global_runtime_device_count()")
+
+
+def test_context_parallel_kernels_and_overrides_have_their_own_plans():
+    text = ("from neuronx_distributed.parallel_layers.parallel_state import get_context_model_parallel_size, "
+            "get_expert_model_parallel_rank\n"
+            "from neuronx_distributed.kernels.flash_attn import nki_flash_attn_func\n"
+            "from neuronx_distributed.kernels.ring_attention_kernel import nki_ring_attn_func\n"
+            "from neuronx_distributed.overrides.transformer_overrides import apply_rotary_pos_emb\n"
+            "ring = get_context_model_parallel_size() > 1\n"
+            "ep = get_expert_model_parallel_rank()\n"
+            "out = nki_ring_attn_func(1, 2, 3) if ring else nki_flash_attn_func(1, 2, 3)\n"
+            "q = apply_rotary_pos_emb(1, 2, 3, 4)\n")
+    findings = check_text(text, "m.py", RuleSet(all_rules()), Settings()).findings
+    by_line = {}
+    for f in findings:
+        if f.rule.code == "NM160":
+            by_line[f.span.line] = by_line.get(f.span.line, "") + f.message
+    assert "mesh['cp'].size()" in by_line[5] and "context_parallel" in by_line[5]
+    assert "mesh['ep'].get_local_rank()" in by_line[6]
+    assert "context_parallel" in by_line[7] and "scaled_dot_product_attention" in by_line[7]
+    assert "transformers" in by_line[8]

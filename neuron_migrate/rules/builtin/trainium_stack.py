@@ -144,6 +144,15 @@ NXD_PLANS = {
     "modules": ("NxD model modules", "the plain torch.nn module each replaces, sharded by a parallelize_module plan (each class has its own finding)"),
     "moe": ("NxD mixture-of-experts layers", "experts as nn.Modules sharded with DTensor (expert parallelism by hand); torch._grouped_mm for grouped GEMMs"),
     "lora": ("NxD LoRA", "peft on the plain model before parallelize_module"),
+    "ring_attention_kernel": ("NxD's NKI ring-attention kernel (context parallelism)",
+                              "torch.distributed.tensor.experimental.context_parallel(mesh['cp'], buffers=..., buffer_seq_dims=...) "
+                              "around F.scaled_dot_product_attention"),
+    "nki_ring_attn_func": ("NxD's NKI ring attention (context parallelism)",
+                           "torch.distributed.tensor.experimental.context_parallel around F.scaled_dot_product_attention"),
+    "flash_attn": ("NxD's NKI flash attention", "F.scaled_dot_product_attention (TorchNeuron lowers it to its fused attention)"),
+    "nki_flash_attn_func": ("NxD's NKI flash attention", "F.scaled_dot_product_attention(q, k, v, is_causal=True) (TorchNeuron lowers it to its fused attention)"),
+    "overrides": ("NxD's patched transformers functions", "the plain transformers functions (e.g. transformers' apply_rotary_pos_emb)"),
+    "apply_rotary_pos_emb": ("NxD's rotary embedding override", "transformers.models.llama.modeling_llama.apply_rotary_pos_emb (or the model's own)"),
     "kernels": ("NxD's NKI kernels (flash attention and others)", "F.scaled_dot_product_attention (TorchNeuron lowers it to fused attention), or the kernel as an NKI op (NM162)"),
     "lightning": ("NxD's PyTorch Lightning integration (XLA strategy)",
                   "Lightning with a native strategy (ModelParallelStrategy / FSDPStrategy) on the neuron device is unverified; "
@@ -161,6 +170,26 @@ _GENERIC = ("DTensor tensor parallelism (init_device_mesh(\"neuron\"), paralleli
             "torch.distributed.checkpoint or torch.distributed.pipelining, by hand")
 
 
+# parallel_state queries by the group they ask about: (what, mesh dimension, what else the native path needs)
+_GROUP_QUERIES = (
+    ("tensor_model_parallel", "the tp group", "tp", ""),
+    ("data_parallel", "the dp group", "dp", ""),
+    ("pipeline_model_parallel", "the pp group", "pp", f"; pipelining: {_PP}"),
+    ("context_model_parallel", "the context-parallel group", "cp",
+     "; context parallelism: torch.distributed.tensor.experimental.context_parallel over mesh['cp'] (ring attention "
+     "around F.scaled_dot_product_attention); NxD's src/tgt pairs have no equivalent"),
+    ("expert_model_parallel", "the expert-parallel group", "ep", "; expert parallelism has no built-in DTensor plan: shard the experts by hand"),
+)
+
+
+def _group_query(name: str):
+    for marker, what, dim, extra in _GROUP_QUERIES:
+        if name.startswith("get_") and marker in name:
+            call = ".get_local_rank()" if name.endswith("_rank") else ".size()" if name.endswith(("_size", "_world_size")) else ".get_group()"
+            return f"a parallel_state query of {what}", f"mesh['{dim}']{call} on a DeviceMesh with a '{dim}' dimension{extra}"
+    return None
+
+
 def nxd_plan(key: str) -> tuple[str, str, str]:
     """(the NxD name shown, what it is, its native plan) for a qualified name in neuronx_distributed."""
     parts = key.split(".")
@@ -168,6 +197,9 @@ def nxd_plan(key: str) -> tuple[str, str, str]:
         if part in NXD_PLANS:
             what, plan = NXD_PLANS[part]
             return part, what, plan
+        query = _group_query(part)
+        if query is not None:
+            return (part, *query)
     return parts[-1], "an NxD API with no specific plan", _GENERIC
 
 
