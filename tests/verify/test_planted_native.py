@@ -73,3 +73,28 @@ def test_a_program_that_fails_is_reported_as_such(tmp_path):
     (mig / "train.py").write_text((mig / "train.py").read_text().replace("model = Net()", "model = Nett()"))
     with pytest.raises(harness.CannotRun, match="(?s)migrated program failed before its first optimizer step.*Nett"):
         _verify(orig, mig, args)
+
+
+def test_a_migrated_program_that_still_imports_torch_xla_cannot_run(tmp_path):
+    prog = write_program(tmp_path / "p", "xla")
+    with pytest.raises(harness.CannotRun, match=r"still imports torch_xla \(train.py\)"):
+        harness.verify(prog, "train.py", [], xla_python="", original=prog, steps=2)
+
+
+def test_an_already_migrated_tree_without_a_git_history_asks_for_the_original(tmp_path):
+    prog = write_program(tmp_path / "p", "native")
+    with pytest.raises(harness.CannotRun, match="--original DIR"):
+        harness.verify(prog, "train.py", [], xla_python="", steps=2)
+
+
+def test_a_program_that_differs_from_itself_is_reported_as_not_deterministic(tmp_path):
+    orig, mig, args = _pair(tmp_path)
+    for tree in (orig, mig):  # noise the host generator does not draw: os.urandom
+        path = tree / "train.py"
+        path.write_text(path.read_text().replace(
+            "loss = loss_fn(model(data), target)",
+            "loss = loss_fn(model(data), target) * (1 + int.from_bytes(__import__('os').urandom(2), 'little') / 1e6)"))
+    result = harness.verify(mig, "train.py", args, xla_python="", original=orig, native_original=True, emulate=False,
+                            steps=2, check_determinism=True, timeout=300)
+    assert result["verdict"] == "not-deterministic" and result["deterministic"] is False
+    assert "NOT DETERMINISTIC" in render_text(result)

@@ -95,3 +95,17 @@ def test_planted_defects_are_caught_against_torch_xla(tmp_path, xla_python, migr
     assert f"changed by hand at {path}:{line}" in summary_line(result), summary_line(result)
     if DEFECTS[defect][0] == "model.py":
         assert result["where"]["module"] == "Net.block", render_text(result)
+
+
+def test_an_already_migrated_working_tree_is_verified_against_its_git_head(tmp_path, xla_python):
+    import subprocess
+
+    project = write_program(tmp_path / "repo", "xla")
+    git = ["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "torch_xla version"], check=True)
+    harness.rewrite_tree(project)  # the working tree is migrated, HEAD is not
+    result = harness.verify(project, "train.py", [], xla_python=xla_python, steps=4, float64=True, timeout=600)
+    assert result["how"].startswith("the git HEAD version")
+    assert result["verdict"] == "equivalent", render_text(result)
