@@ -28,6 +28,7 @@ def verify(
     root: str | None = typer.Option(None, "--root", help="The project folder the script runs in (default: the script's folder)."),
     original: str | None = typer.Option(None, "--original", help="The unmigrated project folder (default: the files as they are when they use torch_xla, else git HEAD)."),
     steps: int = typer.Option(20, "--steps", min=1, help="Optimizer steps to compare."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Also run the migrated program under torchrun with N processes: every rank in one group of N, the same parameters on every rank after each step."),
     float64: bool = typer.Option(False, "--float64", help="Make float64 the default dtype on both sides: a gate of 1e-6 instead of float32's 1e-4."),
     seed: int = typer.Option(0, "--seed", help="Seed of Python, numpy, torch and the host random-number generator."),
     timeout: float = typer.Option(900.0, "--timeout", help="Give up on a side after S seconds (exit 2)."),
@@ -82,7 +83,7 @@ def verify(
     try:
         result = run_verify(project, rel, list(ctx.args), xla_python=python, steps=steps, seed=seed, float64=float64,
                             timeout=timeout, original=Path(original) if original else None,
-                            native_original=native_original, localise=not no_localise, check_determinism=check_determinism,
+                            native_original=native_original, nproc=nproc, localise=not no_localise, check_determinism=check_determinism,
                             keep=Path(keep) if keep else None, unsafe_fixes=unsafe_fixes,
                             log=None if quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
     except CannotRun as exc:

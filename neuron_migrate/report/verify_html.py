@@ -21,6 +21,7 @@ def verify_summary(name: str, doc: dict) -> dict:
                   for h in (where.get("hunks") or site.get("hunks") or [])],
         "loss": [{"step": r["step"], "rel": r.get("loss_rel")} for r in cmp.get("rows") or [] if "loss_rel" in r],
         "seconds": doc.get("seconds") or {},
+        "distributed": doc.get("distributed"),
     }
 
 
@@ -43,6 +44,11 @@ def verify_section(i: int, v: dict, esc, chart) -> str:
     worst = v["worst"]
     head += (f'<p class="note">largest differences: loss {worst.get("loss", 0):.3g}, gradient {worst.get("grad", 0):.3g}, '
              f'parameter {worst.get("param", 0):.3g}</p>') if worst else ""
+    d = v.get("distributed")
+    if d:
+        head += (f'<p data-testid="verify-{i}-distributed">{esc(d["nproc"])} processes under torchrun (the migrated program): '
+                 f'world sizes {esc(d["world_sizes"])}, largest difference between the ranks\' parameters '
+                 f'{d["worst_rank_difference"]:.3g} (gate {esc(d["gate"])}): {"consistent" if d["ok"] else "NOT consistent"}</p>')
     if v["supplied"]:
         head += f'<p class="note">supplied for the original run (removed in torch_xla 2.9): {esc(", ".join(v["supplied"]))}</p>'
     body = ""

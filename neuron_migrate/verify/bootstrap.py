@@ -67,6 +67,7 @@ class Recorder:
         self.hparams: list = []
         self.opt_index: dict = {}
         self.opt_sites: list = []
+        self.world_sizes: list = []  # the process group's size at each optimizer step (1: none)
         self.autocast: set = set()  # dtypes of the autocast regions entered
         self.names: dict = {}  # id(param) -> qualified name
         self.module_names: dict = {}  # id(module) -> qualified name
@@ -147,6 +148,8 @@ class Recorder:
 
     def _post_step(self, opt, args, kwargs):
         self.params.append(self._keep(self._params_of(opt)))
+        dist = self.torch.distributed
+        self.world_sizes.append(dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1)
         self.step += 1
         if self.max_steps is not None and self.step >= self.max_steps:
             raise _Stop()
@@ -217,7 +220,7 @@ class Recorder:
             "loss_steps": [s for s, _ in self.losses],
             "grad_opts": [o for o, _ in self.grads],
             "hparams": self.hparams, "optimizers": self.opt_sites, "modules": self.module_rows,
-            "autocast": sorted(self.autocast),
+            "autocast": sorted(self.autocast), "world_sizes": self.world_sizes,
             "dtype": str(self.losses[0][1].dtype).replace("torch.", "") if self.losses else "",
             "torch": torch.__version__,
             **extra,
@@ -352,6 +355,9 @@ def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as fh:
         spec = json.load(fh)
     out_dir = spec["out"]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # one of N processes under torchrun: its own results folder
+        out_dir = os.path.join(out_dir, f"rank{os.environ.get('RANK', '0')}")
+        os.makedirs(out_dir, exist_ok=True)
     extra: dict = {"side": spec["side"], "supplied": []}
     import torch
 

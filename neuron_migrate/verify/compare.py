@@ -211,3 +211,42 @@ def localise_module(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode
             return {"module": rb["name"], "row": rb, "phase": "backward",
                     "detail": f"gradient flowing into {rb['name']}'s output differs: max difference {rel:.2e}"}
     return None
+
+
+RANK_GATE = {"float64": 1e-12, "float32": 1e-6, "autocast": 1e-3}
+
+
+def compare_ranks(metas: list[dict], datas: list[dict], nproc: int, mode: str) -> dict:
+    """The migrated program under torchrun with `nproc` processes: what one process cannot show. Every rank must
+    have joined one process group of `nproc` (a world size that became 1 trains N separate models), and the
+    parameters must be the same on every rank after each step (gradients averaged). The N-process trajectory is
+    not compared with the 1-process one: that depends on how the program splits its data."""
+    gate = RANK_GATE.get(mode, 1e-6)
+    first = None
+    sizes = [m.get("world_sizes") or [] for m in metas]
+    for r, ws in enumerate(sizes):
+        bad = next((s for s in ws if s != nproc), None)
+        if bad is not None:
+            first = {"step": ws.index(bad), "what": "world size",
+                     "detail": f"rank {r} trained in a process group of {bad}, not the {nproc} processes torchrun started "
+                               "(each process trains alone)"}
+            break
+    steps = min(len(d.get("params", [])) for d in datas) if datas else 0
+    worst = 0.0
+    names = (metas[0].get("optimizers") or [{}])[0].get("params", []) if metas else []
+    for step in range(steps):
+        ref = datas[0]["params"][step]
+        for r in range(1, len(datas)):
+            for i, (x, y) in enumerate(zip(ref, datas[r]["params"][step])):
+                rel, _ = tensor_diff(x, y)
+                worst = max(worst, rel)
+                if rel > gate and first is None:
+                    first = {"step": step, "what": "ranks",
+                             "detail": f"{names[i] if i < len(names) else f'parameter #{i}'} differs between rank 0 and rank {r} "
+                                       f"after the optimizer step (max difference {rel:.2e} of its largest value): "
+                                       "gradients are not averaged across the processes"}
+    counts = [len(d.get("params", [])) for d in datas]
+    if first is None and len(set(counts)) > 1:
+        first = {"step": min(counts), "what": "ranks", "detail": f"the ranks ran different numbers of steps: {counts}"}
+    return {"nproc": nproc, "world_sizes": [ws[0] if ws else None for ws in sizes], "steps": steps,
+            "worst_rank_difference": worst, "gate": gate, "first": first, "ok": first is None and steps > 0}

@@ -157,7 +157,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_side(side: Side, script: str, args: list[str], out: Path, *, steps: int, seed: int = 0, float64: bool = False,
-             hook_step: int | None = None, timeout: float = 600.0, threads: int = 1, host_rng: bool = True) -> dict:
+             hook_step: int | None = None, timeout: float = 600.0, threads: int = 1, host_rng: bool = True,
+             nproc: int = 1) -> dict:
     """Run one side to `steps` optimizer steps; returns {'meta', 'data_path', 'stdout', 'stderr', 'seconds'}.
     Raises CannotRun with the program's own error when it fails before recording anything useful."""
     out.mkdir(parents=True, exist_ok=True)
@@ -179,6 +180,11 @@ def run_side(side: Side, script: str, args: list[str], out: Path, *, steps: int,
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     cmd = [side["python"], str(BOOTSTRAP), str(out / "spec.json")]
+    if nproc > 1:  # torchrun sets RANK, WORLD_SIZE and the rendezvous itself
+        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(k, None)
+        cmd = [side["python"], "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               str(BOOTSTRAP), str(out / "spec.json")]
     start = time.monotonic()
     with open(out / "stdout.txt", "wb") as so, open(out / "stderr.txt", "wb") as se:
         proc = subprocess.Popen(cmd, stdout=so, stderr=se, cwd=str(root), env=env, start_new_session=True)
@@ -189,6 +195,16 @@ def run_side(side: Side, script: str, args: list[str], out: Path, *, steps: int,
             raise CannotRun(f"the {side['name']} program did not reach {steps} steps within {timeout:.0f} s "
                             "(--timeout)") from None
     seconds = time.monotonic() - start
+    if nproc > 1:
+        ranks = []
+        for r in range(nproc):
+            mp = out / f"rank{r}" / "meta.json"
+            if not mp.exists():
+                raise CannotRun(f"rank {r} of the {side['name']} program under torchrun ({nproc} processes) ended with "
+                                f"status {proc.returncode} before recording anything:\n{_tail(out / 'stderr.txt')}")
+            ranks.append({"meta": json.loads(mp.read_text(encoding="utf-8")),
+                          "data_path": str(out / f"rank{r}" / "tensors.pt")})
+        return {"ranks": ranks, "stdout": _tail(out / "stdout.txt"), "stderr": _tail(out / "stderr.txt"), "seconds": seconds}
     meta_path = out / "meta.json"
     if not meta_path.exists():
         raise CannotRun(f"the {side['name']} program ({side['kind']}) ended with status {proc.returncode} "
@@ -243,7 +259,7 @@ def _where_module(found: dict, migrated: Path, hunks: list) -> dict:
 def verify(project: Path, script: str, args: list[str], *, xla_python: str, steps: int = 20, seed: int = 0,
            float64: bool = False, timeout: float = 600.0, original: Path | None = None, native_original: bool = False,
            emulate: bool = True, localise: bool = True, check_determinism: bool = False, keep: Path | None = None,
-           unsafe_fixes: bool | None = None, log=None) -> dict:
+           unsafe_fixes: bool | None = None, nproc: int = 1, log=None) -> dict:
     """The whole check. `native_original`: run the original side natively too (tests; programs without
     torch_xla). Returns the result dict (see render_text); raises CannotRun."""
     log = log or (lambda msg: None)
@@ -307,6 +323,19 @@ def verify(project: Path, script: str, args: list[str], *, xla_python: str, step
         cmp = compare_runs(runs["original"]["meta"], data["original"], runs["migrated"]["meta"], data["migrated"])
         result["comparison"] = cmp
         first = cmp["first"]
+        if first is None and nproc > 1:
+            log(f"running the migrated program under torchrun with {nproc} processes for {steps} steps")
+            multi = run_side(sides["migrated"], script, args, work / f"migrated-{nproc}", **common, nproc=nproc)
+            seconds[f"migrated_{nproc}_processes"] = multi["seconds"]
+            from neuron_migrate.verify.compare import compare_ranks
+
+            dist = compare_ranks([r["meta"] for r in multi["ranks"]], [load_data(r["data_path"]) for r in multi["ranks"]],
+                                 nproc, cmp["mode"])
+            result["distributed"] = dist
+            if dist["first"] is not None:
+                result.update(verdict="diverged", where={})
+                cmp["first"] = dist["first"]
+                return result
         if first is None:
             result["verdict"] = "equivalent" if cmp["steps"] > 0 else "no-steps"
             return result

@@ -62,6 +62,11 @@ def render_text(result: dict) -> str:
                      f"value and cosine >= {g.get('cosine')}")
         lines.append(f"  largest differences: loss {w.get('loss', 0):.2e}, gradient {w.get('grad', 0):.2e} "
                      f"(cosine {w.get('cosine', 1):.9f}), parameter {w.get('param', 0):.2e}")
+    dist = result.get("distributed")
+    if dist:
+        lines.append(f"  {dist['nproc']} processes under torchrun (the migrated program): world sizes "
+                     f"{dist['world_sizes']}, {dist['steps']} steps, largest difference between the ranks' parameters "
+                     f"{dist['worst_rank_difference']:.2e} (gate {dist['gate']:.0e})")
     if verdict == "diverged":
         lines.append("  " + summary_line(result))
         first = cmp.get("first") or {}

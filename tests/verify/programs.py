@@ -105,3 +105,53 @@ def planted_line(folder: Path, defect: str) -> tuple[str, int]:
     name, _, new, _ = DEFECTS[defect]
     lines = (folder / name).read_text(encoding="utf-8").splitlines()
     return name, next(i for i, line in enumerate(lines, 1) if new in line)
+
+
+DDP_TRAIN = '''\
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from model import Net
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 8, generator=g)
+    y = x[:, :4].argmax(dim=1)
+    model = DDP(Net())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(20):
+        start = (step * 64 + rank * 32) % 512  # each rank its own shard of every batch
+        data, target = x[start:start + 32], y[start:start + 32]
+        optimizer.zero_grad()
+        loss = loss_fn(model(data), target)
+        loss.backward()
+        optimizer.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+DDP_DEFECTS = {
+    "gradient averaging dropped": ("model = DDP(Net())", "model = Net()"),
+    "world size became 1": ('dist.init_process_group("gloo")',
+                            'dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)'),
+}
+
+
+def write_ddp_program(folder: Path, defect: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(MODEL, encoding="utf-8")
+    text = DDP_TRAIN
+    if defect:
+        old, new = DDP_DEFECTS[defect]
+        text = text.replace(old, new)
+    (folder / "train.py").write_text(text, encoding="utf-8")
+    return folder

@@ -128,3 +128,32 @@ def test_change_map_names_the_rule_of_each_hunk_and_finds_hunks_by_line(tmp_path
     (tmp_path / "a" / "same.py").write_text("q = 1\n")
     (tmp_path / "b" / "same.py").write_text("q = 1\n")
     assert [h["path"] for h in change_map(tmp_path / "a", tmp_path / "b")] == ["t.py", "t.py"]
+
+
+def test_compare_ranks_needs_one_group_of_n_and_the_same_parameters_on_every_rank():
+    from neuron_migrate.verify.compare import compare_ranks
+
+    w = torch.randn(4, 3, dtype=torch.float64)
+    meta = {"world_sizes": [2, 2], "optimizers": [{"params": ["w"]}]}
+    same = {"params": [[w], [w * 2]]}
+    ok = compare_ranks([meta, meta], [same, same], 2, "float64")
+    assert ok["ok"] and ok["first"] is None and ok["world_sizes"] == [2, 2]
+    apart = {"params": [[w], [w * 2 + 1e-3]]}
+    out = compare_ranks([meta, meta], [same, apart], 2, "float64")
+    assert out["first"]["what"] == "ranks" and out["first"]["step"] == 1 and "rank 1" in out["first"]["detail"]
+    alone = {"world_sizes": [1, 1]}
+    out = compare_ranks([alone, alone], [same, same], 2, "float64")
+    assert out["first"]["what"] == "world size" and "group of 1" in out["first"]["detail"]
+
+
+def test_the_report_shows_the_distributed_check():
+    from neuron_migrate.report.html import _divergence_chart, _e
+    from neuron_migrate.report.verify_html import verify_section, verify_summary
+
+    doc = {"verdict": "diverged", "script": "train.py", "comparison": {"mode": "float64", "steps": 3, "gates": {"loss": 1e-6},
+           "first": {"step": 0, "what": "ranks", "detail": "w differs between rank 0 and rank 1"},
+           "rows": [{"step": 0, "loss_rel": 0.0}]},
+           "distributed": {"nproc": 2, "world_sizes": [2, 2], "worst_rank_difference": 0.5, "gate": 1e-12, "ok": False}}
+    page = verify_section(0, verify_summary("v", doc), _e, _divergence_chart)
+    assert 'data-testid="verify-0-distributed">2 processes' in page and "NOT consistent" in page
+    assert "w differs between rank 0 and rank 1" in page

@@ -98,3 +98,30 @@ def test_a_program_that_differs_from_itself_is_reported_as_not_deterministic(tmp
                             steps=2, check_determinism=True, timeout=300)
     assert result["verdict"] == "not-deterministic" and result["deterministic"] is False
     assert "NOT DETERMINISTIC" in render_text(result)
+
+
+@pytest.mark.parametrize("defect", [None, pytest.param("gradient averaging dropped", marks=pytest.mark.slow),
+                                    pytest.param("world size became 1", marks=pytest.mark.slow)])
+def test_two_processes_under_torchrun_show_what_one_cannot(tmp_path, defect):
+    """Both defects are invisible with one process (1 process: equivalent); under torchrun with 2 the ranks'
+    parameters part after the first step, or their process group has 1 member."""
+    from tests.verify.programs import write_ddp_program
+
+    orig = write_ddp_program(tmp_path / "original")
+    mig = write_ddp_program(tmp_path / "migrated", defect)
+    result = harness.verify(mig, "train.py", [], xla_python="", original=orig, native_original=True, emulate=False,
+                            steps=3, timeout=300, nproc=2)
+    dist = result["distributed"]
+    assert dist["nproc"] == 2 and dist["steps"] == 3
+    if defect is None:
+        assert result["verdict"] == "equivalent", render_text(result)
+        assert dist["ok"] and dist["world_sizes"] == [2, 2] and dist["worst_rank_difference"] == 0.0
+        return
+    assert result["comparison"]["first_numeric"] is None  # 1 process: nothing to see
+    assert result["verdict"] == "diverged"
+    first = result["comparison"]["first"]
+    if defect == "world size became 1":
+        assert first["what"] == "world size" and dist["world_sizes"] == [1, 1]
+    else:
+        assert first["what"] == "ranks" and first["step"] == 0 and "not averaged" in first["detail"]
+    assert summary_line(result).startswith(f"diverges at step {first['step']}")
