@@ -476,7 +476,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
             line = body[0].end_lineno if header_end else (starts[0] if body else len(lines))
         if need < len(body) and line > starts[need]:
             line, mode = _with_comments_above(lines, starts[need]), ""
-        if cells and need < len(body) and _cell_at(cells, line) != _cell_at(cells, starts[need]):
+        if cells and need < len(body) and _cell_at(cells, starts[need]) >= 0 and _cell_at(cells, line) != _cell_at(cells, starts[need]):
             # a notebook: the import goes into the cell that needs it, not into an earlier, untouched cell
             line, mode = _cell_import_line(cells, body, starts, need), ""
         if first_party:
