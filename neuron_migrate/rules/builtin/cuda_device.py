@@ -83,8 +83,13 @@ def dispatch_guard(site, ctx):
         return _beside_dispatcher(site, ctx, flow, member, vs)
     fn = flow.function_of(node)
 
+    covered = cuda_picker.picker_lines(ctx) if not accelerator(ctx) else set()
+    if node.lineno in covered and not (site.kind == "call" and site.key == "torch.cuda.is_available"):
+        return False  # a device picker: NM203 adds its neuron branch and says so
+
     def first_cuda(_a):
-        hits = [s.node for s in ctx.analysis.sites if _cuda_site(s) and flow.function_of(s.node) is fn]
+        hits = [s.node for s in ctx.analysis.sites if _cuda_site(s) and flow.function_of(s.node) is fn
+                and s.node.lineno not in covered]
         return min(hits, key=lambda n: (n.lineno, n.col_offset)) if hits else None
 
     if cached(ctx.analysis, f"dispatch-first:{id(fn)}", first_cuda) is not node:

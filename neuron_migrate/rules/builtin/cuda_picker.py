@@ -34,8 +34,8 @@ class Picker:
     """One if/elif/else chain that picks a device: its branches (test, body), the CUDA branch and the other
     accelerator's branch, the final else, and the neuron body to insert (None: no fix)."""
 
-    def __init__(self, top: ast.If, branches: list, orelse: list, cuda_index: int, other_index: int, other_kind: str):
-        self.top = top
+    def __init__(self, top, branches: list, orelse, cuda_index: int, other_index: int, other_kind: str):
+        self.top = top  # an ast.If, or an ast.IfExp (`"cuda" if ... else "mps" if ... else "cpu"`)
         self.branches = branches  # [(If node, test, body)]
         self.orelse = orelse
         self.cuda_index = cuda_index
@@ -56,6 +56,16 @@ def _chain(top: ast.If):
         return branches, node.orelse
 
 
+def _expr_chain(top: ast.IfExp):
+    """The branches of `a if t1 else b if t2 else c` and its final value."""
+    branches = []
+    node = top
+    while isinstance(node, ast.IfExp):
+        branches.append(node)
+        node = node.orelse
+    return branches, node
+
+
 def _backend_of_test(test, fn, ctx, assigns) -> set:
     """Backends whose availability the test asks about: availability calls in it, or names assigned from them."""
     out: set = set()
@@ -66,7 +76,7 @@ def _backend_of_test(test, fn, ctx, assigns) -> set:
             kind = device_flow._AVAILABILITY.get(q or "")
             if kind:
                 out.add(kind)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in assigns:
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in assigns and not isinstance(node.id, tuple):
             out |= assigns[node.id]
         elif isinstance(node, ast.Attribute) and node.attr == "is_available" and isinstance(node.value, ast.Attribute) \
                 and node.value.attr == "accelerator":
@@ -89,6 +99,7 @@ def _availability_names(fn_body, ctx) -> dict:
                             kinds.add(kind)
                 if kinds:
                     out.setdefault(node.targets[0].id, set()).update(kinds)
+                    out.setdefault(("lines", node.targets[0].id), set()).update(range(node.lineno, node.end_lineno + 1))
     return out
 
 
@@ -101,9 +112,9 @@ def pickers(ctx) -> list:
         names_of: dict = {}
         inner: set = set()
         for node in ast.walk(a.tree):
-            if not isinstance(node, ast.If) or id(node) in inner:
+            if not isinstance(node, (ast.If, ast.IfExp)) or id(node) in inner:
                 continue
-            branches, orelse = _chain(node)
+            branches, orelse = _chain(node) if isinstance(node, ast.If) else _expr_chain(node)
             for b in branches[1:]:
                 inner.add(id(b))
             if len(branches) < 2 or not orelse:
@@ -121,7 +132,14 @@ def pickers(ctx) -> list:
             if not cuda or not others:
                 continue
             other = others[0]
-            out.append(Picker(node, branches, orelse, cuda[0], other, next(iter(kinds[other]))))
+            p = Picker(node, branches, orelse, cuda[0], other, next(iter(kinds[other])))
+            # the lines the picker decides from: its own and those of the availability names its tests read
+            p.lines = set(range(node.lineno, node.end_lineno + 1))
+            for b in branches:
+                for n in ast.walk(b.test):
+                    if isinstance(n, ast.Name):
+                        p.lines |= assigns.get(("lines", n.id), set())
+            out.append(p)
         return out
 
     return cached(ctx.analysis, "device-pickers", build)
@@ -146,6 +164,21 @@ def picker_of(site, ctx):
             if fn(up) is fn(p.top):
                 return p
     return None
+
+
+def _neuron_value(p: Picker, ctx):
+    """The neuron value of an expression picker: the other accelerator's value (`"mps"`, `torch.device("mps")`) with
+    its device name changed; None for anything else."""
+    body = p.branches[p.other_index].body
+    a = ctx.analysis
+    target = body
+    if isinstance(body, ast.Call) and a.resolve(body.func, a.module_scope, count_use=False) == "torch.device" \
+            and len(body.args) == 1 and not body.keywords:
+        target = body.args[0]
+    if not (isinstance(target, ast.Constant) and isinstance(target.value, str) and target.value == p.other_kind):
+        return None
+    raw = a.source(target)
+    return a.source(body).replace(raw, raw.replace(p.other_kind, "neuron", 1))
 
 
 def neuron_body(p: Picker, ctx):
@@ -195,6 +228,13 @@ def insert_branch(p: Picker, ctx, fx) -> bool:
     """Add to `fx` the edit that inserts the neuron branch before the picker's final else; False when the chain's
     text cannot take it (no `else:` line found)."""
     a = ctx.analysis
+    if isinstance(p.top, ast.IfExp):
+        value = _neuron_value(p, ctx)
+        if value is None:
+            return False
+        torch = fx.ref("torch")
+        fx.replace(p.orelse, f"{value} if {NEURON_TEST.format(torch=torch)} else {a.source(p.orelse)}")
+        return True
     made = neuron_body(p, ctx)
     if made is None:
         return False
@@ -242,3 +282,17 @@ def _without_comments(text: str):
             row, col = tok.start
             lines[row - 1] = lines[row - 1][:col].rstrip()
     return "\n".join(ln for ln in lines if ln.strip())
+
+
+def picker_lines(ctx) -> set:
+    """Lines of the file's device pickers (and of the availability names they read): NM203 speaks for them."""
+
+    def build(_a):
+        out: set = set()
+        for p in pickers(ctx):
+            fixable = _neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)
+            if fixable is not None:
+                out |= p.lines
+        return out
+
+    return cached(ctx.analysis, "device-picker-lines", build)

@@ -13,6 +13,7 @@ before the script, which then runs with:
 | `device="neuron"` in torch factory functions        | `device="cpu"`                             |
 | `torch.autocast("neuron", ...)`                     | `torch.autocast("cpu", ...)`               |
 | `init_process_group(backend="neuron")` (or unset)   | backend `gloo`                             |
+| `dist.is_backend_available("neuron")`               | `True` (gloo stands in for it)             |
 | `torch.compile(backend="neuron")` (or unset)        | backend `eager` (`aot_eager` if `NEURON_ON_CPU_COMPILE_BACKEND=aot_eager`) |
 | `torch.neuron.*` (device module)                    | CPU no-ops / `torch.manual_seed` / zeros   |
 | `FullyShardedDataParallel(module)` (FSDP1)          | with `device_id=cpu` (FSDP1 refuses CPU modules otherwise) |
@@ -162,6 +163,13 @@ def _install() -> None:
         return result
 
     dist.init_process_group = init_process_group
+    real_available = dist.is_backend_available
+
+    @functools.wraps(real_available)
+    def is_backend_available(backend):
+        return True if str(backend) in mapped else real_available(backend)
+
+    dist.is_backend_available = is_backend_available
     if os.environ.get("NEURON_ON_CPU_COLLECTIVES"):
         _count_collectives(dist, os.environ["NEURON_ON_CPU_COLLECTIVES"])
 
