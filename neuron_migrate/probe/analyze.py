@@ -332,6 +332,9 @@ def build_report(docs: list[dict], *, classifier: Classifier, outcome: dict, spe
     measured = [d.get("measured") for d in docs if d.get("measured")]
     if measured:
         report["measured"] = _measured_section(measured, run_ops)
+    report["compile_refusals"] = [
+        dict(r, file=_rel(r.get("file"), cwd)) for d in docs
+        for r in ((d.get("compile") or {}).get("refusals") or d.get("compile_refusals") or [])]
     report["host_runs"] = _host_runs(docs, cwd)
     report["layout_tensors"] = _layout_tensors(docs, cwd)
     report["problems"] = _problems(report)
@@ -396,6 +399,10 @@ def _problems(report: dict) -> list[str]:
         sites = sorted({s["site"] for s in r["sites"]}, key=_site_order)
         more = f" and {len(sites) - 6} more" if len(sites) > 6 else ""
         lines.append(f"{r['op']}: unsupported on TorchNeuron, at " + ", ".join(sites[:6]) + more)
+    for r in report.get("compile_refusals") or []:
+        where = f" at {_loc(r.get('file'), r.get('line'))}" if r.get("file") else ""
+        lines.append(f'torch.compile(backend="neuron"): graph {r.get("graph")} refused{where} ({r.get("error")}); '
+                     "it ran eagerly")
     return lines
 
 
@@ -540,7 +547,7 @@ def _failed_checks(report: dict, fail_on: list[str]) -> list[str]:
         "partial": s["partial"]["ops"] > 0,
         "float64": bool(report["float64"]["ops"] or report["float64"]["tensors"]),
         "graph-break": bool(((report.get("compile") or {}).get("explain") or {}).get("graph_break_count")),
-        "compile": bool((report.get("compile") or {}).get("cannot_lower")),
+        "compile": bool((report.get("compile") or {}).get("cannot_lower")) or bool(report.get("compile_refusals")),
     }
     for f in fail_on:
         if checks.get(f):

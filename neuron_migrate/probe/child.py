@@ -514,6 +514,10 @@ def main(argv: list[str] | None = None) -> int:
                 _measure_end(tnx, writer)
                 if compile_log is not None:
                     writer.state["compile"] = compile_log.report()
+                elif kind == "emulated":  # without --compile: graphs the backend refused (they ran eagerly)
+                    from neuron_migrate.probe.emulator import compile as emulated_compile
+
+                    writer.state["compile_refusals"] = emulated_compile.report()["refusals"]
         else:
             model_cpu, args, kwargs = _run_factory(spec, writer, rec, device, tnx)
             cpu_args = _to_device((args, kwargs), torch.device("cpu"))

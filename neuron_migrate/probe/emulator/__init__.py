@@ -328,7 +328,7 @@ def install(table=None, *, keep_going: bool = False, device_count: int | None = 
     _register_process_group_backend(torch)
     from neuron_migrate.probe.emulator.compile import patch_torch_compile
 
-    patch_torch_compile(torch)
+    patch_torch_compile(torch, strict=not keep_going)
     _state.update(installed=True, library=str(path), native=sets["native"], unsupported=sets["unsupported"],
                   failed=failed, table_version=getattr(table, "version", None))
     return _state

@@ -20,11 +20,12 @@ from typing import Any
 
 BACKEND_NAME = "neuron"
 
-_log: dict[str, Any] = {"graphs": [], "dynamo_graphs": 0, "calls": [], "registered": False}
+_log: dict[str, Any] = {"graphs": [], "dynamo_graphs": 0, "calls": [], "registered": False, "refusals": [],
+                        "strict": False}
 
 
 def reset_log() -> None:
-    _log.update(graphs=[], dynamo_graphs=0, calls=[])
+    _log.update(graphs=[], dynamo_graphs=0, calls=[], refusals=[])
     try:
         from torch._dynamo import output_graph
 
@@ -53,8 +54,30 @@ def neuron_backend(gm, example_inputs, **options):  # noqa: ARG001 - TorchNeuron
 
     index = _log["dynamo_graphs"]
     _log["dynamo_graphs"] += 1
-    return aot_autograd(fw_compiler=_capture("forward", index), bw_compiler=_capture("backward", index))(
-        gm, example_inputs)
+    try:
+        return aot_autograd(fw_compiler=_capture("forward", index), bw_compiler=_capture("backward", index))(
+            gm, example_inputs)
+    except Exception as exc:  # noqa: BLE001 - a graph the backend refuses
+        if _log.get("strict"):
+            raise
+        # report, don't crash: the refusal is recorded with the graph's first user line and the graph runs eagerly
+        site = _graph_site(gm)
+        _log["refusals"].append({"graph": index, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                                 **site})
+        return gm.forward
+
+
+def _graph_site(gm) -> dict:
+    """The user's line of a dynamo graph's first node that has one (its stack trace)."""
+    import re
+
+    for node in gm.graph.nodes:
+        trace = node.meta.get("stack_trace") or ""
+        frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+        if frames:
+            f, line = frames[-1]
+            return {"file": f, "line": int(line)}
+    return {"file": None, "line": None}
 
 
 def _register() -> None:
@@ -77,8 +100,9 @@ def _call_site() -> dict:
             "lib_file": lib[0] if lib and lib != user else None, "lib_line": lib[1] if lib and lib != user else None}
 
 
-def patch_torch_compile(torch) -> None:
+def patch_torch_compile(torch, strict: bool = False) -> None:
     """Wrap `torch.compile`: backend "neuron" registers the emulated backend first. Idempotent."""
+    _log["strict"] = strict
     orig = torch.compile
     if getattr(orig, "_nm_emulated_neuron", False):
         return
@@ -122,4 +146,6 @@ def report() -> dict:
         "calls": list(_log["calls"]),
         "explain": {"graph_count": _log["dynamo_graphs"], "graph_break_count": len(breaks), "breaks": breaks},
         "graphs": list(_log["graphs"]),
+        # graphs the backend refused (the run went on with them eager; --strict raises instead)
+        "refusals": list(_log["refusals"]),
     }
