@@ -789,6 +789,14 @@ class Recorder:
 
         out = pytree.tree_map(back, out)
         user, lib, _, _ = locate(sys._getframe(1).f_back)  # (the autograd engine's thread has a shallow stack)
+        if user is None and lib is None:  # a backward op: the forward line that created its autograd node
+            node = _current_autograd_node()
+            try:
+                site = node.metadata.get("nm_site") if node is not None else None
+            except Exception:  # noqa: BLE001
+                site = None
+            if site:
+                user, lib = site[0], site[1]
         key = (op_name(func), user, lib)
         with self.lock:
             r = self.host_runs.get(key)
