@@ -766,10 +766,14 @@ class Recorder:
         leaves, hleaves = pytree.tree_leaves((args, kwargs)), pytree.tree_leaves((hargs, hkwargs))
         pairs = {id(h): o for o, h in zip(leaves, hleaves) if isinstance(o, _Tensor) and h is not o}
         schema = getattr(func, "_schema", None)
-        if schema is not None and schema.is_mutable:
-            for o, h in zip(leaves, hleaves):
-                if isinstance(o, _Tensor) and h is not o and o.layout is _STRIDED and not o.is_nested:
-                    o.copy_(h)
+        if schema is not None and schema.is_mutable:  # the arguments the op writes get the host's result back
+            for i, a in enumerate(schema.arguments):
+                if a.alias_info is None or not a.alias_info.is_write:
+                    continue
+                o, h = (args[i], hargs[i]) if i < len(args) else (kwargs.get(a.name), hkwargs.get(a.name))
+                for ot, ht in zip(pytree.tree_leaves(o), pytree.tree_leaves(h)):
+                    if isinstance(ot, _Tensor) and ht is not ot and ot.layout is _STRIDED and not ot.is_nested:
+                        ot.copy_(ht)
         op, ns, reason = why[0], why[1], why[2]
         target = why[3] if len(why) > 3 and why[3] is not None else (dev[0] if dev else None)
 

@@ -83,3 +83,27 @@ def test_strict_stops_as_the_device_would_with_one_line(model, emulator_lib):
 def test_strict_and_keep_going_contradict(model):
     p = run_cli([f"{model}:make", "--strict", "--keep-going"])
     assert p.returncode == 2 and "contradict" in p.stderr
+
+
+SCRIPT = '''import torch
+dev = torch.device("neuron")
+w = torch.nn.Parameter(torch.zeros(4, device=dev))
+s = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.ones(2), (4,)).to(dev)  # PROBE: to
+acc = torch.zeros(4, device=dev)
+acc.add_(s)  # PROBE: add
+print("acc", acc.cpu().tolist(), acc.device.type)
+(w * acc).sum().backward()
+print("grad", w.grad.cpu().tolist(), w.grad.device.type)
+'''
+
+
+def test_a_script_on_the_device_writes_host_results_back_into_device_tensors(tmp_path, emulator_lib):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    rc, rep, p = run_json([str(script)], cwd=tmp_path)
+    lines = marker_lines(script)
+    assert rc == 1 and rep["status"] == "ok", (rep.get("error"), p.stderr[-2000:])
+    out = rep["outcome"]["stdout"]["tail"]
+    assert "acc [1.0, 0.0, 1.0, 0.0] neuron" in out and "grad [1.0, 0.0, 1.0, 0.0] neuron" in out, out
+    (sparse,) = [x for x in rep["problems"] if x.startswith("torch.sparse")]
+    assert f"train.py:{lines['to']}" in sparse and f"train.py:{lines['add']}" in sparse, sparse
