@@ -482,26 +482,40 @@ def editor_checks(py: Path, paths: list, checks: int) -> dict:
 
 
 MODEL_TIMER = """
-import sys, time
+import resource, sys, tempfile, time
+from pathlib import Path
 from neuron_migrate.repository.model import RepositoryModel as M
-t = time.perf_counter(); m = M.build(sys.argv[1]); cold = time.perf_counter() - t
-t = time.perf_counter(); M.build(sys.argv[1], m.records); warm = time.perf_counter() - t
-print(cold, warm, len(m.py), len(set(m.entries)), sum(1 for v in m.modes.values() if v != {"single"}))
+from neuron_migrate.pipeline import repository_facts as rf
+def clock():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime + r.ru_stime
+def since(t):
+    w, c = clock()
+    return [w - t[0], c - t[1]]
+t = clock(); m = M.build(sys.argv[1]); m.all_facts(); cold = since(t)
+t = clock(); M.build(sys.argv[1], m.records).all_facts(); records = since(t)
+folder = Path(tempfile.mkdtemp())
+rf.root_facts(sys.argv[1], folder); rf._KNOWN.clear()
+t = clock(); rf.root_facts(sys.argv[1], folder); unchanged = since(t)
+print(*cold, *records, *unchanged, len(m.py), len(set(m.entries)), sum(1 for v in m.modes.values() if v != {"single"}))
 """
 
 
 def repository_model_times(py: str, tree: Path, repeat: int) -> dict:
-    """The repository model's own cost on the tree (neuron_migrate/repository/), in a fresh process each time: cold
-    (every file read and line-scanned) and warm (the previous records reused: a walk, a stat per file, the graph)."""
-    colds, warms, info = [], [], None
+    """The repository model's own cost on the tree (neuron_migrate/repository/), in a fresh process each time, as
+    (wall, CPU) seconds: cold (every file read and line-scanned, every file's answers computed), from cached scan
+    records (a walk, a stat per file, the graph and the answers), and unchanged (a walk, then the cached answers)."""
+    runs: dict = {"cold": [], "records": [], "unchanged": []}
+    info = None
     for _ in range(repeat):
         p = subprocess.run([py, "-c", MODEL_TIMER, str(tree)], capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
             return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:] or ["failed"]}
-        cold, warm, *info = p.stdout.split()
-        colds.append(float(cold))
-        warms.append(float(warm))
-    return {"cold": colds, "warm": warms, "files": int(info[0]), "entries": int(info[1]), "distributed": int(info[2])}
+        v = p.stdout.split()
+        for k, i in (("cold", 0), ("records", 2), ("unchanged", 4)):
+            runs[k].append((float(v[i]), float(v[i + 1])))
+        info = [int(x) for x in v[6:9]]
+    return {**runs, "files": info[0], "entries": info[1], "distributed": info[2]}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -770,16 +784,20 @@ def render(c: dict) -> str:
                 "perfect scaling; the machine's other load takes from the second core first)."]
     model = c.get("model") or {}
     if model.get("cold"):
+        def med(key: str, i: int) -> float:
+            return statistics.median(r[i] for r in model[key])
+
         cold_audit = by.get("neuron-migrate audit")
-        share = (f"; cold, {100 * statistics.median(model['cold']) / cold_audit.median:.0f}% of the median `audit` of the "
-                 "tree above (which builds it too)") if cold_audit is not None and _ok(cold_audit) else ""
+        share = (f" The cold build's wall time is {100 * med('cold', 0) / cold_audit.median:.1f}% of the median `audit` "
+                 "of the tree above (which includes it).") if cold_audit is not None and _ok(cold_audit) else ""
         out += ["", "## Repository model", "",
                 f"The import graph, entry points and launch modes of the tree's {model['files']} Python files "
-                f"({model['entries']} programs; {model['distributed']} modules run by a distributed program), built "
-                "in a fresh process: cold (every file read and line-scanned) median "
-                f"{statistics.median(model['cold']):.3f} s (runs {', '.join(f'{x:.3f}' for x in model['cold'])}), "
-                f"warm (scan records reused: a walk, a stat per file, the graph) median "
-                f"{statistics.median(model['warm']):.3f} s (runs {', '.join(f'{x:.3f}' for x in model['warm'])}){share}."]
+                f"({model['entries']} programs; {model['distributed']} modules run by a distributed program), in a fresh "
+                f"process; medians of wall and CPU seconds (CPU time is less moved by the machine's other load).{share}",
+                "", "| build | wall (s) | CPU (s) |", "|---|---:|---:|",
+                f"| cold: every file read and line-scanned | {med('cold', 0):.3f} | {med('cold', 1):.3f} |",
+                f"| from cached scan records: a walk, a stat per file, graph and answers | {med('records', 0):.3f} | {med('records', 1):.3f} |",
+                f"| unchanged tree: a walk, then the cached answers | {med('unchanged', 0):.3f} | {med('unchanged', 1):.3f} |"]
     elif model.get("error"):
         out += ["", "## Repository model", "", f"Not measured: {model['error'][0]}"]
     out += ["", "## Cache: cold and warm (same tree, unchanged between the two runs)", "",

@@ -167,6 +167,7 @@ class RepositoryModel:
                 self.dirs.add(d)
                 self.names.add(d.rpartition("/")[2])
                 d = d.rpartition("/")[0]
+        self._bases: dict = {}  # file -> the folders its absolute imports are looked up in, in order
         self._folders = self._global_folders()
         self._training_of: dict = {}
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
@@ -287,8 +288,11 @@ class RepositoryModel:
                         out.append(f)
                 return out
         else:
-            bases = [rel.rpartition("/")[0], self._package_root(rel), *self._own_folders(rel), *self._folders]
-        for base in dict.fromkeys(bases):
+            bases = self._bases.get(rel)
+            if bases is None:
+                bases = self._bases[rel] = list(dict.fromkeys(
+                    [rel.rpartition("/")[0], self._package_root(rel), *self._own_folders(rel), *self._folders]))
+        for base in bases:
             if not self._exists(base, module):
                 continue
             parts = module.split(".")
@@ -310,8 +314,10 @@ class RepositoryModel:
     def _imports_of(self, rel: str) -> list:
         rec = self.py[rel]
         out: list = []
+        ours = self.names
         for imp in rec.get("i", ()):
-            out += self.resolve(rel, imp[0], imp[1], imp[2])
+            if imp[0] or imp[1].partition(".")[0] in ours:  # most imports are of other projects: not resolved
+                out += self.resolve(rel, imp[0], imp[1], imp[2])
         for module in rec.get("d", ()):
             out += self.resolve(rel, 0, module)
         return list(dict.fromkeys(f for f in out if f != rel))
@@ -416,6 +422,8 @@ class RepositoryModel:
                     continue
                 for imp in rec.get("i", ()):
                     level, module, names = imp[0], imp[1], imp[2]
+                    if not level and module.partition(".")[0] not in self.names:
+                        continue  # another project's module
                     if not module:  # `from . import a, b`: the package's names, or its submodules imported whole
                         for f in self.resolve(other, level, module, names):
                             index.setdefault(f, set()).add("*" if not f.endswith("__init__.py") else "")
