@@ -17,6 +17,7 @@ The module is also the probe's factory target: `probe_zoo.py:causal_lm__llama` b
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -178,7 +179,7 @@ def runs(r: dict) -> bool:
     return (r.get("probe") or {}).get("status") == "ok"
 
 
-def render(results: dict[str, dict], versions: dict) -> str:
+def render(results: dict[str, dict], versions: dict, total: int | None = None) -> str:
     built = {k: v for k, v in results.items() if v.get("buildable")}
     probed = {k: v for k, v in built.items() if v.get("probe")}
     ok = [k for k, v in probed.items() if runs(v)]
@@ -187,10 +188,18 @@ def render(results: dict[str, dict], versions: dict) -> str:
          f"{versions.get('transformers')}). Each buildable model ran `neuron-migrate probe ... --steps 2` (two training "
          "steps: forward, loss, backward, AdamW) on the emulated device; it *runs* when the probe gave a complete "
          "report (exit 0, or exit 1 when it reports what TorchNeuron cannot run).\n",
-         f"- candidates: {len(results)} (causal LM classes of the pinned transformers, plus hand-written entries)",
+         f"- candidates done: {len(results)}" + (f" of {total}" if total else "")
+         + " (causal LM classes of the pinned transformers, plus hand-written entries; run in a fixed order, hand-written "
+           "entries first, then by the sha1 of the name, so a run stopped early is a spread over the alphabet)",
          f"- buildable (tiny config trains a step on the CPU): {len(built)}",
          f"- probed: {len(probed)}; **run on the emulated device: {len(ok)} of {len(probed)}"
          + (f" ({100 * len(ok) / len(probed):.0f} %)**" if probed else "**"), ""]
+    upcast = [k for k, v in probed.items() if (v["probe"].get("upcast_ops"))]
+    if upcast:
+        L.append(f"{len(upcast)} models (mixture-of-experts: transformers casts the expert ids with `.int()` before "
+                 "`torch.histc` on an accelerator) run an op the table calls native on a dtype the host kernel lacks; "
+                 "the emulated device runs it upcast and reports it (`upcast`). Before issue 40's fix these failed with "
+                 "`\"histogram_cpu\" not implemented for 'Int'`.\n")
     L.append("## Probed\n\n| model | result | exit | reported (TorchNeuron cannot run / upcast / host runs) |")
     L.append("|---|---|---:|---|")
     for k in sorted(probed):
@@ -222,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON results, read first: entries already done are not run again")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "PROBE_ZOO.md"))
     ap.add_argument("--fresh", action="store_true", help="ignore earlier results")
+    ap.add_argument("--render", action="store_true", help="only write the page from the results file")
     a = ap.parse_args(argv)
     import torch
     import transformers
@@ -233,8 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(res_path.read_text())
         if doc.get("versions") == versions:
             results = doc["results"]
+    # hand-written entries first, then a fixed spread over the alphabet (a run cut short is still a fair sample)
+    if a.render:
+        Path(a.out).write_text(render(results, versions, len(entries(None))))
+        return 0
     todo = [e for e in entries({x.strip() for x in a.only.split(",") if x.strip()} or None)
             if not (e in results and (not results[e].get("buildable") or results[e].get("probe")))]
+    todo.sort(key=lambda e: (e.startswith("causal_lm__"), hashlib.sha1(e.encode()).hexdigest()))
 
     lock = threading.Lock()
 
@@ -246,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = res_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"versions": versions, "results": results}, indent=1, sort_keys=True))
         os.replace(tmp, res_path)
-        Path(a.out).write_text(render(results, versions))
+        Path(a.out).write_text(render(results, versions, len(entries(None))))
 
     def one(entry: str) -> None:
         # the probe first (its child builds the model on the CPU); only a model that does not run is checked on the
