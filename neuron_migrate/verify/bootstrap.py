@@ -348,7 +348,8 @@ def _user_traceback() -> str:
     te = traceback.TracebackException(*sys.exc_info())
     te.stack = traceback.StackSummary.from_list(
         [f for f in te.stack if f.filename != __file__ and "runpy" not in f.filename][-8:])
-    return "".join(te.format())
+    text = "".join(te.format())
+    return text if len(text) <= 4000 else text[:2000] + "\n[...]\n" + text[-1000:]
 
 
 def main() -> int:
@@ -413,4 +414,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run under a module name of its own, not `__main__`: the user's script becomes `__main__` (runpy), and
+    # torch.compile resolves the globals of this file's hooks through sys.modules[fn.__module__].
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_nm_verify_bootstrap", __file__)
+    _mod = importlib.util.module_from_spec(_spec)
+    sys.modules["_nm_verify_bootstrap"] = _mod
+    _spec.loader.exec_module(_mod)
+    sys.exit(_mod.main())
