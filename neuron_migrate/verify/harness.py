@@ -300,7 +300,11 @@ def verify(project: Path, script: str, args: list[str], *, xla_python: str, step
         for name in ("original", "migrated"):
             meta = runs[name]["meta"]
             if meta.get("status") == "error" and not meta.get("steps"):
-                raise CannotRun(f"the {name} program failed before its first optimizer step:\n"
+                hint = ""
+                if name == "original" and sides[name]["kind"] == "xla":
+                    hint = (f" (under torch_xla {meta.get('torch_xla')} as it is: a program written for an older torch_xla "
+                            "needs one, with its own torch, through --xla-python)")
+                raise CannotRun(f"the {name} program failed before its first optimizer step{hint}:\n"
                                 f"{meta.get('error') or runs[name]['stderr']}")
             result[f"{name}_status"] = meta.get("status")
             if meta.get("error"):

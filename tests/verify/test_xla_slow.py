@@ -109,3 +109,26 @@ def test_an_already_migrated_working_tree_is_verified_against_its_git_head(tmp_p
     result = harness.verify(project, "train.py", [], xla_python=xla_python, steps=4, float64=True, timeout=600)
     assert result["how"].startswith("the git HEAD version")
     assert result["verdict"] == "equivalent", render_text(result)
+
+
+REALISTIC = REPO / "tests" / "integration" / "realistic"
+# name -> why verify cannot compare it here (asserted: the message says so), or None: equivalent
+REALISTIC_PLAN = {
+    "amp_syncfree.py": "under torch_xla 2.9",  # torch_xla.amp.autocast fails on torch_xla 2.9 itself
+    "fsdp.py": "record_stream",  # the emulated device has no aten::record_stream, which torch FSDP1 calls
+}
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in REALISTIC.glob("*.py") if not p.name.endswith(".golden.py")))
+def test_each_realistic_script_is_verified_against_its_torch_xla_original(tmp_path, xla_python, script, monkeypatch):
+    project = tmp_path / "realistic"
+    project.mkdir()
+    shutil.copy(REALISTIC / script, project / script)
+    monkeypatch.setenv("CKPT_DIR", str(tmp_path))
+    why = REALISTIC_PLAN.get(script)
+    if why:
+        with pytest.raises(harness.CannotRun, match=why):
+            harness.verify(project, script, [], xla_python=xla_python, steps=3, timeout=600, unsafe_fixes=True)
+        return
+    result = harness.verify(project, script, [], xla_python=xla_python, steps=3, timeout=600, unsafe_fixes=True)
+    assert result["verdict"] == "equivalent", render_text(result)
