@@ -299,3 +299,125 @@ def drop_emptied_blocks(before: str, after: str, before_tree=None, after_tree=No
     if not drop:
         return after
     return "".join(l for i, l in enumerate(lines) if i not in drop)
+
+
+# Helpers whose few calls read better as the one-line native form (issue 38): name -> (kind, template). The
+# templates use the spellings the inserted helper itself used for torch.distributed and os.
+_INLINE = {
+    "_neuron_rank": ("expr", '{dist}.get_rank() if {dist}.is_initialized() else int({os}.environ.get("RANK", 0))'),
+    "_neuron_world_size": ("expr", '{dist}.get_world_size() if {dist}.is_initialized() else int({os}.environ.get("WORLD_SIZE", 1))'),
+    "_neuron_barrier": ("stmt", "if {dist}.is_initialized():\n{indent}    {dist}.barrier()"),
+}
+INLINE_MAX_CALLS = 2
+# where a conditional expression stands without parentheses: the whole value of an assignment, a return, a keyword
+_BARE_OK = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.keyword, ast.NamedExpr)
+
+
+def _spellings(helper: ast.FunctionDef) -> dict:
+    """How the inserted helper spells torch.distributed (`dist`) and os (`os`)."""
+    out = {}
+    for n in ast.walk(helper):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            if n.attr in ("get_rank", "get_world_size", "barrier", "is_initialized"):
+                out.setdefault("dist", n.value.id)
+            elif n.attr == "environ":
+                out.setdefault("os", n.value.id)
+    return out
+
+
+def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None, after_tree=None) -> str:
+    """`after` with each inserted rank / world-size / barrier helper called at most INLINE_MAX_CALLS times replaced
+    by its one-line native form at those calls, and its definition removed: `_neuron_rank()` becomes
+    `dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))`, a `_neuron_barrier(tag)`
+    statement `if dist.is_initialized(): dist.barrier()`. Kept as a helper where another helper calls it, where a
+    call is in an f-string, passes arguments that may do something, or is used as a value, or where a statement
+    shares its line."""
+    wanted = [n for n in _INLINE if n in inserted and f"def {n}(" in after]
+    if not wanted:
+        return after
+    try:
+        tree = after_tree or ast.parse(after)
+        old = before_tree or ast.parse(before)
+    except (SyntaxError, ValueError, RecursionError):
+        return after
+    had = {s.name for s in old.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    defs = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name in wanted and s.name not in had
+            and not s.decorator_list}
+    if not defs:
+        return after
+    parents: dict = {}
+    owner_of: dict = {}  # a node -> the top-level def holding it (its name), for the helpers' own bodies
+    for stmt in tree.body:
+        top = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
+        for n in ast.walk(stmt):
+            owner_of[n] = top
+            for c in ast.iter_child_nodes(n):
+                parents[c] = n
+    lines = source_lines(after, keepends=True)
+
+    def char_col(line: int, col: int) -> int:
+        return len(lines[line - 1].encode("utf-8")[:col].decode("utf-8", "replace"))
+
+    edits: list = []  # (line, col, end_line, end_col, text) in characters
+    drop: set = set()
+    from neuron_migrate.rules.helpers import HELPERS
+
+    for name, d in defs.items():
+        spell = _spellings(d)
+        kind, template = _INLINE[name]
+        if "dist" not in spell or (kind == "expr" and "os" not in spell):
+            continue
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and owner_of.get(n) != name]
+        if not uses or len(uses) > INLINE_MAX_CALLS:
+            continue
+        mine: list = []
+        for use in uses:
+            call = parents.get(use)
+            if owner_of.get(use) in HELPERS or not isinstance(call, ast.Call) or call.func is not use or call.keywords:
+                break
+            up = call
+            in_fstring = False
+            while up is not None:
+                if isinstance(up, ast.JoinedStr):
+                    in_fstring = True
+                up = parents.get(up)
+            if in_fstring:
+                break
+            if kind == "expr":
+                if call.args:
+                    break
+                parent = parents.get(call)
+                # bare as a whole value or a call's only argument; in parentheses anywhere else (also where a tuple
+                # or an argument list would read it right, for the reader's sake)
+                bare = isinstance(parent, _BARE_OK) or (isinstance(parent, ast.Call) and parent.args == [call]
+                                                        and not parent.keywords)
+                text = template.format(**spell)
+                mine.append((call.lineno, char_col(call.lineno, call.col_offset), call.end_lineno,
+                             char_col(call.end_lineno, call.end_col_offset), text if bare else f"({text})"))
+            else:
+                stmt = parents.get(call)
+                if not isinstance(stmt, ast.Expr) or len(call.args) > 1 or not all(
+                        isinstance(a, (ast.Constant, ast.Name, ast.Attribute)) for a in call.args):
+                    break
+                head = lines[stmt.lineno - 1][: char_col(stmt.lineno, stmt.col_offset)]
+                tail = lines[stmt.end_lineno - 1][char_col(stmt.end_lineno, stmt.end_col_offset):].strip()
+                if head.strip() or (tail and not tail.startswith("#")):
+                    break
+                mine.append((stmt.lineno, len(head), stmt.end_lineno, char_col(stmt.end_lineno, stmt.end_col_offset),
+                             template.format(indent=head, **spell)))
+        else:
+            edits.extend(mine)
+            drop.update(range(d.lineno - 1, d.end_lineno))
+            i = d.end_lineno
+            while i < len(lines) and not lines[i].strip() and i - d.end_lineno < 2:
+                drop.add(i)
+                i += 1
+    if not edits:
+        return after
+    for line, col, end_line, end_col, text in sorted(edits, reverse=True):
+        first, last = lines[line - 1], lines[end_line - 1]
+        lines[line - 1] = first[:col] + text + last[end_col:]
+        for k in range(line, end_line):
+            lines[k] = ""
+    out = "".join(ln for i, ln in enumerate(lines) if i not in drop)
+    return out if _parse_or_none(out) is not None else after

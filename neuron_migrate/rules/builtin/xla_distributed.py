@@ -378,7 +378,9 @@ _WORLD = {f"{XM}.xrt_world_size", f"{XR}.world_size", f"{XR}.process_count", f"{
         and 1 then. `xr.process_index()`/`xr.process_count()` are the same under torchrun (one NeuronCore per
         process). A non-default `defval=` becomes `_neuron_ordinal(defval)` / `_neuron_xrt_world_size(defval)`.
         Used as a value (`world_size_function=xr.world_size`), the name becomes the helper function itself.
-        The helpers only know the rank after `dist.init_process_group("neuron")`: call it first.
+        The helpers only know the rank after `dist.init_process_group("neuron")`: call it first. A file that calls a
+        helper only once or twice gets its one-line form there instead, with no helper inserted:
+        `dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))` (`WORLD_SIZE`, 1 likewise).
 
         Where the program model knows more, the plain form is written: after an `init_process_group` that runs
         on every path, `dist.get_rank()` / `dist.get_world_size()`; in a single-device program (one that never
@@ -692,7 +694,8 @@ def _inside_test(ctx, stmt, test: str) -> bool:
         `dist.all_gather_object`. `replicas=`/`ordinals=` (a subset of processes) is reported: make the group once
         with `dist.new_group`. TorchNeuron implements barrier on the default group only. After an
         `init_process_group` that always runs, the statement becomes `dist.barrier()`; in a single-device program
-        it is removed (a finding at its line says so).
+        it is removed (a finding at its line says so). A file with only one or two such barriers gets
+        `if dist.is_initialized(): dist.barrier()` there instead of the helper.
     """,
     examples=[("xm.rendezvous('download done')", "_neuron_barrier('download done')")],
 )
