@@ -62,6 +62,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 
+sys.path.insert(0, str(REPO))  # helper_names() reads this checkout's rules, as the runs below use its code
 REALISTIC = REPO / "tests" / "integration" / "realistic"
 SHIM = REPO / "tests" / "integration" / "neuron_on_cpu"
 RUFF_PIN = "0.17.6"
@@ -184,6 +185,13 @@ def nm_cmd() -> list[str]:
     return [sys.executable, "-m", "neuron_migrate"]
 
 
+def nm_env() -> dict:
+    """The environment of a neuron-migrate run: this checkout's code (a worktree's, not an installed copy's)."""
+    env = clean_env()
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
 def clean_env() -> dict:
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
     env.pop("PYTHONPATH", None)
@@ -244,7 +252,7 @@ def new_lint(before_text: str, after_text: str, before: list[LintFinding], after
 def run_audit(root: Path) -> dict[str, list[tuple[str, str, int, str]]]:
     """{rel: [(code, severity, line, message)]} of `neuron-migrate audit` over root."""
     p = subprocess.run([*nm_cmd(), "audit", "--output-format", "json", "--no-cache", "--no-color", "--exit-zero", "."],
-                       cwd=root, capture_output=True, text=True, timeout=3600, env=clean_env())
+                       cwd=root, capture_output=True, text=True, timeout=3600, env=nm_env())
     if "Traceback" in p.stderr or p.returncode not in (0, 1):
         raise RuntimeError(f"audit exited {p.returncode}: {p.stderr.strip()[-3000:]}")
     data = json.loads(p.stdout or "[]")
@@ -478,6 +486,32 @@ class FileResult:
     start: Optional[Start] = None
     imported: Optional[Start] = None  # library modules: the import check
     after_text: str = ""
+    internal_errors: int = 0  # findings of a rule that raised on this file (issue 38)
+    neuron_writes: int = 0  # `torch.neuron.` spellings the rewrite added
+    probes_constant: int = 0  # try/except ImportError probes whose import the rewrite removed (answer now constant)
+
+
+def probes_without_import(text: str) -> int:
+    """try blocks caught by an ImportError handler that give a constant answer (`return True`, `FLAG = True`) and
+    import nothing: a probe whose import is gone answers the same whatever is installed."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return 0
+    n = 0
+    for t in ast.walk(tree):
+        if not isinstance(t, ast.Try) or not t.handlers:
+            continue
+        names = {getattr(x, "id", getattr(x, "attr", "")) for h in t.handlers if h.type is not None
+                 for x in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])}
+        if not names & {"ImportError", "ModuleNotFoundError"}:
+            continue
+        if any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in ast.walk(t) if s not in [x for h in t.handlers for x in ast.walk(h)]):
+            continue
+        answers = [s for s in [*t.body, *t.orelse] if (isinstance(s, ast.Return) and isinstance(s.value, ast.Constant))
+                   or (isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant) and s.value.value is not None)]
+        n += bool(answers)
+    return n
 
 
 @dataclass
@@ -506,7 +540,7 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
         before = run_ruff(ruff, work)
         log("ruff (before) done")
         p = subprocess.run([*nm_cmd(), "rewrite", "--write", "--unsafe-fixes", "--no-cache", "--quiet", "--no-color", "."],
-                           cwd=work, capture_output=True, text=True, timeout=3600, env=clean_env())
+                           cwd=work, capture_output=True, text=True, timeout=3600, env=nm_env())
         if p.returncode not in (0, 1) or "Traceback" in p.stderr:
             raise RuntimeError(f"rewrite exited {p.returncode}: {p.stderr.strip()[-3000:]}")
         summary = "; ".join(l.strip().rstrip(".") for l in p.stdout.splitlines()
@@ -532,6 +566,9 @@ def run_check(sources: list[Source], ruff: str, start_timeout: float = 60, do_st
                 script=s.origin == "realistic" or has_main_block(new),
                 xla_findings=[f for f in audit.get(s.rel, []) if f[0].startswith("NM1")],
                 after_text=new,
+                internal_errors=sum(1 for f in audit.get(s.rel, []) if f[3].startswith("internal error in rule")),
+                neuron_writes=max(0, new.count("torch.neuron.") - old.count("torch.neuron.")),
+                probes_constant=max(0, probes_without_import(new) - probes_without_import(old)) if old != new else 0,
             )
             results.append(r)
         if do_start:
@@ -592,6 +629,9 @@ def counts(rep: Report) -> dict:
         "private_new": sum(len(f.new_private) for f in rep.files),
         "private_kept": sum(len(private_uses(f.after_text)) for f in rep.files) - sum(len(f.new_private) for f in rep.files),
         "helpers": sum(len(f.helpers) for f in rep.files),
+        "internal_errors": sum(f.internal_errors for f in rep.files) + sum("internal error" in e for e in rep.rewrite_errors),
+        "neuron_writes": sum(f.neuron_writes for f in rep.files),
+        "probes_constant": sum(f.probes_constant for f in rep.files),
         "files_with_helpers": sum(1 for f in rep.files if f.helpers),
         "max_helpers": max((len(f.helpers) for f in rep.files), default=0),
         "growth": growth,
@@ -661,6 +701,9 @@ def render(rep: Report, title_args: str) -> str:
         "",
         f"- files changed: {c['changed']} of {c['files']}",
         f"- helper definitions inserted: {c['helpers']} in {c['files_with_helpers']} files (at most {c['max_helpers']} in one file)",
+        f"- internal errors (a rule that raised, issue 38): {c['internal_errors']}; `torch.neuron.` spellings added: "
+        f"{c['neuron_writes']}; import probes turned constant (a try/except ImportError with a constant answer left "
+        f"without its import): {c['probes_constant']}",
         f"- lines added per changed file, net (after - before): {_stats(c['growth'])}",
         f"- lines added per changed file, `+` lines of the diff: {_stats(c['added'])}",
         f"- private torch API uses added: {c['private_new']} (uses the original files already had, left as they were: "
