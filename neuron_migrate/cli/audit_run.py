@@ -87,7 +87,7 @@ def _audit_once(paths, sel, fmt, output_file, statistics, show_fixes, exit_zero,
     if run.stdin is not None:
         from neuron_migrate.cli.stdin import stdin_results
 
-        results = stdin_results(run, fix=False)
+        results = stdin_results(run, fix=False, no_cache=no_cache)
     else:
         results = iterate(run, fix=False, write=False, jobs=jobs, no_cache=no_cache, err=err,
                           show_progress=not quiet)

@@ -95,7 +95,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
     if run.stdin is not None:
         from neuron_migrate.cli.stdin import stdin_results
 
-        results = stdin_results(run, fix=True)
+        results = stdin_results(run, fix=True, no_cache=no_cache)
     else:
         results = iterate(run, fix=True, write=do_write, jobs=jobs, no_cache=no_cache, err=err, show_progress=not quiet and not diff)
     for res in results:

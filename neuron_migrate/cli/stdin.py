@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 
-def stdin_results(run, fix: bool):
+def stdin_results(run, fix: bool, no_cache: bool = False):
     from neuron_migrate.pipeline.parallel import run_files
 
     name, data = run.stdin
@@ -19,7 +19,8 @@ def stdin_results(run, fix: bool):
     g = run.groups[0]
     from neuron_migrate.cli.common import add_repository_facts
 
-    add_repository_facts(run, no_cache=True)
+    # the text is not cached, but the repository it names is read from disk: its model is (unless --no-cache)
+    add_repository_facts(run, no_cache=no_cache)
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-stdin-") as tmp:
         path = Path(tmp) / (Path(name).name or "stdin.py")
         path.write_bytes(data)
