@@ -145,6 +145,21 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
     return fixes
 
 
+def _added_top_level_defs(before: str, after: str, before_tree=None, after_tree=None):
+    """(the trees of `before` and `after`, {name: statement} of the undecorated top-level defs and classes of
+    `after` whose name `before` does not define), or None when either text does not parse: what the rewrite
+    inserted."""
+    try:
+        tree = after_tree or ast.parse(after)
+        old = before_tree or ast.parse(before)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    had = {s.name for s in old.body if isinstance(s, kinds)}
+    added = {s.name: s for s in tree.body if isinstance(s, kinds) and s.name not in had and not s.decorator_list}
+    return old, tree, added
+
+
 def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, after_tree=None) -> str:
     """`after` without the inserted helpers nothing calls any more, and without the imports the rewrite added that
     nothing uses then.
@@ -160,14 +175,11 @@ def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, af
     if all(len(re.findall(rf"\b{re.escape(name)}\b", after)) > len(re.findall(rf"\b{re.escape(name)}\b", src))
            for name, src in inserted):
         return after
-    try:
-        tree = after_tree or ast.parse(after)
-        old = before_tree or ast.parse(before)
-    except (SyntaxError, ValueError, RecursionError):
+    added = _added_top_level_defs(before, after, before_tree, after_tree)
+    if added is None:
         return after
-    had = {s.name for s in old.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    helpers = {s.name: s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-               and s.name in HELPERS and s.name not in had and not s.decorator_list}
+    old, tree, new_defs = added
+    helpers = {name: s for name, s in new_defs.items() if name in HELPERS}
     if not helpers:
         return after
     # loads of each helper name outside the helper's own definition, by the statement that holds them
@@ -335,14 +347,11 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
     wanted = [n for n in _INLINE if n in inserted and f"def {n}(" in after]
     if not wanted:
         return after
-    try:
-        tree = after_tree or ast.parse(after)
-        old = before_tree or ast.parse(before)
-    except (SyntaxError, ValueError, RecursionError):
+    added = _added_top_level_defs(before, after, before_tree, after_tree)
+    if added is None:
         return after
-    had = {s.name for s in old.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    defs = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name in wanted and s.name not in had
-            and not s.decorator_list}
+    _old, tree, new_defs = added
+    defs = {name: s for name, s in new_defs.items() if isinstance(s, ast.FunctionDef) and name in wanted}
     if not defs:
         return after
     parents: dict = {}
