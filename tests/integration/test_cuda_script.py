@@ -81,7 +81,8 @@ def test_neuron_style_rewrite_trains_on_cpu_stand_in(tmp_path):
     assert 'torch.device("neuron" if torch.accelerator.is_available() else "cpu")' in text
     # torch.manual_seed(args.seed) right above already seeds every device: the CUDA seed call goes (issue 38)
     assert "torch.manual_seed(args.seed)" in text and "manual_seed_all" not in text and "torch.neuron" not in text
-    assert "DDP(model)" in text and 'torch.compile(model, mode="default")' in text
+    # NM403: a compile with no backend in CUDA code names TorchNeuron's (the issue-37 change)
+    assert "DDP(model)" in text and 'torch.compile(model, mode="default", backend="neuron")' in text
     # the GradScaler next to bf16 autocast is gone, its uses unwrapped; nothing of torch.cuda is left
     assert "scaler" not in text and "loss.backward()" in text and "optimizer.step()" in text
     assert [line.strip() for line in text.splitlines() if "torch.cuda." in line] == []
