@@ -93,6 +93,8 @@ class ValueSet:
         self.slots = set() if slots is None else slots
         self.sink = sink  # some value of the set reaches a torch device position
         self.external = [] if external is None else external  # why values may come from outside the file
+        self.elsewhere: list = []  # "file:line" where another file of the program passes the value to torch
+        self.split: list = []  # "file:line" of defaults in other files that keep their strings (see finish)
 
     @property
     def kinds(self) -> set:
@@ -114,6 +116,8 @@ class ValueSet:
         """How the set may migrate: 'all' (its values reach a device: every string must change together),
         'keep' (labels that configuration or callers may pass in: change none), 'free' (labels only this file
         uses: changing all of them together keeps meaning, as does changing none)."""
+        if self.split:
+            return "keep"  # another file holds strings of this value that it does not rewrite
         if self.sink:
             return "all"
         return "keep" if self.external else "free"
@@ -546,12 +550,28 @@ class _Builder:
                 vs.members.append(self.members[key[1]])
             else:
                 vs.slots.add(key)
+        # attributes another file of the same programs reads where torch takes a backend or a device (the repository
+        # model's "sinks": `init_process_group(backend=cfg.backend)` in train.py makes config.py's `backend: str = "nccl"`
+        # a backend value); both files then see the same set reach torch, so its strings change together in both
+        outside = getattr(self.a, "outside", None) or {}
+        elsewhere = outside.get("sinks") or {}
+        # config values of that name in another file that the repository model does not see reach torch (the scan missed
+        # how this file passes it): that file keeps its strings, so this file's must stay too (`plan`: keep)
+        unseen = outside.get("unseen") or {}
         for key in list(self.u.parent):
             if isinstance(key, str):
                 base = key[:-5] if key.endswith("#keys") else key
                 vs = groups[self.u.find(key)]
                 if key in self.sink_slots or base in self.sink_slots:
                     vs.sink = True
+                where = elsewhere.get(key[5:]) if key.startswith("attr:") else None
+                if where:
+                    vs.sink = True
+                    if where not in vs.elsewhere:
+                        vs.elsewhere.append(where)
+                where = unseen.get(key[5:]) if key.startswith("attr:") else None
+                if where and where not in vs.split:
+                    vs.split.append(where)
                 reason = self.external.get(key) or self.external.get(base)
                 if reason and reason not in vs.external:
                     vs.external.append(reason)

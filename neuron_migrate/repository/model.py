@@ -33,7 +33,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 2  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 3  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -170,6 +170,8 @@ class RepositoryModel:
         self._bases: dict = {}  # file -> the folders its absolute imports are looked up in, in order
         self._folders = self._global_folders()
         self._training_of: dict = {}
+        self._names_of: dict = {}  # (entry, record key) -> `_program_names`
+        self._importers_of = None  # file -> the files that import it, made when first asked
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
         self.launched: dict = {}  # entry -> modes its launchers give it ("torchrun" or nothing)
         self.entries: list = [rel for rel, rec in self.py.items() if rec.get("m")]
@@ -177,8 +179,9 @@ class RepositoryModel:
         self.modes: dict = {}  # module -> modes of the programs that reach it
         self.programs: dict = {}  # module -> entries of those programs
         self.program_modes: dict = {}  # entry -> its modes
+        self.closures: dict = {}  # entry -> the files its program runs
         for entry in dict.fromkeys(self.entries):
-            closure = self.closure(entry)
+            closure = self.closures[entry] = self.closure(entry)
             modes = set(self.launched.get(entry, ()))
             for rel in closure:
                 rec = self.py[rel]
@@ -397,7 +400,60 @@ class RepositoryModel:
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
+        sinks, unseen = self._sinks(rel)
+        if sinks:
+            out["sinks"] = sinks
+        if unseen:
+            out["unseen"] = unseen
         return out or None
+
+    def _related(self, rel: str, key: str) -> list:
+        """[{name: [(file, line)]}]: record `key` ("a" or "v") of the files of the programs running `rel` (or, for a
+        file no program runs, of the files it imports and that import it), one dict per program."""
+        entries = self.programs.get(rel, ())
+        if entries:
+            return [self._program_names(entry, key) for entry in dict.fromkeys(entries)]
+        if self._importers_of is None:
+            self._importers_of = {}
+            for f, to in self.edges.items():
+                for t in to:
+                    self._importers_of.setdefault(t, []).append(f)
+        return [{name: [(f, line)] for name, line in (self.py.get(f, {}).get(key) or {}).items()}
+                for f in [*self.edges.get(rel, ()), *self._importers_of.get(rel, ())]]
+
+    def _elsewhere(self, rel: str, key: str) -> dict:
+        out: dict = {}
+        for group in self._related(rel, key):
+            for name, where in group.items():
+                if name not in out:
+                    found = next((f"{f}:{line}" for f, line in where if f != rel), None)
+                    if found:
+                        out[name] = found
+        return out
+
+    def _sinks(self, rel: str) -> tuple:
+        """({attribute: "file:line"}, {attribute: "file:line"}): the attributes that other files of the programs running
+        `rel` read where torch takes a backend or a device (a config field or command-line default of that name in
+        `rel` is then a backend or device value: program/values.py), and the config values other files define whose
+        name no file of them (this one included) is seen passing to torch: those files keep their strings, so a value
+        set of this file that reaches torch through such a name cannot change alone."""
+        sinks = self._elsewhere(rel, "a")
+        defined = self._elsewhere(rel, "v")
+        own = self.py[rel].get("a") or {}
+        unseen = {name: where for name, where in defined.items() if name not in sinks and name not in own}
+        return sinks, unseen
+
+    def _program_names(self, entry: str, key: str) -> dict:
+        """{name: [(file, line)], at most two files}: record `key` of the files program `entry` runs."""
+        got = self._names_of.get((entry, key))
+        if got is None:
+            got = self._names_of[(entry, key)] = {}
+            for f in self.closures.get(entry, ()):
+                for name, line in (self.py[f].get(key) or {}).items():
+                    where = got.setdefault(name, [])
+                    if len(where) < 2:
+                        where.append((f, line))
+        return got
 
     def all_facts(self) -> dict:
         """{path relative to the root: `facts`} for every Python file the model knows something about."""

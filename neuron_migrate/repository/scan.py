@@ -32,6 +32,21 @@ _CLASS = re.compile(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
 # (DDP and FSDP by the names they are imported by: `DDP(` would be a slow needle; a file that calls it imports it)
 _ENV = tuple(q + v + q for v in (b"RANK", b"LOCAL_RANK", b"WORLD_SIZE", b"LOCAL_WORLD_SIZE", b"GROUP_RANK")
              for q in (b"'", b'"'))
+# attributes (`cfg.backend`, `args.dist_backend`, `self.device`) read where torch takes a process-group backend or a
+# device: a config field or command-line default of that name in another file is then a backend/device value
+_SINK_NEEDLES = (b"init_process_group(", b"new_group(", b"is_backend_available(", b"device(", b"device=", b"backend=",
+                 b"device_type=", b"map_location=", b".to(", b"autocast(")
+_SINK_ATTR = re.compile(
+    r"(?:\b(?:backend|device|device_type|map_location)[ \t]*=[ \t]*"
+    r"|(?:\binit_process_group|\bnew_group|\bis_backend_available|\btorch\.device|\.to|\bautocast)\([ \t]*)"
+    r"(?:str\()?((?:[A-Za-z_]\w*\.)*)([A-Za-z_]\w*)\b(?![ \t]*[(.\[=])")
+_ATTR_ASSIGN = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)[ \t]*(?:#.*)?$")
+# config values that name a backend or a device: a class field or module global (`backend: str = "nccl"`) and a
+# command-line default (`parser.add_argument("--dist-backend", default="nccl")`)
+_VALUE_WORDS = (b"nccl", b"gloo", b"cuda", b"xla", b"mps", b"xpu")
+_FIELD = re.compile(r"""^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*(?:field\([ \t]*default[ \t]*=[ \t]*)?["'](?:nccl|gloo|cuda|xla|mps|xpu)(?::\d+)?["']""")
+_OPTION = re.compile(r"""add_argument\(\s*["']-?-?([\w-]+)["']""")
+_DEST = re.compile(r"""\bdest[ \t]*=[ \t]*["'](\w+)["']""")
 _TRAIN_CALL = re.compile(r"\.(zero_grad|backward|step)\(|\b(optimizer_step)\(")
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 
@@ -137,7 +152,11 @@ def scan_python(data: bytes) -> dict:
     - "s": what starts processes or a group outside that guard, "ms": inside it only (see _signals),
     - "c": top-level classes and their bases' text, {name: [base, ...]} (what NM406 follows across files),
     - "t": 1 when some line calls zero_grad/backward/step (training_defs reads which def does),
-    - "k": 1 when the file calls something named `compile(`.
+    - "k": 1 when the file calls something named `compile(`,
+    - "a": attributes read where torch takes a backend or a device, {name: line} (`init_process_group(backend=
+      cfg.backend)`, `torch.device(args.device)`, `.to(self.device)`; through one plain name too:
+      `backend = args.dist_backend` ... `init_process_group(backend)`): see `_sink_attrs`,
+    - "v": fields, globals and command-line options whose default names a backend or a device, {name: line}.
     """
     rec: dict = {}
     imports = []
@@ -207,7 +226,66 @@ def scan_python(data: bytes) -> dict:
         rec["t"] = 1
     if b"compile(" in data:
         rec["k"] = 1
+    sinks = _sink_attrs(data)
+    if sinks:
+        rec["a"] = sinks
+    values = _value_attrs(data)
+    if values:
+        rec["v"] = values
     return rec
+
+
+def _value_attrs(data: bytes) -> dict:
+    """{name: line} of fields, globals and command-line options whose default names a backend or a device."""
+    starts = sorted({s for word in _VALUE_WORDS if word in data for s in _line_starts(data, word)})
+    out: dict = {}
+    for start in starts:
+        end = data.find(b"\n", start)
+        line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
+        m = _FIELD.match(line)
+        name = m.group(1) if m and m.group(1) != "default" else None
+        if name is None and "default" in line:
+            opt = _OPTION.search(line)
+            if opt is None:  # the option's name on a line above (a call over several lines)
+                before = data.rfind(b"add_argument(", max(0, start - 400), start)
+                opt = _OPTION.search(data[before:start].decode("utf-8", "replace")) if before >= 0 else None
+            if opt is not None:
+                dest = _DEST.search(line)
+                name = dest.group(1) if dest else opt.group(1).replace("-", "_")
+        if name is not None:
+            out.setdefault(name, data.count(b"\n", 0, start) + 1)
+    return out
+
+
+def _sink_attrs(data: bytes) -> dict:
+    """{attribute name: first line} of the attributes a backend or device position reads (see `_SINK_ATTR`). A scan,
+    not a parse: a name it finds that is no config value changes nothing (the model only marks value sets of that
+    name as reaching torch, which the other file's own strings then decide)."""
+    starts = sorted({s for needle in _SINK_NEEDLES if needle in data for s in _line_starts(data, needle)})
+    if not starts:
+        return {}
+    out: dict = {}
+    names: dict = {}  # plain names in sink positions -> line
+    for start in starts:
+        end = data.find(b"\n", start)
+        line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
+        if line.lstrip().startswith("#"):
+            continue
+        lineno = data.count(b"\n", 0, start) + 1
+        for m in _SINK_ATTR.finditer(line):
+            if m.group(1) == "torch.":
+                continue  # torch.float32, torch.device: not a value of the program's
+            if m.group(1):
+                out.setdefault(m.group(2), lineno)
+            else:
+                names.setdefault(m.group(2), lineno)
+    if names:
+        for line in data.decode("utf-8", "replace").splitlines():
+            if "=" in line and "." in line:
+                m = _ATTR_ASSIGN.match(line)
+                if m and m.group(1) in names:
+                    out.setdefault(m.group(2), names[m.group(1)])
+    return out
 
 
 def _signals(data: bytes, imports: list) -> list:

@@ -10,6 +10,10 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   `torch.cuda.is_bf16_supported()`), `device_type = 'cuda' if 'cuda' in device else 'cpu'`, autocast,
   `GradScaler(enabled=(dtype == 'float16'))`, `torch.compile(model)` and DDP from torchrun's environment.
 
+- `config_trainer/`: the settings in their own module (`trainer/config.py`: a dataclass with `device: str = "cuda"` and
+  `backend: str = "nccl"`, `--dist-backend default="nccl"`), read by the trainer in another (`trainer/engine.py`:
+  `init_process_group(backend=cfg.backend)`, `torch.device(cfg.device)`, `args.dist_backend == "nccl"`), tied by the
+  entry script (`TrainConfig(backend=args.dist_backend)`): the values are followed across files (repository model);
 - `ddp_spawn/`: the DDP tutorial's basic case: `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
   `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
   CPU inputs to the device.
@@ -110,6 +114,20 @@ def test_spawned_workers_keep_the_module_device_index(tmp_path):
     assert "model = ToyModel().to(rank)\n    ddp_model = DDP(model, device_ids=[rank])" in text
 
 
+def test_config_values_in_another_module_change_with_their_use(tmp_path):
+    work, out = _rewrite(tmp_path, "config_trainer")
+    config = (work / "trainer/config.py").read_text()
+    engine = (work / "trainer/engine.py").read_text()
+    # the defaults live in config.py, what makes them a device and a backend in engine.py and train.py
+    assert 'device: str = "neuron"\n    backend: str = "neuron"' in config
+    assert 'parser.add_argument("--dist-backend", default="neuron"' in config
+    assert 'if args.dist_backend == "neuron":\n                assert dist.is_backend_available("neuron")' in engine
+    assert 'self.device_type = "neuron" if "neuron" in cfg.device else "cpu"' in engine  # the whole expression
+    assert '"nccl"' not in config + engine and '"cuda"' not in config + engine
+    assert (work / "train.py").read_bytes() == (PROGRAMS / "config_trainer" / "train.py").read_bytes()
+    assert "Another file of the program passes it to torch (trainer/engine.py:17)" in out, out
+
+
 # -- training on the emulated neuron device -----------------------------------------------------------------
 def _env(log_dir: Path | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TORCHDYNAMO_DISABLE")}
@@ -173,6 +191,28 @@ def test_ddp_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
     last = [float(x) for x in re.findall(r"rank 0 epoch 2 loss ([0-9.]+)", out)]
     assert first and last and last[0] < first[0], out[-3000:]
     _groups(logs, nproc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_config_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
+    work, _ = _rewrite(tmp_path, "config_trainer")
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train.py", "--steps", "12"], nproc=nproc, cwd=work, env=_env(logs), timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron steps 12 checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    losses = [float(x) for x in re.findall(r"rank 0 step \d+ loss ([0-9.]+)", out)]
+    assert len(losses) == 12 and losses[-1] < losses[0], out[-3000:]
+    _groups(logs, nproc)
+
+
+@pytest.mark.slow
+def test_config_trainer_before_migration_needs_nccl(tmp_path, emulator):
+    """The control: unmigrated, 2 processes die for want of NCCL (the backend lives in another module)."""
+    shutil.copytree(PROGRAMS / "config_trainer", tmp_path / "config_trainer")
+    proc = run_torchrun(["train.py", "--steps", "2"], nproc=2, cwd=tmp_path / "config_trainer", env=_env(), timeout=300)
+    assert proc.returncode != 0 and "NCCL" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

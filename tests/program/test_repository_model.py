@@ -430,3 +430,118 @@ def test_a_repository_too_large_to_model_is_never_single_process(sys_path_repo, 
     monkeypatch.chdir(sys_path_repo)
     out = _rewritten(base, "--no-cache")
     assert "print(1)" not in out and "dist.get_world_size() if dist.is_initialized()" in out, out
+
+
+# -- backend and device values across files (issue 36 "What to build" 2, issue 37 point 1) ----------------------------
+CONFIG = """\
+    import argparse
+    from dataclasses import dataclass
+
+
+    @dataclass
+    class TrainConfig:
+        backend: str = "nccl"
+        device: str = "cuda"
+        unused_backend: str = "nccl"
+
+
+    def parse_args(argv=None):
+        parser = argparse.ArgumentParser()
+        parser.add_argument(
+            "--dist-backend",
+            default="nccl", type=str)
+        return parser.parse_args(argv)
+"""
+TRAIN = """\
+    import torch
+    import torch.distributed as dist
+
+    from trainer.config import TrainConfig, parse_args
+
+
+    def main():
+        args = parse_args()
+        cfg = TrainConfig()
+        dist.init_process_group(backend=cfg.backend)
+        {compare}
+        model = torch.nn.Linear(4, 2).to(torch.device(cfg.device))
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_scans_of_backend_and_device_values():
+    rec = scan_python(textwrap.dedent(CONFIG).encode())
+    assert rec["v"] == {"backend": 7, "device": 8, "unused_backend": 9, "dist_backend": 16}
+    rec = scan_python(textwrap.dedent(TRAIN.format(compare="backend = args.dist_backend\n        dist.new_group(backend)")).encode())
+    assert rec["a"] == {"backend": 10, "dist_backend": 12, "device": 13}
+    rec = scan_python(b"x = x.to(torch.float32)\ny = torch.zeros(2, device=dev)\n# torch.device(cfg.device)\n")
+    assert "a" not in rec  # torch's own attributes, plain names nothing assigns from an attribute, comments
+
+
+def _value_repo(tmp_path, compare: str) -> Path:
+    return write(tmp_path / "proj", {"pyproject.toml": "", "trainer/__init__.py": "", "trainer/config.py": CONFIG,
+                                     "train.py": TRAIN.format(compare=compare)})
+
+
+@pytest.mark.parametrize("how", ["one file", "whole tree"])
+def test_a_config_value_another_file_passes_to_torch_changes_with_it(tmp_path, monkeypatch, how):
+    root = _value_repo(tmp_path, 'print(args.dist_backend == "nccl")')
+    monkeypatch.chdir(root)
+    facts = RepositoryModel.build(str(root)).facts(str(root / "trainer/config.py"))
+    assert facts["sinks"] == {"backend": "train.py:10", "device": "train.py:12"}
+    out = _rewritten(root / "trainer/config.py" if how == "one file" else root)
+    assert '-    backend: str = "nccl"\n-    device: str = "cuda"\n+    backend: str = "neuron"\n+    device: str = "neuron"' in out
+    # a field no file passes to torch, and the command-line value only compared: kept, in both files
+    assert 'unused_backend: str = "nccl"' in out.replace("-", " ") or "unused_backend" not in out
+    assert '"--dist-backend",\n+' not in out and 'default="neuron"' not in out
+    assert 'args.dist_backend == "neuron"' not in out
+
+
+def test_a_command_line_default_follows_its_backend_into_another_file(tmp_path, monkeypatch):
+    root = _value_repo(tmp_path, 'dist.new_group(backend=args.dist_backend)\n        print(args.dist_backend == "nccl")')
+    monkeypatch.chdir(root)
+    out = _rewritten(root)
+    assert '-        default="nccl", type=str)\n+        default="neuron", type=str)' in out, out
+    assert '-    print(args.dist_backend == "nccl")\n+    print(args.dist_backend == "neuron")' in out, out
+    assert "Another file of the program passes it to torch (train.py:11)" in cli(
+        "rewrite", "--unsafe-fixes", str(root)).output
+
+
+def test_a_value_the_scan_cannot_follow_stays_whole_in_both_files(tmp_path, monkeypatch):
+    """The backend reaches torch through a call over two lines that the line scan does not read: config.py keeps
+    its default, so train.py keeps its comparison too, and says why at the line."""
+    root = _value_repo(tmp_path, 'dist.new_group(\n            None, args.dist_backend)\n        print(args.dist_backend == "nccl")')
+    monkeypatch.chdir(root)
+    out = _rewritten(root)
+    assert 'default="neuron"' not in out and 'args.dist_backend == "neuron"' not in out, out
+    audit = _audit(root)
+    assert ("NM208" in audit and "the default in trainer/config.py:16 is the same value, which that file keeps"
+            in audit), audit
+
+
+def test_a_library_module_links_values_through_its_imports(tmp_path, monkeypatch):
+    """No program runs these files: the files a module imports and those importing it carry the value."""
+    root = write(tmp_path / "lib", {"setup.py": "", "pkg/__init__.py": "", "pkg/settings.py": CONFIG,
+                                    "pkg/dist_utils.py": """\
+        import torch.distributed as dist
+
+        from pkg.settings import TrainConfig
+
+
+        def setup(cfg: TrainConfig):
+            dist.init_process_group(backend=cfg.backend)
+    """, "other/unrelated.py": """\
+        import torch
+
+
+        def f(opts):
+            return torch.device(opts.unused_backend)
+    """})
+    monkeypatch.chdir(root)
+    model = RepositoryModel.build(str(root))
+    assert model.facts(str(root / "pkg/settings.py"))["sinks"] == {"backend": "pkg/dist_utils.py:7"}
+    out = _rewritten(root / "pkg/settings.py")
+    assert '+    backend: str = "neuron"' in out and '+    unused_backend' not in out, out

@@ -275,6 +275,12 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
             if isinstance(ctx.analysis.parent_of.get(node), (ast.keyword, ast.List, ast.Tuple)):
                 return ctx.finding(site, f"string {raw} may be a device choice in configuration: add 'neuron' where users pick the device")
             return None
+        if vs.split:
+            if member is not members[0]:
+                return None
+            return ctx.finding(site, f"{raw} reaches torch here, and the default in {', '.join(vs.split)} is the same value, "
+                                     f"which that file keeps: left unchanged so that the two stay one; change them to "
+                                     f"{new!r} together by hand")
         if member.role not in CONFIG_ROLES and member is not members[0]:
             return None
         return ctx.finding(site, f"{raw} is a configuration value ({_ROLE_TEXT[member.role]}) read together with the strings at "
@@ -286,6 +292,8 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
         note = f"One value with the strings at {lines_text(lines)}: every {kind!r} becomes {new!r} together."
         if vs.external:
             note += f" Values from {', '.join(vs.external)} must now say {new!r}."
+        if vs.elsewhere:
+            note += f" Another file of the program passes it to torch ({', '.join(vs.elsewhere)})."
     return ctx.finding(site, f"{raw} names the device ({_ROLE_TEXT[member.role]}): becomes {new!r}", fix=fix, note=note)
 
 

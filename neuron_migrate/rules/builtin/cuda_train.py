@@ -299,6 +299,12 @@ def _nccl_value(site, ctx):
     members = vs.of_kind("nccl")
     member = next(m for m in members if m.node is node)
     lines = vs.lines()
+    if vs.split:
+        if member is not members[0]:
+            return None
+        return ctx.finding(site, f"{ctx.src(node)} is the process-group backend, and the default in {', '.join(vs.split)} is the "
+                                 "same value, which that file keeps: left unchanged so that the two stay one; change them "
+                                 "to 'neuron' together by hand")
     if accelerator(ctx):
         if member is not members[0]:
             return None
@@ -311,6 +317,8 @@ def _nccl_value(site, ctx):
         note = f"One value with the strings at {lines_text(lines)}: every 'nccl' becomes 'neuron' together."
         if vs.external:
             note += f" Values from {', '.join(vs.external)} must now say 'neuron' (a CUDA run passes 'nccl')."
+        if vs.elsewhere:
+            note += f" Another file of the program passes it to torch ({', '.join(vs.elsewhere)})."
     return ctx.finding(site, f"{ctx.src(node)} is the process-group backend ({_ROLE_TEXT.get(member.role, 'value')}): becomes 'neuron'",
                        fix=fix, note=note)
 
