@@ -12,7 +12,8 @@ rule for it:
 - gradients land on the device of the tensor they are for (autograd moves a 0-dim gradient to its tensor);
 - pinned memory is pinned, non_blocking copies are copies;
 - a `torch.Generator("neuron")` is a device generator; a CPU generator in a device op raises, as on CUDA;
-- torch.accelerator queries, streams and events (no-ops), the allocator's statistics;
+- torch.accelerator queries, streams and events (no-ops; `record_stream` on a device stream too), the
+  allocator's statistics;
 - an op the table calls native runs for dtypes its host kernel lacks (upcast, cast back, recorded); an op the
   device runs through the CPU fallback does not (TorchNeuron's fallback runs the same host kernel).
 """
@@ -114,10 +115,18 @@ e1, e2 = torch.Event("neuron", enable_timing=True), torch.Event("neuron", enable
 e1.record(); e2.record(); e2.synchronize()
 with torch.neuron.stream(torch.neuron.Stream()):
     in_stream = (torch.ones(2, device="neuron") + 1).sum().item()
+r = torch.ones(2, device="neuron")
+r.record_stream(acc.current_stream())  # FSDP1 calls it on every unsharded parameter
+try:
+    r.record_stream(torch.Stream("cpu"))
+    record_cpu = None
+except RuntimeError as exc:
+    record_cpu = str(exc)
 accel = {"available": acc.is_available(), "count": acc.device_count(), "index": acc.current_device_index(),
          "type": acc.current_accelerator().type, "sync": acc.synchronize() is None,
          "stream_device": str(st.device), "stream_query": st.query(), "current_stream": str(acc.current_stream().device),
          "event_query": e1.query(), "elapsed_ms": e1.elapsed_time(e2), "in_stream": in_stream,
+         "record_stream_cpu": record_cpu,
          "neuron_module": [torch.neuron.is_available(), torch.neuron.device_count(), torch.neuron.current_device()]}
 
 # the allocator's statistics
@@ -201,6 +210,7 @@ def test_accelerator_queries_streams_and_events(measured):
     assert a["stream_device"] == "neuron:0" and a["stream_query"] and a["current_stream"] == "neuron:0"
     assert a["event_query"] and a["elapsed_ms"] >= 0.0  # measured host time; only its sign is checked
     assert a["in_stream"] == 4.0 and a["neuron_module"] == [True, 1, 0]
+    assert "expected a neuron stream" in a["record_stream_cpu"]  # a neuron stream was recorded without error
 
 
 def test_allocator_statistics(measured):

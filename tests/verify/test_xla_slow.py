@@ -115,7 +115,12 @@ REALISTIC = REPO / "tests" / "integration" / "realistic"
 # name -> why verify cannot compare it here (asserted: the message says so), or None: equivalent
 REALISTIC_PLAN = {
     "amp_syncfree.py": "under torch_xla 2.9",  # torch_xla.amp.autocast fails on torch_xla 2.9 itself
-    "fsdp.py": "record_stream",  # the emulated device has no aten::record_stream, which torch FSDP1 calls
+}
+# name -> what verify reports today where its comparison, not the program, is at fault: torch FSDP1 (the migrated
+# side, which runs on the emulated device since it has aten::record_stream) flattens parameters into FlatParameters
+# where torch_xla's FSDP keeps them, so the optimizers' parameter lists differ although the losses agree
+REALISTIC_VERIFY_GAPS = {
+    "fsdp.py": "the optimizer holds 4 parameters in the original, 2 in the migrated program",
 }
 
 
@@ -131,4 +136,9 @@ def test_each_realistic_script_is_verified_against_its_torch_xla_original(tmp_pa
             harness.verify(project, script, [], xla_python=xla_python, steps=3, timeout=600, unsafe_fixes=True)
         return
     result = harness.verify(project, script, [], xla_python=xla_python, steps=3, timeout=600, unsafe_fixes=True)
+    gap = REALISTIC_VERIFY_GAPS.get(script)
+    if gap:
+        assert result["verdict"] == "diverged" and gap in render_text(result), render_text(result)
+        assert result["comparison"]["worst"]["loss"] < 1e-4, render_text(result)  # the losses agree
+        pytest.xfail(f"verify cannot compare {script} yet: {gap}")
     assert result["verdict"] == "equivalent", render_text(result)

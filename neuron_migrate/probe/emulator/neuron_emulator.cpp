@@ -434,6 +434,12 @@ at::Tensor& emu_set_storage_(at::Tensor& self, c10::Storage source) {
   return emu_set_storage_offset_(self, std::move(source), 0, {n}, {});
 }
 
+// Tensor.record_stream (FSDP and caching-allocator-aware code call it): the device computes synchronously and
+// frees memory at once, so there is nothing to defer, as for any stream of this device.
+void emu_record_stream(at::Tensor& self, c10::Stream s) {
+  TORCH_CHECK(s.device_type() == kEmu, "record_stream: expected a neuron stream, got one on ", s.device());
+}
+
 at::Tensor& emu_set_empty_(at::Tensor& self) {
   DeviceScope scope(self.device());
   c10::Storage st(c10::Storage::use_byte_size_t(), 0, &g_alloc, true);
@@ -787,6 +793,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", emu_set_storage_offset_);
   m.impl("set_.source_Tensor", at::native::set_tensor_);
   m.impl("set_", emu_set_empty_);
+  m.impl("record_stream", emu_record_stream);
 }
 
 // torch.autocast("neuron"): the CUDA op lists (TorchNeuron follows them), as torch registers them for CUDA.
