@@ -131,6 +131,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
             source_lines[res.path] = text_lines(res.new_text)
     if shared is not None:
         errors += _write_helpers_module(shared, fixed_list, do_write, diff, out, err)
+    errors += _write_state_module(fixed_list, do_write, diff, out, err)
     if not diff:
         _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines,
                  fixed_list if show_fixes else None, still_xla)
@@ -255,6 +256,39 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         out.print(Text("Nothing was written: run again with --write to apply.", style="dim"))
     if errors:
         err.print(f"[red]{errors} error{'s' if errors != 1 else ''}[/red]")
+
+
+def _write_state_module(fixed_list, do_write, diff, out, err) -> int:
+    """Write the module that holds NxD's global state natively (rules/nxd_state.py) beside the rewritten files that
+    import it (their common folder); 1 on error (a different file of that name is there)."""
+    import os
+    from pathlib import Path
+
+    from neuron_migrate.report.text import labelled, print_diff, unified_diff
+    from neuron_migrate.rules.nxd_state import HEADER_LINE, MARK, MODULE, TEXT
+
+    users = sorted({os.path.abspath(path) for path, f in fixed_list if f.fix and MARK in f.fix.description})
+    if not users:
+        return 0
+    folder = Path(os.path.commonpath([os.path.dirname(u) for u in users]))
+    target = folder / f"{MODULE}.py"
+    old = target.read_text(encoding="utf-8") if target.exists() else ""
+    if old and not old.startswith(HEADER_LINE):
+        err.print(labelled("error", "red", f"{target}: exists and is not neuron-migrate's {MODULE} module: the rewritten "
+                                           f"files import {MODULE}; rename yours or move it"))
+        return 1
+    if old != TEXT:
+        if do_write:
+            target.write_text(TEXT, encoding="utf-8")
+        elif diff:
+            print_diff(out, unified_diff(str(target), old, TEXT), plain=True)
+    if not diff:
+        away = [u for u in users if Path(u).parent != folder]
+        out.print(f"NxD's process groups and checkpoints: {_plural(len(users), 'rewritten file')} import {MODULE} "
+                  f"({target}{'' if do_write else ', not written'})" +
+                  (f"; {len(away)} of them sit below that folder: put it on their import path" if away else ""),
+                  highlight=False)
+    return 0
 
 
 def _write_helpers_module(shared, fixed_list, do_write, diff, out, err) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.rules.api import const_value, kwarg, rule
+from neuron_migrate.rules.builtin.nxd_fixes import nxd_fix
+from neuron_migrate.rules.builtin.xla_core import remove_unused_import
 
 NATIVE_TUTORIAL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/tutorials/tutorial-torch-distributed.html"
 NATIVE_FAQ = "https://github.com/aws-neuron/aws-neuron-sdk/blob/master/frameworks/torch/pytorch-native-overview.rst"
@@ -247,10 +249,10 @@ def _layer_plan(name: str, call: ast.Call) -> str:
     code="NM160",
     name="neuronx-distributed",
     summary="NeuronX Distributed (NxD) runs on torch_xla: each use is reported with its DTensor / FSDP2 / DCP plan",
-    fix="none",
+    fix="unsafe",
     severity="error",
     triggers=[(kind, q) for q in ("neuronx_distributed*", "neuronx_distributed_training*")
-              for kind in ("call", "ref", "store", "import", "star_import")],
+              for kind in ("call", "ref", "store", "import", "star_import")] + [("method", "init_weight_cpu")],
     docs=f"""
         NeuronX Distributed (`neuronx_distributed`, "NxD") is built on torch_xla: its parallel layers call XLA
         collectives, its groups are XLA replica groups, its checkpoints are xser files, and its training library is
@@ -299,7 +301,15 @@ def _layer_plan(name: str, call: ast.Call) -> str:
                "o_proj = RowParallelLinear(64, 64, bias=False, input_is_parallel=True)", None)],
 )
 def neuronx_distributed(site, ctx):
+    if site.kind == "method":  # `module.init_weight_cpu()` in a file that uses NxD's layers
+        made = nxd_fix(site, ctx, "init_weight_cpu")
+        if made is None:
+            return None
+        return ctx.finding(site, "`init_weight_cpu()` (NxD parallel layers) -> reset_parameters() of the nn.Linear / nn.Embedding",
+                           fix=made[0], note=made[1])
     shown, what, plan = nxd_plan(site.key)
+    made = nxd_fix(site, ctx, shown)
+    fix, note = made if made else (None, "")
     if site.kind == "star_import":
         return ctx.finding(site, f"star import from {site.key} (NxD, on torch_xla): import names explicitly; the native "
                                  f"stack is {_GENERIC}")
@@ -308,8 +318,12 @@ def neuronx_distributed(site, ctx):
     if site.kind == "call" and shown in ("ColumnParallelLinear", "RowParallelLinear", "ParallelEmbedding"):
         plan = _layer_plan(shown, site.node)
     if site.kind == "import":
-        return ctx.finding(site, f"`{site.key}` is NxD ({what}; runs on torch_xla): native plan: {plan}")
-    return ctx.finding(site, f"`{shown}` (NxD: {what}) -> {plan}")
+        if fix is None:
+            unused = remove_unused_import(site, ctx, "neuronx_distributed", "NxD")
+            if unused is not None:
+                return unused
+        return ctx.finding(site, f"`{site.key}` is NxD ({what}; runs on torch_xla): native plan: {plan}", fix=fix, note=note)
+    return ctx.finding(site, f"`{shown}` (NxD: {what}) -> {plan}", fix=fix, note=note)
 
 
 # -- NM161: optimum-neuron training -------------------------------------------------------------------------
