@@ -1,15 +1,16 @@
 """A model zoo for the probe: tiny transformers models, two training steps each on the emulated neuron device.
 
-Every causal language model class of the pinned transformers (the `test` extra) whose config can be shrunk to a
-tiny one without downloads is a candidate (plus hand-written entries for model kinds the issue found problems in:
-a time-series transformer with a Student-t head). A candidate is *buildable* when its tiny model trains one step on
+Every model type of the pinned transformers (the `test` extra) with a causal LM, masked LM, sequence-to-sequence LM or
+image classification head is a candidate with that head (and a type with only a sequence classification head, with
+that one: see HEADS), plus hand-written entries for model kinds the issue found problems in (a time-series
+transformer with a Student-t head). A candidate's config is shrunk to a tiny one without downloads; a candidate is *buildable* when its tiny model trains one step on
 the CPU; each model is probed (`neuron-migrate probe benchmarks/probe_zoo.py:<entry> --steps 2`,
 one process each) and *runs* when the probe gives a complete report (status ok: exit 0, or exit 1 when it reports
 something TorchNeuron cannot run). Nothing here depends on time: no timing is reported and a run's outcome does
 not depend on the machine's speed (the per-model timeout only guards against a hang).
 
     python benchmarks/probe_zoo.py                     # all candidates, 2 probes at a time
-    python benchmarks/probe_zoo.py --only llama,mixtral --jobs 1
+    python benchmarks/probe_zoo.py --only causal_lm__llama,image_cls__vit --jobs 1
     python benchmarks/probe_zoo.py --out benchmarks/PROBE_ZOO.md --results benchmarks/probe_zoo.json
 
 The module is also the probe's factory target: `probe_zoo.py:causal_lm__llama` builds the tiny llama with inputs.
@@ -31,6 +32,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB, SEQ, BATCH = 96, 12, 2
+DEFAULT_RESULTS = REPO / "benchmarks" / "probe_zoo.json"
+TV_RESULTS = REPO / "benchmarks" / "probe_zoo_torchvision.json"
 MAX_PARAMS = 4_000_000  # "tiny": a config the generic shrink cannot bring under this is left out, with the reason
 
 # Config keyword arguments that shrink a model, given only where the config class has the attribute. Passed to the
@@ -59,13 +62,37 @@ def _ids():
     return torch.randint(3, VOCAB, (BATCH, SEQ))
 
 
-def causal_lm_types() -> list[str]:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+# The heads probed: entry prefix -> (the transformers auto mapping, the auto class). Every model type of the causal
+# LM, masked LM, sequence-to-sequence LM and image classification mappings is a candidate with that head; a type of
+# the sequence classification mapping is one only when it is in none of the others (an encoder such as DeBERTa has
+# no other head here).
+HEADS = {
+    "causal_lm": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
+    "masked_lm": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM"),
+    "seq2seq_lm": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
+    "image_cls": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification"),
+    "seq_cls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForSequenceClassification"),
+}
+# vision configs: sizes given where the config has the attribute; a list default (one value per stage) keeps its
+# length
+VISION = {"image_size": 32, "patch_size": 8, "num_channels": 3, "embedding_size": 16, "window_size": 4, "num_labels": 3}
+STAGES = {"depths": lambda i: 1, "hidden_sizes": lambda i: 16 * 2 ** i, "num_heads": lambda i: 2,
+          "embed_dim": lambda i: 16 * 2 ** i, "mlp_ratios": lambda i: 2, "num_attention_heads": lambda i: 2}
+IMAGE = 32
 
-    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+def head_types(head: str) -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    names = set(getattr(modeling_auto, HEADS[head][0]))
+    if head == "seq_cls":
+        for other in HEADS:
+            if other != "seq_cls":
+                names -= set(getattr(modeling_auto, HEADS[other][0]))
+    return sorted(names)
 
 
-def tiny_config(model_type: str):
+def tiny_config(model_type: str, head: str = "causal_lm"):
     from transformers import AutoConfig
 
     base = AutoConfig.for_model(model_type)
@@ -73,20 +100,36 @@ def tiny_config(model_type: str):
     if any(k.endswith("_config") and isinstance(v, dict) for k, v in known.items()):
         raise ValueError("composite config (sub-configs): needs a hand-written tiny config")
     kwargs = {k: v for k, v in SHRINK.items() if k in known}
+    if head == "seq2seq_lm":  # labels are shifted right behind it into the decoder's inputs
+        kwargs.setdefault("decoder_start_token_id", 0)
+    if head == "image_cls":
+        kwargs.update({k: v for k, v in VISION.items() if k in known or k == "num_labels"})
+        for k, f in STAGES.items():
+            if isinstance(known.get(k), (list, tuple)):
+                kwargs[k] = [f(i) for i in range(len(known[k]))]
     return AutoConfig.for_model(model_type, **kwargs)
 
 
-def build_causal_lm(model_type: str):
+def build(head: str, model_type: str):
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
-    cfg = tiny_config(model_type)
+    cfg = tiny_config(model_type, head)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg)
+    model = getattr(transformers, HEADS[head][1]).from_config(cfg)
     n = sum(p.numel() for p in model.parameters())
     if n > MAX_PARAMS:
         raise ValueError(f"not tiny with the generic shrink ({n} parameters)")
+    if head == "image_cls":
+        g = torch.Generator().manual_seed(0)
+        channels = getattr(cfg, "num_channels", 3)
+        size = getattr(cfg, "image_size", IMAGE)
+        size = size if isinstance(size, int) else IMAGE
+        return model, {"pixel_values": torch.randn(BATCH, channels, size, size, generator=g),
+                       "labels": torch.randint(0, cfg.num_labels, (BATCH,), generator=g)}
     ids = _ids()
+    if head == "seq_cls":
+        return model, {"input_ids": ids, "labels": torch.tensor([0, 1])}
     return model, {"input_ids": ids, "labels": ids}
 
 
@@ -110,17 +153,55 @@ def time_series_student_t():
 
 HAND = {"time_series_student_t": time_series_student_t}
 
+# torchvision: one model per classification family (weights=None, 10 classes), name -> (constructor keyword
+# arguments, image size); torchvision needs its own environment (see main's --torchvision)
+TORCHVISION = {
+    "alexnet": ({}, 64), "convnext_tiny": ({}, 64), "densenet121": ({}, 64), "efficientnet_b0": ({}, 64),
+    "efficientnet_v2_s": ({}, 64), "googlenet": ({}, 64), "inception_v3": ({"aux_logits": False}, 96), "maxvit_t": ({}, 224),
+    "mnasnet0_5": ({}, 64), "mobilenet_v2": ({}, 64), "mobilenet_v3_large": ({}, 64),
+    "mobilenet_v3_small": ({}, 64), "regnet_x_400mf": ({}, 64), "regnet_y_400mf": ({}, 64), "resnet18": ({}, 64),
+    "resnet50": ({}, 64), "resnext50_32x4d": ({}, 64), "shufflenet_v2_x0_5": ({}, 64), "squeezenet1_0": ({}, 64),
+    "swin_t": ({}, 64), "swin_v2_t": ({}, 64), "vgg11_bn": ({}, 64), "vit_b_16": ({"image_size": 32}, 32),
+    "wide_resnet50_2": ({}, 64),
+}
 
-def __getattr__(name: str):  # factory targets: causal_lm__<model_type>, or a hand-written entry
-    if name.startswith("causal_lm__"):
-        return lambda: build_causal_lm(name[len("causal_lm__"):])
+
+def torchvision_model(name: str):
+    """A torchvision classifier with its cross-entropy loss, on a batch of random images."""
+    import torch
+    import torchvision
+
+    class Classifier(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, images, labels):
+            out = self.net(images)
+            logits = out if isinstance(out, torch.Tensor) else out[0]  # googlenet/inception: (logits, aux...)
+            return torch.nn.functional.cross_entropy(logits, labels)
+
+    kwargs, size = TORCHVISION[name]
+    torch.manual_seed(0)
+    model = Classifier(torchvision.models.get_model(name, weights=None, num_classes=10, **kwargs))
+    g = torch.Generator().manual_seed(0)
+    return model, {"images": torch.randn(BATCH, 3, size, size, generator=g),
+                   "labels": torch.randint(0, 10, (BATCH,), generator=g)}
+
+
+def __getattr__(name: str):  # factory targets: <head>__<model_type> (causal_lm__llama), or a hand-written entry
+    head, sep, model_type = name.partition("__")
+    if sep and head in HEADS:
+        return lambda: build(head, model_type)
+    if sep and head == "torchvision" and model_type in TORCHVISION:
+        return lambda: torchvision_model(model_type)
     if name in HAND:
         return HAND[name]
     raise AttributeError(name)
 
 
 def entries(only: set[str] | None) -> list[str]:
-    out = [f"causal_lm__{t}" for t in causal_lm_types()] + sorted(HAND)
+    out = [f"{head}__{t}" for head in HEADS for t in head_types(head)] + sorted(HAND)
     if only:
         out = [e for e in out if e.split("__")[-1] in only or e in only]
     return out
@@ -135,14 +216,11 @@ def cpu_check(entry: str) -> dict:
 import json, sys, traceback
 sys.path.insert(0, {str(REPO / 'benchmarks')!r})
 import probe_zoo, torch
+from neuron_migrate.probe.steps import forward_backward
 try:
     model, inputs = getattr(probe_zoo, {entry!r})()
     n = sum(p.numel() for p in model.parameters())
-    if n > probe_zoo.MAX_PARAMS:
-        print(json.dumps({{"buildable": False, "why": f"not tiny with the generic shrink ({{n}} parameters)"}})); sys.exit()
-    out = model(**inputs)
-    loss = out.loss if getattr(out, "loss", None) is not None else out[0].float().sum()
-    loss.backward()
+    forward_backward(model, (), inputs, train=True)  # the probe's step, on the CPU
     print(json.dumps({{"buildable": True, "params": n}}))
 except Exception as exc:
     print(json.dumps({{"buildable": False, "why": (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:300]}}))
@@ -188,12 +266,24 @@ def render(results: dict[str, dict], versions: dict, total: int | None = None) -
          f"{versions.get('transformers')}). Each buildable model ran `neuron-migrate probe ... --steps 2` (two training "
          "steps: forward, loss, backward, AdamW) on the emulated device; it *runs* when the probe gave a complete "
          "report (exit 0, or exit 1 when it reports what TorchNeuron cannot run).\n",
+         "Candidates: every model type of the pinned transformers' causal LM, masked LM, sequence-to-sequence LM and "
+         "image classification auto mappings, with that head, and the types of the sequence classification mapping "
+         "that are in none of those, with that head; plus hand-written entries (a time-series transformer with a "
+         "Student-t head). A candidate is *buildable* when the generic tiny config (no download; config values "
+         "shrunk where the config has them, at most 4 M parameters) trains one step on the CPU; one that is not is "
+         "left out of the pass rate with the reason. Composite configs (vision-language, audio, sub-configs) need "
+         "hand-written tiny configs and are not covered. torchvision's models: see the last section.\n",
          f"- candidates done: {len(results)}" + (f" of {total}" if total else "")
-         + " (causal LM classes of the pinned transformers, plus hand-written entries; run in a fixed order, hand-written "
-           "entries first, then by the sha1 of the name, so a run stopped early is a spread over the alphabet)",
+         + " (run in a fixed order, hand-written entries first, then by the sha1 of the name)",
          f"- buildable (tiny config trains a step on the CPU): {len(built)}",
          f"- probed: {len(probed)}; **run on the emulated device: {len(ok)} of {len(probed)}"
-         + (f" ({100 * len(ok) / len(probed):.0f} %)**" if probed else "**"), ""]
+         + (f" ({100 * len(ok) / len(probed):.0f} %)**" if probed else "**"), "",
+         "| head | candidates done | buildable | run |", "|---|---:|---:|---:|"]
+    for head in [*HEADS, "hand-written"]:
+        keys = [k for k in results if (k.split("__")[0] if "__" in k else "hand-written") == head]
+        b = [k for k in keys if results[k].get("buildable")]
+        L.append(f"| {head} | {len(keys)} | {len(b)} | {sum(runs(results[k]) for k in b)} |")
+    L.append("")
     upcast = [k for k, v in probed.items() if (v["probe"].get("upcast_ops"))]
     if upcast:
         L.append(f"{len(upcast)} models (mixture-of-experts: transformers casts the expert ids with `.int()` before "
@@ -211,15 +301,50 @@ def render(results: dict[str, dict], versions: dict, total: int | None = None) -
             notes += ("; " if notes else "") + "upcast: " + ", ".join(pr["upcast_ops"])
         if pr.get("host_runs"):
             notes += ("; " if notes else "") + f"{len(pr['host_runs'])} ops run on the host"
-        L.append(f"| {k.split('__')[-1]} | {res.replace('|', '/')} | {pr.get('rc')} | "
+        L.append(f"| {k} | {res.replace('|', '/')} | {pr.get('rc')} | "
                  f"{notes.replace('|', '/')[:400]} |")
     left = {k: v for k, v in results.items() if not v.get("buildable")}
     if left:
         L.append("\n## Not buildable with the generic tiny config (left out of the pass rate)\n")
         L.append("| model | why |\n|---|---|")
         for k in sorted(left):
-            L.append(f"| {k.split('__')[-1]} | {left[k].get('why', '').replace('|', '/')[:200]} |")
+            L.append(f"| {k} | {left[k].get('why', '').replace('|', '/')[:200]} |")
+    L += render_torchvision()
     return "\n".join(L) + "\n"
+
+
+def render_torchvision() -> list[str]:
+    """The torchvision section, from the results of a `--torchvision` run in torchvision's own environment."""
+    L = ["\n## torchvision's classification models\n"]
+    if not TV_RESULTS.is_file():
+        return L + ["Not run (no results file)."]
+    doc = json.loads(TV_RESULTS.read_text())
+    v, results = doc["versions"], doc["results"]
+    built = {k: r for k, r in results.items() if r.get("buildable")}
+    ok = [k for k, r in built.items() if runs(r)]
+    L += [f"PyPI's torchvision does not import beside the project's torch 2.13.0 ('operator torchvision::nms does not "
+          f"exist'), so these ran in a separate virtual environment with torch {v['torch']} and torchvision "
+          f"{v['torchvision']} (the CUDA build, run on the CPU; the emulated device is built against that torch by "
+          "the same `build.py`): `pip install torch==2.14.1 torchvision==0.29.1` and `pip install -e .`, then "
+          "`python benchmarks/probe_zoo.py --torchvision`. One model per torchvision classification family "
+          "(`TORCHVISION`), `weights=None`, 10 classes, cross-entropy loss, a batch of 2 random images (64x64; "
+          "inception_v3 96 without its auxiliary head, maxvit_t 224, vit_b_16 built for 32); each ran `probe --steps 2` (AdamW) on the "
+          "emulated device.\n",
+          f"- models done: {len(results)} of {len(TORCHVISION)}; buildable: {len(built)}; "
+          f"**run on the emulated device: {len(ok)} of {len(built)}**\n",
+          "| model | result | exit | reported |", "|---|---|---:|---|"]
+    for k in sorted(results):
+        r = results[k]
+        pr = r.get("probe") or {}
+        if not r.get("buildable"):
+            res = f"not buildable: {r.get('why')}"
+        else:
+            res = "runs" if runs(r) else f"FAILS: {pr.get('error') or pr.get('status')} ({pr.get('error_site')})"
+        notes = "; ".join(pr.get("problems") or [])
+        if pr.get("upcast_ops"):
+            notes += ("; " if notes else "") + "upcast: " + ", ".join(pr["upcast_ops"])
+        L.append(f"| {k.split('__')[-1]} | {res.replace('|', '/')} | {pr.get('rc')} | {notes.replace('|', '/')[:300]} |")
+    return L
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,16 +352,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated model types (or entries)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900, help="per probe; guards against a hang only")
-    ap.add_argument("--results", default=str(REPO / "benchmarks" / "probe_zoo.json"),
+    ap.add_argument("--results", default=str(DEFAULT_RESULTS),
                     help="JSON results, read first: entries already done are not run again")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "PROBE_ZOO.md"))
     ap.add_argument("--fresh", action="store_true", help="ignore earlier results")
     ap.add_argument("--render", action="store_true", help="only write the page from the results file")
+    ap.add_argument("--torchvision", action="store_true",
+                    help=f"torchvision's models instead (results in {TV_RESULTS.name}; the page is written by --render "
+                         "where transformers is installed)")
     a = ap.parse_args(argv)
     import torch
-    import transformers
 
-    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if a.torchvision:
+        import torchvision
+
+        versions = {"torch": torch.__version__, "torchvision": torchvision.__version__}
+        if a.results == str(DEFAULT_RESULTS):
+            a.results = str(TV_RESULTS)
+    else:
+        import transformers
+
+        versions = {"torch": torch.__version__, "transformers": transformers.__version__}
     res_path = Path(a.results)
     results: dict[str, dict] = {}
     if res_path.is_file() and not a.fresh:
@@ -247,9 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.render:
         Path(a.out).write_text(render(results, versions, len(entries(None))))
         return 0
-    todo = [e for e in entries({x.strip() for x in a.only.split(",") if x.strip()} or None)
+    only = {x.strip() for x in a.only.split(",") if x.strip()} or None
+    listed = [f"torchvision__{n}" for n in TORCHVISION if not only or n in only] if a.torchvision else entries(only)
+    todo = [e for e in listed
             if not (e in results and (not results[e].get("buildable") or results[e].get("probe")))]
-    todo.sort(key=lambda e: (e.startswith("causal_lm__"), hashlib.sha1(e.encode()).hexdigest()))
+    todo.sort(key=lambda e: ("__" in e, hashlib.sha1(e.encode()).hexdigest()))
 
     lock = threading.Lock()
 
@@ -261,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = res_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"versions": versions, "results": results}, indent=1, sort_keys=True))
         os.replace(tmp, res_path)
-        Path(a.out).write_text(render(results, versions, len(entries(None))))
+        if not a.torchvision:
+            Path(a.out).write_text(render(results, versions, len(entries(None))))
 
     def one(entry: str) -> None:
         # the probe first (its child builds the model on the CPU); only a model that does not run is checked on the
