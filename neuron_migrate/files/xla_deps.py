@@ -11,6 +11,8 @@ import re
 XLA_BASED_LIBRARIES = ("torch_xla", "neuronx_distributed", "neuronx_distributed_training", "optimum.neuron")
 _LINE = re.compile(r"^[\s\"']*(?:from|import)\s+(torch_xla|neuronx_distributed_training|neuronx_distributed|optimum\.neuron)\b",
                    re.MULTILINE)
+# a line (or a `;`-separated statement) that imports something and names an XLA-based library's top package
+_IMPORT_LINE = re.compile(r"(?:^|;)[ \t]*(?:from|import)[ \t][^\n]*\b(?:torch_xla|neuronx_distributed|optimum)\b", re.MULTILINE)
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
@@ -38,6 +40,8 @@ def xla_based_imports(text: str, python: bool = True) -> list[str]:
     parseable: the import lines found by pattern."""
     if not any(lib.split(".")[0] in text for lib in XLA_BASED_LIBRARIES):
         return []
+    if python and not _IMPORT_LINE.search(text):
+        return []  # no import statement names one (the mentions are strings, comments, attributes): no parse needed
     if python:
         import ast
 
@@ -48,8 +52,12 @@ def xla_based_imports(text: str, python: bool = True) -> list[str]:
         if tree is not None:
             found: set = set()
 
+            blocks = (ast.stmt, ast.excepthandler, ast.match_case)  # what can hold an import: never an expression
+
             def visit(node, optional: bool) -> None:
                 for child in ast.iter_child_nodes(node):
+                    if not isinstance(child, blocks):
+                        continue
                     if isinstance(child, ast.Try) or type(child).__name__ == "TryStar":
                         guarded = optional or _optional(child.handlers)
                         for stmt in child.body:

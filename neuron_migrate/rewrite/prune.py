@@ -209,9 +209,10 @@ def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, af
             drop.add(i)
             i += 1
     kept_names, _strings = _loads_and_strings(_parse_or_none("".join(l for i, l in enumerate(lines) if i not in drop)) or tree)
-    old_imports = {ast.get_source_segment(before, s) for s in _imports_outside_try(old)}
+    before_lines = source_lines(before, keepends=True)
+    old_imports = {_segment(before_lines, s) for s in _imports_outside_try(old)}
     for stmt in _imports_outside_try(tree):
-        if stmt.col_offset or ast.get_source_segment(after, stmt) in old_imports:
+        if stmt.col_offset or _segment(lines, stmt) in old_imports:
             continue
         is_from = isinstance(stmt, ast.ImportFrom)
         if all(not kept_names[_bound(a, is_from)] for a in stmt.names):
@@ -219,6 +220,16 @@ def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, af
     text = "".join(l for i, l in enumerate(lines) if i not in drop)
     # an import block that lost all its lines leaves its separating blank lines: keep at most two in a row
     return re.sub(r"\A(?:[ \t]*\r?\n)+", "", text) if text.strip() else text
+
+
+def _segment(lines: list, node) -> str:
+    """`ast.get_source_segment` on the lines of a text split once (source_lines, keepends): that function splits the
+    whole text again at every call, which made this step quadratic in a file's imports (transformers' trainer.py)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset:node.end_col_offset].decode()
+    return "".join([lines[first].encode()[node.col_offset:].decode(), *lines[first + 1:last],
+                    lines[last].encode()[:node.end_col_offset].decode()])
 
 
 def _parse_or_none(text: str):
@@ -356,10 +367,13 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
         return after
     parents: dict = {}
     owner_of: dict = {}  # a node -> the top-level def holding it (its name), for the helpers' own bodies
+    named: dict = {name: [] for name in defs}  # helper name -> its Name nodes, in walk order
     for stmt in tree.body:
         top = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
         for n in ast.walk(stmt):
             owner_of[n] = top
+            if type(n) is ast.Name and n.id in named:
+                named[n.id].append(n)
             for c in ast.iter_child_nodes(n):
                 parents[c] = n
     lines = source_lines(after, keepends=True)
@@ -376,7 +390,7 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
         kind, template = _INLINE[name]
         if "dist" not in spell or (kind == "expr" and "os" not in spell):
             continue
-        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and owner_of.get(n) != name]
+        uses = [n for n in named[name] if owner_of.get(n) != name]
         if not uses or len(uses) > INLINE_MAX_CALLS:
             continue
         mine: list = []

@@ -108,6 +108,11 @@ def pickers(ctx) -> list:
 
     def build(a):
         out = []
+        # a picker tests CUDA's availability and another backend's: without both calls in the file, none (the walk of
+        # the whole tree below is the costly part)
+        kinds = {device_flow._AVAILABILITY[q] for q in device_flow._AVAILABILITY if q in a.qualnames}
+        if "cuda" not in kinds or len(kinds) < 2:
+            return out
         flow = device_flow.facts(a)
         names_of: dict = {}
         inner: set = set()
