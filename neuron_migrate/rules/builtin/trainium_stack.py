@@ -4,9 +4,8 @@ trainers, and NKI kernels called from model code.
 NxD is torch_xla underneath (its layers call xm collectives, its checkpoints are xser files) and its training library
 is at end of support; TorchNeuron's documented path is DTensor tensor parallelism, FSDP2 and
 torch.distributed.checkpoint. Every import, call and reference is reported at its line with the native API that
-replaces it and what changes in behaviour: nothing here is rewritten, so that no program is left half on NxD with a
-summary that reads like a migration (cli/rewrite_run.py counts a file that still imports one of these libraries as
-not migrated: files/xla_deps.py).
+replaces it and what changes in behaviour; NM160 rewrites NxD's common core where it keeps meaning (nxd_fixes.py),
+and cli/rewrite_run.py counts a file that still imports one of these libraries as not migrated (files/xla_deps.py).
 """
 from __future__ import annotations
 
@@ -248,7 +247,7 @@ def _layer_plan(name: str, call: ast.Call) -> str:
 @rule(
     code="NM160",
     name="neuronx-distributed",
-    summary="NeuronX Distributed (NxD) runs on torch_xla: each use is reported with its DTensor / FSDP2 / DCP plan",
+    summary="NeuronX Distributed (NxD) runs on torch_xla: each use is reported with its DTensor / FSDP2 / DCP plan; its common core is rewritten where meaning is kept",
     fix="unsafe",
     severity="error",
     triggers=[(kind, q) for q in ("neuronx_distributed*", "neuronx_distributed_training*")
@@ -284,15 +283,38 @@ def _layer_plan(name: str, call: ast.Call) -> str:
         q/k/v outputs are local shards by default). ZeRO-1 needs DDP (or FSDP2) for the gradient average:
         `torch.distributed.optim.ZeroRedundancyOptimizer` alone never averages gradients over ranks.
 
-        Nothing is rewritten: every import, call and reference is reported at its line with its plan, and
-        `rewrite` counts a file that still imports NxD as not migrated. What changes in behaviour: NxD's
-        checkpoint layout (per-rank xser shards) does not load into DCP (convert once with NxD installed); NxD's
-        `optimizer.grad_norm` and the NxDModel wrapper's `run_train` do not exist; a GQA `kv_size_multiplier`
-        and sequence parallelism need the plan's layouts written by hand; NxD's `clip_grad_norm` under a tp plan
-        needs the two-kind norm described at its finding (torch's `clip_grad_norm_` refuses a mix of DTensor and
-        plain parameters). The plan is checked by running: the NxD-style fixture migrated by hand trains under
-        torchrun with 2 processes at TP=2, at DP=2 with DDP + ZeRO-1, and at DP=2 with FSDP2, with per-step loss
-        within 1e-5 of the one-process run (CPU, gloo; tests/test_trainium_parity.py). Unverified on a Trainium
+        `rewrite --unsafe-fixes` migrates the common core where it keeps meaning (rules/builtin/nxd_fixes.py).
+        NxD's `parallel_state` is global state queried from many files, so the rewrite writes one module,
+        `parallel_mesh.py`, beside the files that import it: the DeviceMesh ("dp", "tp") with NxD's query names,
+        the dp gradient average and clipping NxD's optimizer did in `step()` (`optimizer_step_pre_hook`),
+        `clip_grad_norm` over DTensor and plain parameters, and `save_checkpoint`/`load_checkpoint`/`has_checkpoint`
+        in torch.distributed.checkpoint format with NxD's `<dir>/<tag>`, `<dir>/newest` layout. Imports of
+        `parallel_state` (and `grads.clip_grad_norm`) are re-pointed to it when every use in the file is one it
+        defines (`import parallel_mesh as parallel_state`); `ColumnParallelLinear`/`RowParallelLinear`/
+        `ParallelEmbedding` become `parallelize_module(nn.Linear(...)/nn.Embedding(...), parallel_state.mesh["tp"],
+        ColwiseParallel()/RowwiseParallel())` at the site (outputs stay local tensors, so head counts computed from
+        the tp size keep working); `isinstance` checks on them become `nn.Linear`/`nn.Embedding` (now matching
+        every such module) and `init_weight_cpu()` `reset_parameters()`; `parallel_cross_entropy(logits, labels)`
+        becomes `F.cross_entropy` of `DTensor.from_local(logits, mesh["tp"], [Shard(-1)]).full_tensor()` with
+        `reduction="none"`; `nxd.neuronx_distributed_config` with the `initialize_parallel_model` and
+        `initialize_parallel_optimizer` calls that take it (one fix) become `initialize_model_parallel`, the plain
+        model moved to the device, and the optimizer (`AdamW_FP32OptimParams`: `torch.optim.AdamW` with NxD's
+        eps=1e-6, weight_decay=0.0) with the pre-hook; `divide(a, b)` -> `a // b`;
+        `model_parallel_xla_manual_seed` -> `torch.manual_seed`.
+
+        What changes (a note at each line): weights are initialised by torch.nn on the full matrix and split from
+        tp rank 0 (a Linear bias uniformly where NxD zeroed it); labels of -100 give 0 loss; torch's AdamW puts
+        eps after bias correction; ZeRO-1's optimizer-state sharding is not kept (same updates, more memory;
+        FSDP2 for the saving) and `optimizer.grad_norm` does not exist; `mixed_precision_config`, `use_xser`,
+        `num_workers` are dropped; NxD's xser checkpoints do not load (convert once with NxD). Left as findings:
+        `GQAQKVColumnParallelLinear` (a `kv_size_multiplier` has no DTensor form), layer arguments such as
+        `init_method`, `stride`, `sequence_parallel_enabled`, `shard_across_embedding=True`, sequence, pipeline and
+        context parallelism, queries the module does not define, a config used elsewhere; a file that keeps one
+        still imports NxD and `rewrite` counts it as not migrated. Checked by running
+        (tests/integration/test_nxd_rewrite.py): the rewritten NxD Llama fixture trains under torchrun at TP=2
+        with per-step loss within 1e-5 of one process and, at DP=2 with ZeRO-1, ends with the parameters of one
+        process on the whole batch (gradients averaged); the hand-written native target
+        (tests/test_trainium_parity.py) also runs DDP + ZeRO-1 and FSDP2. CPU with gloo; unverified on a Trainium
         host.
     """,
     examples=[("from neuronx_distributed.parallel_layers import parallel_state\n"
