@@ -195,10 +195,10 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         for path, f in sorted(fixed_list, key=lambda pf: (pf[0], pf[1].span.line, pf[1].rule.code)):
             safety = f.fix.safety.value if f.fix is not None else "safe"
             out.print(f"  {path}:{f.span.line}: {f.rule.code} ({safety}) {f.message}", **PLAIN)
-    from neuron_migrate.rules.model import PERFORMANCE_NOTES
+    from neuron_migrate.rules.model import is_performance_note
 
-    perf = [f for f in remaining if f.fix is None and f.rule.code in PERFORMANCE_NOTES]
-    todo = [f for f in remaining if not (f.fix is None and f.rule.code in PERFORMANCE_NOTES)]
+    perf = [f for f in remaining if is_performance_note(f)]
+    todo = [f for f in remaining if not is_performance_note(f)]
     if todo and not quiet:
         out.print()
         out.print(Text("Left for you (not rewritten automatically):", style="bold"))

@@ -27,10 +27,12 @@ INSTALL = ('pip install torch==2.14.0 "torch-neuronx==2.14.*" "neuronx-cc==2.*" 
 
 
 def file_status(res) -> str:
+    from neuron_migrate.rules.model import is_performance_note
+
     if res.error:
         return "error"
-    if res.findings:
-        return "manual"
+    if any(not is_performance_note(f) for f in res.findings):
+        return "manual"  # performance notes alone need no change
     if res.changed or res.applied:
         return "migrated"
     return "clean"
@@ -48,18 +50,23 @@ def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterabl
     manual_by_rule: Counter = Counter()
     manual = []
     launch: list[str] = []
+    from neuron_migrate.rules.model import is_performance_note
+
+    performance = []  # listed apart: the program runs as it is
     for res in results:
         st = file_status(res)
-        rem = Counter(f.rule.code for f in res.findings)
+        todo = [f for f in res.findings if not is_performance_note(f)]
+        rem = Counter(f.rule.code for f in todo)
         files.append({"path": res.path, "kind": file_kind(res.path.replace("\\", "/").rsplit("/", 1)[-1]) or "other",
                       "status": st, "fixed": dict(sorted(res.applied.items())), "manual": dict(sorted(rem.items())),
                       "error": res.error})
         fixed.update(res.applied)
         manual_by_rule.update(rem)
         for f in res.findings:
-            manual.append({"path": f.path, "line": f.span.line, "col": f.span.col + 1, "cell": f.cell, "code": f.rule.code,
-                           "name": f.rule.name, "severity": f.severity.value, "message": f.message, "note": f.note or "",
-                           "fix": f.fix.safety.value if f.fix else None, "url": f.rule.url})
+            item = {"path": f.path, "line": f.span.line, "col": f.span.col + 1, "cell": f.cell, "code": f.rule.code,
+                    "name": f.rule.name, "severity": f.severity.value, "message": f.message, "note": f.note or "",
+                    "fix": f.fix.safety.value if f.fix else None, "url": f.rule.url}
+            (performance if is_performance_note(f) else manual).append(item)
         for f in [*res.applied_findings, *res.findings]:
             if f.rule.code in ("NM127", "NM505", "NM502") and f.note:
                 where = f"{f.path}:{'cell ' + str(f.cell) + ':' if f.cell else ''}{f.span.line}"
@@ -72,6 +79,7 @@ def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterabl
     totals["files"] = len(files)
     totals["fixes"] = sum(fixed.values())
     totals["manual_items"] = len(manual)
+    totals["performance_notes"] = len(performance)
     by_rule = []
     for code in sorted(set(fixed) | set(manual_by_rule)):
         r = get_rule(code)
@@ -83,6 +91,7 @@ def report_data(results: Iterable, messages: Iterable[str] = (), probes: Iterabl
         "files": files,
         "by_rule": by_rule,
         "manual": sorted(manual, key=lambda m: (m["path"], m["cell"] or 0, m["line"], m["col"], m["code"])),
+        "performance": sorted(performance, key=lambda m: (m["path"], m["cell"] or 0, m["line"], m["col"], m["code"])),
         "launch": launch,
         "install": INSTALL,
         "probes": [probe_summary(name, p) for name, p in probes],
@@ -254,7 +263,9 @@ def render_html(data: dict, title: str = "TorchNeuron migration report") -> str:
     summary = (f'<section><h2>Summary</h2><div class="cards">{cards}</div>{_bar(parts, test_id="files-bar")}'
                f'<div>{_legend(parts, "legend")}</div><p class="note"><span data-testid="total-files">{t["files"]}</span> files, '
                f'<span data-testid="total-fixes">{t["fixes"]}</span> automatic fixes, '
-               f'<span data-testid="total-manual-items">{t["manual_items"]}</span> items for manual work. '
+               f'<span data-testid="total-manual-items">{t["manual_items"]}</span> items for manual work, '
+               f'<span data-testid="total-performance-notes">{t.get("performance_notes", 0)}</span> performance notes '
+               f'(listed apart: no change needed). '
                f'<span id="nm-check"></span></p></section>')
     rows = "".join(
         f'<tr data-status="{f["status"]}" data-testid="file-row"><td><code>{_e(f["path"])}</code></td><td>{_e(f["kind"])}</td>'
@@ -281,6 +292,13 @@ def render_html(data: dict, title: str = "TorchNeuron migration report") -> str:
         for m in data["manual"])
     manual = (f'<section><h2>Manual work</h2><table><thead><tr><th>where</th><th>rule</th><th>severity</th><th>what to do</th></tr>'
               f'</thead><tbody>{man_rows or "<tr><td colspan=4>none</td></tr>"}</tbody></table></section>')
+    perf_rows = "".join(
+        f'<tr data-testid="performance-row"><td><code>{_e(m["path"])}:{("cell " + str(m["cell"]) + ":") if m["cell"] else ""}{m["line"]}:{m["col"]}</code></td>'
+        f'<td><a href="{_e(m["url"])}"><code>{_e(m["code"])}</code></a></td><td>{_e(m["message"])}</td></tr>'
+        for m in data.get("performance") or [])
+    if perf_rows:
+        manual += (f'<section><h2>Performance notes</h2><p class="note">The program runs as it is; no change needed.</p>'
+                   f'<table><thead><tr><th>where</th><th>rule</th><th>note</th></tr></thead><tbody>{perf_rows}</tbody></table></section>')
     launch_items = "".join(f"<li><code>{_e(x)}</code></li>" for x in data["launch"])
     launch = (f'<section><h2>Launch</h2><p>Install TorchNeuron (Neuron 2.33): <code>{_e(data["install"])}</code></p>'
               f'<p>Start multi-process training with torchrun, one process per NeuronCore (64 on trn2.48xlarge); '

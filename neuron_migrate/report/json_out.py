@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
-from neuron_migrate.rules.model import Finding
+from neuron_migrate.rules.model import Finding, is_performance_note
 
 
 def _pos(line: int, col: int) -> dict:
@@ -41,6 +41,8 @@ def finding_dict(f: Finding) -> dict:
                      **({"cell": f.cell} if f.cell else {})},  # notebooks: rows count within this (1-based) cell
         "fix": fix,
         "fixable": f.fix is not None,
+        # how fast the program runs, not whether it runs: needs no change (not manual migration)
+        "performance_note": is_performance_note(f),
         "note": f.note or None,
         "confidence": f.confidence or None,
         "source": f.source or None,

@@ -59,6 +59,12 @@ class _RuleLinks:
 PERFORMANCE_NOTES = frozenset({"NM213", "NM217", "NM218", "NM310", "NM404", "NM405"})
 
 
+def is_performance_note(finding) -> bool:
+    """A finding left without a fix that only says how fast the program runs: never counted as manual migration (the
+    rewrite's summary, the report's totals and file status, its JSON)."""
+    return finding.fix is None and finding.rule.code in PERFORMANCE_NOTES
+
+
 class Rule(Record, _RuleLinks):
     """One rule: what rewrite, audit, explain, the editor server and every report say about it."""
 
