@@ -11,7 +11,8 @@ rule for it:
   rule is measured too: the `meta` device, in the same process, must accept and reject the same cases;
 - gradients land on the device of the tensor they are for (autograd moves a 0-dim gradient to its tensor);
 - pinned memory is pinned, non_blocking copies are copies;
-- a `torch.Generator("neuron")` is a device generator; a CPU generator in a device op raises, as on CUDA;
+- a `torch.Generator("neuron")` is a device generator; a CPU generator in a device op raises, as on CUDA; random ops
+  without a generator draw from the device's default generator (seeded by torch.manual_seed), not the host's;
 - torch.accelerator queries, streams and events (no-ops; `record_stream` on a device stream too), the
   allocator's statistics;
 - an op the table calls native runs for dtypes its host kernel lacks (upcast, cast back, recorded); an op the
@@ -104,6 +105,23 @@ try:
     cpu_gen = None
 except RuntimeError as exc:
     cpu_gen = str(exc)
+# the device's default generator: random ops on the device without a generator draw from it (torch.manual_seed
+# seeds it through torch.neuron.manual_seed_all), so a draw on the host in between does not move it, as on CUDA
+torch.manual_seed(0)
+r1, d1 = torch.rand(3, device="neuron"), torch.nn.functional.dropout(torch.ones(16, device="neuron"), 0.5)
+torch.manual_seed(0)
+host_draw = torch.rand(5)
+r2, d2 = torch.rand(3, device="neuron"), torch.nn.functional.dropout(torch.ones(16, device="neuron"), 0.5)
+rng = torch.neuron.get_rng_state()
+x1 = torch.randperm(8, device="neuron")
+torch.neuron.set_rng_state(rng)
+x2 = torch.randperm(8, device="neuron")
+torch.manual_seed(3)
+torch.neuron.manual_seed(5)
+default_generator = {"host_draw_does_not_move_it": torch.equal(r1, r2) and torch.equal(d1, d2),
+                     "state_roundtrip": torch.equal(x1, x2) and x1.device.type == "neuron",
+                     "seeds": [torch.neuron.initial_seed(), torch.initial_seed()],
+                     "generator": str(torch.neuron.default_generator().device)}
 generators = {"device": str(g.device), "same_seed_same_values": torch.equal(a, b), "on_device": a.device.type,
               "state_roundtrip": torch.equal(c1, c2), "cpu_generator_error": cpu_gen,
               "dropout": torch.nn.functional.dropout(torch.ones(8, device="neuron"), 0.5).device.type}
@@ -155,7 +173,7 @@ except (RuntimeError, NotImplementedError) as exc:
     upcast["host"] = str(exc)
 
 result = {"mixed": mixed, "where_backward": where_backward, "grads": grads, "memory": memory,
-          "generators": generators, "accel": accel, "alloc": alloc, "upcast": upcast}
+          "generators": generators, "default_generator": default_generator, "accel": accel, "alloc": alloc, "upcast": upcast}
 '''
 
 
@@ -202,6 +220,13 @@ def test_device_generators(measured):
     assert g["same_seed_same_values"] and g["state_roundtrip"]
     assert "Expected a 'neuron' device type for generator but found 'cpu'" in g["cpu_generator_error"]
     assert g["dropout"] == "neuron"
+
+
+def test_random_ops_draw_from_the_devices_default_generator(measured):
+    g = measured["default_generator"]
+    assert g["host_draw_does_not_move_it"] and g["state_roundtrip"]
+    assert g["seeds"] == [5, 3]  # torch.neuron.manual_seed seeds the device's generator, not the host's
+    assert g["generator"] == "neuron:0"
 
 
 def test_accelerator_queries_streams_and_events(measured):

@@ -183,13 +183,19 @@ def _device_module(torch) -> types.ModuleType:
     mod.default_stream = lambda device=None: acc.current_stream(_index(torch, device))
     mod.set_stream = lambda stream: acc.set_stream(stream)
     mod.stream = _stream_context
-    mod.manual_seed = lambda seed: torch.manual_seed(seed) and None
-    mod.manual_seed_all = lambda seed: None  # the host generator is the device's; torch.manual_seed seeds it
-    mod.seed = lambda: None
-    mod.seed_all = lambda: None
-    mod.initial_seed = lambda: torch.initial_seed()
-    mod.get_rng_state = lambda device="neuron": torch.get_rng_state()
-    mod.set_rng_state = lambda state, device="neuron": torch.set_rng_state(state)
+    # random numbers: each device has its default generator (torch.manual_seed seeds them all through
+    # manual_seed_all, as for CUDA); a random op on the device without a generator draws from it
+    gen = lambda device=None: ops.default_generator(-1 if device is None else _index(torch, device))  # noqa: E731
+    mod.default_generator = gen
+    mod.manual_seed = lambda seed: gen().manual_seed(int(seed)) and None
+    mod.manual_seed_all = lambda seed: [gen(i).manual_seed(int(seed)) for i in range(mod.device_count())] and None
+    mod.seed = lambda: gen().seed() and None
+    mod.seed_all = lambda: mod.manual_seed_all(gen(0).seed())
+    mod.initial_seed = lambda: gen().initial_seed()
+    mod.get_rng_state = lambda device="neuron": gen(device).get_state()
+    mod.set_rng_state = lambda state, device="neuron": gen(device).set_state(state)
+    mod.get_rng_state_all = lambda: [gen(i).get_state() for i in range(mod.device_count())]
+    mod.set_rng_state_all = lambda states: [gen(i).set_state(s) for i, s in enumerate(states)] and None
     mod.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
     mod.is_bf16_supported = lambda including_emulation=True: True  # torch-neuronx neuron.py has it; Trainium has bf16
     return mod

@@ -234,6 +234,23 @@ struct NeuronGenerator final : c10::GeneratorImpl {
   NeuronGenerator* clone_impl() const override { return new NeuronGenerator(device_.index(), host.clone()); }
 };
 
+// Each device has its default generator, as each CUDA device has (torch.manual_seed seeds it through
+// torch.neuron.manual_seed_all); random ops without a generator draw from it, not from the host's. The vector is
+// sized once, so the references getDefaultGenerator hands out stay valid.
+std::mutex g_gen_mu;
+std::recursive_mutex g_swap_mu;  // one swap at a time (a random op's host kernel may call another)
+std::vector<at::Generator> g_default_gens;
+
+const at::Generator& device_default_generator(c10::DeviceIndex idx) {
+  if (idx < 0) idx = tl_device;
+  check_index(idx);
+  std::lock_guard<std::mutex> g(g_gen_mu);
+  if (g_default_gens.empty()) g_default_gens.resize(64);
+  at::Generator& gen = g_default_gens[idx];
+  if (!gen.defined()) gen = at::make_generator<NeuronGenerator>(idx, at::detail::createCPUGenerator());
+  return gen;
+}
+
 REGISTER_ALLOCATOR(kEmu, &g_alloc);
 
 struct DeviceScope {  // the allocator reads the thread's current device
@@ -319,11 +336,7 @@ struct EmuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
-    // random ops without a generator draw from the host's default generator (a documented deviation: on CUDA
-    // the device has its own stream)
-    return at::detail::getDefaultCPUGenerator();
-  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override { return device_default_generator(d); }
   at::Generator getNewGenerator(c10::DeviceIndex d) const override {
     if (d < 0) d = tl_device;
     check_index(d);
@@ -570,7 +583,57 @@ std::vector<at::ScalarType> upcasts(at::ScalarType from) {
   return {at::kDouble, at::kFloat};  // integers and bool: double holds every int32 exactly
 }
 
+// A random op on the device without a generator (dropout, normal_, randperm(device=...)): the host kernel draws
+// from the host's default generator, so the device's default generator's state is swapped into it for the call.
+// None: not a random op on the device, or one given its generator.
+std::optional<c10::Device> random_op_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (!op.hasTag(at::Tag::nondeterministic_seeded)) return std::nullopt;
+  const size_t nargs = op.schema().arguments().size();
+  std::optional<c10::Device> dev;
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+    const auto& iv = stack[i];
+    if (iv.isGenerator() && iv.toGenerator().defined()) return std::nullopt;
+    if (!dev && iv.isTensor() && iv.toTensor().defined() && iv.toTensor().device().type() == kEmu) {
+      dev = iv.toTensor().device();
+    } else if (!dev && iv.isDevice() && iv.toDevice().type() == kEmu) {
+      dev = iv.toDevice();
+    }
+  }
+  return dev;
+}
+
+struct DeviceGeneratorSwap {
+  at::Generator host_default;
+  at::Generator device_host;
+  at::Tensor saved;
+  explicit DeviceGeneratorSwap(c10::Device d)
+      : host_default(at::detail::getDefaultCPUGenerator()),
+        device_host(static_cast<NeuronGenerator*>(
+                        device_default_generator(d.has_index() ? d.index() : tl_device).unsafeGetGeneratorImpl())
+                        ->host) {
+    saved = host_default.get_state();
+    host_default.set_state(device_host.get_state());
+  }
+  ~DeviceGeneratorSwap() {
+    try {
+      device_host.set_state(host_default.get_state());
+      host_default.set_state(saved);
+    } catch (...) {
+    }
+  }
+};
+
+void run_on_host_drawing(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool upcast);
+
 void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool upcast) {
+  std::optional<c10::Device> rdev = random_op_device(op, *stack);
+  if (!rdev) return run_on_host_drawing(op, stack, upcast);
+  std::lock_guard<std::recursive_mutex> g(g_swap_mu);
+  DeviceGeneratorSwap swap(*rdev);
+  run_on_host_drawing(op, stack, upcast);
+}
+
+void run_on_host_drawing(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool upcast) {
   const auto& args = op.schema().arguments();
   const size_t nargs = args.size();
   const size_t base = stack->size() - nargs;
@@ -829,6 +892,8 @@ TORCH_LIBRARY(neuron_emu, m) {
     check_index((c10::DeviceIndex)i);
     tl_device = (c10::DeviceIndex)i;
   });
+  m.def("default_generator(int index) -> Generator?",
+        [](int64_t i) -> std::optional<at::Generator> { return device_default_generator((c10::DeviceIndex)i); });
   m.def("host_alias(Tensor t) -> Tensor", [](const at::Tensor& t) { return host_alias(t); });
   m.def("is_pinned_ptr(int address) -> bool", [](int64_t a) { return is_pinned_ptr((const void*)(uintptr_t)a); });
 }
