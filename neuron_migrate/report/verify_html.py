@@ -17,7 +17,8 @@ def verify_summary(name: str, doc: dict) -> dict:
         "module": where.get("module"), "source": where.get("source") or site.get("source"),
         "optimizer": site.get("optimizer"),
         "hunks": [{"where": f"{h['path']}:{h['new'][0] if h['new'][1] >= h['new'][0] else h['old'][0]}",
-                   "codes": h.get("codes") or [], "added": h.get("added") or []}
+                   "codes": h.get("codes") or [], "added": h.get("added") or [],
+                   "removed": (h.get("removed") or []) if h["new"][1] < h["new"][0] else []}
                   for h in (where.get("hunks") or site.get("hunks") or [])],
         "loss": [{"step": r["step"], "rel": r.get("loss_rel")} for r in cmp.get("rows") or [] if "loss_rel" in r],
         "seconds": doc.get("seconds") or {},
@@ -59,7 +60,9 @@ def verify_section(i: int, v: dict, esc, chart) -> str:
         src = f' (<code data-testid="verify-{i}-source">{esc(v["source"])}</code>)' if v["source"] else ""
         body += (f'<p>Diverges at step <b data-testid="verify-{i}-step">{esc(f["step"])}</b>{at}{src}: {esc(f["detail"])}</p>')
         items = "".join(f'<li data-testid="verify-{i}-hunk"><code>{esc(h["where"])}</code> '
-                        f'({esc(", ".join(h["codes"]) or "not by a rewrite rule")}): <code>{esc("; ".join(x.strip() for x in h["added"][:2]))}</code></li>'
+                        f'({esc(", ".join(h["codes"]) or "not by a rewrite rule")}): '
+                        + (f'removed from the original: <code>{esc("; ".join(x.strip() for x in h["removed"][:2]))}</code></li>'
+                           if h.get("removed") else f'<code>{esc("; ".join(x.strip() for x in h["added"][:2]))}</code></li>')
                         for h in v["hunks"])
         body += f'<ul>{items}</ul>' if items else ""
     return (f'<section data-testid="verify-{i}" data-verdict="{esc(v["verdict"])}"><h2>Verify: {esc(v["name"])} '

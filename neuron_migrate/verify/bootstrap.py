@@ -5,6 +5,10 @@ Runs the user's script as `__main__` and records, without changing what the prog
   XLA graph cuts);
 - at each optimizer step: the gradients as the optimizer sees them (after clipping), the parameters after the
   step, and the param groups' hyperparameters; where each optimizer was constructed (file:line);
+- at each optimizer step: the modules called in eval mode (`training` False) while gradients were enabled, and
+  every `Module.train()` / `eval()` call the program made (file:line, mode): a lost `model.train()` shows exactly;
+- at each optimizer step: the collectives the program called (kind, whether on gradients, file:line), from
+  torch.distributed (and DDP's gradient all-reduce) natively or torch_xla's xm.* functions on the XLA side;
 - at one chosen step (`hook_step`, the replay that localises a divergence): each module's output and the
   gradient flowing into it, in call order, with the module's qualified name and source lines.
 It seeds Python, numpy and torch before the script runs, pins the thread count, optionally makes float64 the
@@ -77,6 +81,13 @@ class Recorder:
         self.module_ins: list = []
         self.module_grads: dict = {}
         self.cap = int(spec.get("max_elements", 2_000_000))
+        self.eval_modules: dict = {}  # step -> names of the modules called in eval mode with gradients enabled
+        self.module_classes: dict = {}  # name -> class, of the modules in eval_modules
+        self.mode_calls: list = []  # {'step', 'path', 'line', 'mode', 'class'} per Module.train()/eval() of the program
+        self.collectives: dict = {}  # step -> {(kind, on gradients, path, line): count}
+        self.coll_depth = 0
+        self.train_depth = 0
+        self.optimizers: list = []
         torch_dir = os.path.dirname(torch.__file__)
         self.skip_dirs = (torch_dir, os.path.dirname(torch_dir) + os.sep + "torch_xla")
 
@@ -99,6 +110,7 @@ class Recorder:
             if not hasattr(opt, "_nm_verify_site"):
                 path, line = _user_frame(rec.skip_dirs)
                 opt._nm_verify_site = {"class": type(opt).__name__, "path": path, "line": line}
+                rec.optimizers.append(opt)
             return orig_init(opt, *args, **kwargs)
 
         torch.optim.Optimizer.__init__ = opt_init
@@ -111,6 +123,23 @@ class Recorder:
             return orig_enter(ctx)
 
         torch.autocast.__enter__ = autocast_enter
+
+        orig_train = torch.nn.Module.train
+
+        def module_train(module, mode=True):
+            if rec.train_depth == 0:  # the outermost call (eval() calls train(False), train() its children's)
+                path, line = _user_frame(rec.skip_dirs)
+                if path:
+                    rec.mode_calls.append({"step": rec.step, "path": path, "line": line, "mode": bool(mode),
+                                           "class": type(module).__name__})
+            rec.train_depth += 1
+            try:
+                return orig_train(module, mode)
+            finally:
+                rec.train_depth -= 1
+
+        torch.nn.Module.train = module_train
+        self._install_collectives()
         from torch.optim.optimizer import (
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
@@ -125,6 +154,97 @@ class Recorder:
 
         register_module_forward_pre_hook(self._module_pre)
         register_module_forward_hook(self._module_post)
+
+    def _count(self, kind: str, grad: bool) -> None:
+        path, line = _user_frame(self.skip_dirs)
+        key = (kind, grad, path, line)
+        step = self.collectives.setdefault(self.step, {})
+        step[key] = step.get(key, 0) + 1
+
+    def _is_grad(self, tensors) -> bool:
+        torch = self.torch
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if not isinstance(tensors, (list, tuple)):
+            return False
+        grads = {id(p.grad) for opt in self.optimizers for g in opt.param_groups for p in g["params"]
+                 if p.grad is not None}
+        return any(id(t) in grads for t in tensors)
+
+    def _wrap(self, owner, name: str, kind: str, grad=None) -> None:
+        """Count each call of owner.name (the outermost one: a collective calling another counts once).
+        `grad`: True (always on gradients), or None (on gradients when its tensor argument is a parameter's
+        .grad)."""
+        orig = getattr(owner, name, None)
+        if orig is None or getattr(orig, "_nm_verify_counted", False):
+            return
+        rec = self
+
+        def counted(*args, **kwargs):
+            if rec.coll_depth == 0:
+                on_grad = grad if grad is not None else rec._is_grad(
+                    next((a for a in args if isinstance(a, (rec.torch.Tensor, list, tuple))), None))
+                rec._count(kind, bool(on_grad))
+            rec.coll_depth += 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                rec.coll_depth -= 1
+
+        counted._nm_verify_counted = True
+        counted.__wrapped__ = orig
+        setattr(owner, name, counted)
+
+    def _install_collectives(self) -> None:
+        dist = self.torch.distributed
+        if not dist.is_available():
+            return
+        for name, kind in (("all_reduce", "all_reduce"), ("all_gather", "all_gather"),
+                           ("all_gather_into_tensor", "all_gather"), ("all_gather_object", "all_gather"),
+                           ("reduce_scatter", "reduce_scatter"), ("reduce_scatter_tensor", "reduce_scatter"),
+                           ("broadcast", "broadcast"), ("broadcast_object_list", "broadcast"), ("barrier", "barrier"),
+                           ("all_to_all", "all_to_all"), ("all_to_all_single", "all_to_all"), ("reduce", "reduce"),
+                           ("gather", "gather"), ("scatter", "scatter")):
+            self._wrap(dist, name, kind)
+        try:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+        except ImportError:
+            return
+        rec = self
+        orig_init, orig_forward = DDP.__init__, DDP.forward
+
+        def ddp_init(ddp, *args, **kwargs):
+            ddp._nm_verify_site = _user_frame(rec.skip_dirs)
+            rec.coll_depth += 1  # its parameter broadcast is part of wrapping the model, not of a step
+            try:
+                return orig_init(ddp, *args, **kwargs)
+            finally:
+                rec.coll_depth -= 1
+
+        def ddp_forward(ddp, *args, **kwargs):
+            # DDP's reducer all-reduces the gradients in C++ during the backward this forward leads to
+            if rec.torch.is_grad_enabled() and ddp.require_backward_grad_sync and rec.coll_depth == 0:
+                path, line = getattr(ddp, "_nm_verify_site", ("", 0))
+                step = rec.collectives.setdefault(rec.step, {})
+                key = ("all_reduce (DDP)", True, path, line)
+                step[key] = step.get(key, 0) + 1
+            return orig_forward(ddp, *args, **kwargs)
+
+        DDP.__init__, DDP.forward = ddp_init, ddp_forward
+
+    def install_xla_collectives(self) -> None:
+        """torch_xla's collectives and graph cuts, counted as the program calls them (one replica: XLA may skip
+        the communication itself, the call is what the program asked for)."""
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        for name, kind, grad in (("all_reduce", "all_reduce", None), ("all_gather", "all_gather", None),
+                                 ("reduce_scatter", "reduce_scatter", None), ("all_to_all", "all_to_all", None),
+                                 ("collective_permute", "send/recv", None), ("mesh_reduce", "all_gather", False),
+                                 ("rendezvous", "barrier", False), ("reduce_gradients", "all_reduce", True),
+                                 ("optimizer_step", "all_reduce", True), ("mark_step", "mark_step", False)):
+            self._wrap(xm, name, kind, grad)
+        self._wrap(torch_xla, "sync", "mark_step", False)
 
     def _params_of(self, opt):
         return [p for g in opt.param_groups for p in g["params"]]
@@ -161,6 +281,10 @@ class Recorder:
                 self.module_names.setdefault(id(m), f"{root}.{n}" if n else root)
             for n, p in module.named_parameters():
                 self.names.setdefault(id(p), n)
+        if not module.training and self.torch.is_grad_enabled():
+            name = self.module_names.get(id(module), type(module).__name__)
+            self.eval_modules.setdefault(self.step, set()).add(name)
+            self.module_classes[name] = type(module).__name__
         self.depth += 1
 
     def _module_post(self, module, inputs, output):
@@ -221,6 +345,10 @@ class Recorder:
             "grad_opts": [o for o, _ in self.grads],
             "hparams": self.hparams, "optimizers": self.opt_sites, "modules": self.module_rows,
             "autocast": sorted(self.autocast), "world_sizes": self.world_sizes,
+            "eval_modules": {str(k): sorted(v) for k, v in self.eval_modules.items()},
+            "module_classes": self.module_classes, "mode_calls": self.mode_calls[:200],
+            "collectives": {str(k): [[kind, grad, path, line, n] for (kind, grad, path, line), n in v.items()]
+                            for k, v in self.collectives.items()},
             "dtype": str(self.losses[0][1].dtype).replace("torch.", "") if self.losses else "",
             "torch": torch.__version__,
             **extra,
@@ -389,6 +517,8 @@ def main() -> int:
         align_random(torch, seed)
     rec = Recorder(torch, spec)
     rec.install()
+    if spec["side"] == "xla":
+        rec.install_xla_collectives()
     script = spec["script"]
     sys.argv = [script, *spec.get("args", [])]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

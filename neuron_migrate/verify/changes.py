@@ -84,3 +84,16 @@ def hunks_in(hunks: list[Hunk], path: str, first: int, last: int) -> list[Hunk]:
         if a <= last and b >= first:
             out.append(h)
     return out
+
+
+def hunks_at_original(hunks: list[Hunk], path: str, line: int) -> list[Hunk]:
+    """The hunks of `path` that removed or replaced line `line` of the original text."""
+    return [h for h in hunks if h["path"] == path and h["old"][0] <= line <= h["old"][1]]
+
+
+def hunk_line(h: Hunk) -> tuple[int, bool]:
+    """(the line a hunk is reported at, whether it only removed lines). A hunk with lines in the migrated text is
+    reported at its first one; a deletion at the first removed line of the original (the line that is gone)."""
+    if h["new"][1] >= h["new"][0]:
+        return h["new"][0], False
+    return h["old"][0], True

@@ -120,8 +120,15 @@ def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: s
         by_step_b.setdefault(s, []).append(float(t))
     last = max([n_steps, *(s + 1 for s in by_step_a), *(s + 1 for s in by_step_b)] or [0])
     last = min(last, n_steps + 1)  # the loss of the step after the last compared optimizer step still counts
+    eval_a, eval_b = meta_a.get("eval_modules"), meta_b.get("eval_modules")
     for step in range(last):
         row: dict = {"step": step}
+        if eval_a is not None and eval_b is not None and step < n_steps:
+            diff = mode_difference(set(eval_a.get(str(step), [])), set(eval_b.get(str(step), [])),
+                                   {**(meta_a.get("module_classes") or {}), **(meta_b.get("module_classes") or {})})
+            if diff:
+                fail(step, "mode", diff["detail"], module=diff["module"], modules=diff["modules"],
+                     migrated_mode=diff["migrated_mode"])
         la, lb = by_step_a.get(step, []), by_step_b.get(step, [])
         if la and lb:
             rel = max(loss_rel(x, y) for x, y in zip(la, lb))
@@ -175,6 +182,29 @@ def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: s
         fail(n_steps, "steps", f"the original ran {len(params_a)} optimizer steps, the migrated program {len(params_b)}")
     return {"mode": mode, "gates": gates, "steps": n_steps, "rows": rows, "first": first, "first_numeric": first_numeric,
             "equivalent": first is None and n_steps > 0, "worst": worst}
+
+
+# modules whose forward depends on `training` (the others compute the same in both modes)
+MODE_SENSITIVE = ("Dropout", "BatchNorm", "InstanceNorm", "SyncBatchNorm", "AlphaDropout", "RReLU", "LSTM", "GRU",
+                  "RNN", "MultiheadAttention", "Transformer")
+
+
+def mode_difference(eval_a: set, eval_b: set, classes: dict | None = None) -> dict | None:
+    """The modules called (with gradients enabled) in eval mode on one side only: a lost `model.train()`, or a
+    `model.eval()` left in. Names the module whose behaviour the mode changes (a Dropout, a BatchNorm) first."""
+    if eval_a == eval_b:
+        return None
+    only_b, only_a = sorted(eval_b - eval_a), sorted(eval_a - eval_b)
+    names, migrated_mode = (only_b, "eval") if only_b else (only_a, "training")
+    other = "training" if migrated_mode == "eval" else "eval"
+    classes = classes or {}
+    sensitive = [n for n in names if any(k in classes.get(n, "") for k in MODE_SENSITIVE)]
+    module = (sensitive or sorted(names, key=lambda n: (n.count("."), n)))[0]
+    more = [n for n in names if n != module]
+    label = f"{module} ({classes[module]})" if module in classes else module
+    detail = (f"{label} runs in {migrated_mode} mode in the migrated program and in {other} mode in the original"
+              + (f" (so do {len(more)} more: {', '.join(more[:4])}{', ...' if len(more) > 4 else ''})" if more else ""))
+    return {"module": module, "modules": names, "migrated_mode": migrated_mode, "detail": detail}
 
 
 def localise_module(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: str) -> dict | None:

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from neuron_migrate.verify.changes import SKIP_DIRS, change_map, hunks_in, python_files
+from neuron_migrate.verify.changes import SKIP_DIRS, change_map, hunks_at_original, hunks_in, python_files
 
 BOOTSTRAP = Path(__file__).with_name("bootstrap.py")
 NM_ROOT = str(Path(__file__).resolve().parents[2])
@@ -256,6 +256,38 @@ def _where_module(found: dict, migrated: Path, hunks: list) -> dict:
     return out
 
 
+def _where_mode(first: dict, metas: dict, trees: dict, hunks: list) -> dict:
+    """A module in the other training mode: the program's `train()` / `eval()` calls that a change removed, added
+    or altered (a lost `model.train()` is a deletion hunk, found at its line in the original), else the migrated
+    program's last such call before the step."""
+    out = {"module": first.get("module"), "phase": "mode", "detail": first.get("detail")}
+    step = first.get("step") or 0
+    touching: list = []
+    sites = []
+    for name in ("original", "migrated"):
+        for call in metas[name].get("mode_calls") or []:
+            rel = _rel_to(call.get("path", ""), Path(trees[name]))
+            if os.path.isabs(rel) or call.get("step", 0) > step:
+                continue
+            line = call.get("line", 0)
+            found = hunks_at_original(hunks, rel, line) if name == "original" else hunks_in(hunks, rel, line, line)
+            call_text = "train()" if call.get("mode") else "eval()"
+            sites.append((name, rel, line, call_text))
+            for h in found:
+                if h not in touching:
+                    touching.append(h)
+                    out.setdefault("source", f"{rel}:{line}" + (" of the original" if name == "original" else ""))
+                    out.setdefault("call", f"{call_text} at {rel}:{line} of the {name} program")
+    if not touching:
+        last = [s for s in sites if s[0] == "migrated"]
+        if last:
+            _, rel, line, call_text = last[-1]
+            out["source"] = f"{rel}:{line}"
+            touching = hunks_in(hunks, rel, line, line)
+    out["hunks"] = touching
+    return out
+
+
 def verify(project: Path, script: str, args: list[str], *, xla_python: str, steps: int = 20, seed: int = 0,
            float64: bool = False, timeout: float = 600.0, original: Path | None = None, native_original: bool = False,
            emulate: bool = True, localise: bool = True, check_determinism: bool = False, keep: Path | None = None,
@@ -345,6 +377,9 @@ def verify(project: Path, script: str, args: list[str], *, xla_python: str, step
             return result
         result["verdict"] = "diverged"
         where: dict = {}
+        if first["what"] == "mode":  # the modes name the module; no replay needed
+            result["where"] = _where_mode(first, {n: runs[n]["meta"] for n in runs}, trees, trees["hunks"])
+            return result
         if first["what"] in ("param", "hparams"):
             where = _where_optimizer(runs["migrated"]["meta"], migrated, trees["hunks"])
         if localise and first["what"] in ("loss", "grad", "param") and first["step"] is not None:

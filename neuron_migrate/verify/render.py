@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from neuron_migrate.verify.changes import hunk_line
+
 VERDICT_LINE = {
     "equivalent": "EQUIVALENT: the migrated program computes what the original computed",
     "diverged": "DIVERGED: the migrated program computes something else",
@@ -18,10 +20,13 @@ def to_json(result: dict) -> str:
 def _fmt_hunks(hunks: list) -> list[str]:
     out = []
     for h in hunks[:6]:
-        first, last = h["new"] if h["new"][1] >= h["new"][0] else h["old"]
+        first, removed = hunk_line(h)
         by = ", ".join(h["codes"]) if h["codes"] else "not by a rewrite rule"
-        added = "; ".join(line.strip() for line in h["added"][:2]) or "(lines removed)"
-        out.append(f"    changed at {h['path']}:{first} ({by}): {added}")
+        if removed:
+            out.append(f"    removed at {h['path']}:{first} of the original ({by}): "
+                       + "; ".join(line.strip() for line in h["removed"][:2]))
+        else:
+            out.append(f"    changed at {h['path']}:{first} ({by}): " + "; ".join(line.strip() for line in h["added"][:2]))
     return out
 
 
@@ -37,8 +42,10 @@ def summary_line(result: dict) -> str:
         hunk = (where.get("hunks") or [None])[0]
         changed = ""
         if hunk:
-            first_line = hunk["new"][0] if hunk["new"][1] >= hunk["new"][0] else hunk["old"][0]
+            first_line, removed = hunk_line(hunk)
             changed = f", changed by {', '.join(hunk['codes']) or 'hand'} at {hunk['path']}:{first_line}"
+            if removed:
+                changed += f" (removed: {hunk['removed'][0].strip()})" if hunk.get("removed") else " (lines removed)"
         return f"diverges at step {first.get('step')}{at}{src}{changed}: {first.get('detail')}"
     return VERDICT_LINE.get(verdict, verdict)
 
@@ -76,7 +83,10 @@ def render_text(result: dict) -> str:
         elif first.get("what") == "hparams":
             lines.append("  the numbers stayed within the gates over the steps compared; the settings differ nonetheless")
         where = result.get("where") or {}
-        if where.get("detail"):
+        if where.get("phase") == "mode":
+            if where.get("call"):
+                lines.append(f"  the mode was set by {where['call']}")
+        elif where.get("detail"):
             lines.append(f"  replay of step {first.get('step')}: {where['detail']}")
         site = where.get("optimizer_site") or (where if where.get("optimizer") else {})
         if site.get("optimizer") and site is not where:

@@ -56,6 +56,9 @@ def main():
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
     loss_fn = nn.CrossEntropyLoss()
+    model.eval()  # a first look at the untrained model
+    with torch.no_grad():
+        print(f"initial loss {{loss_fn(model(x[:64].to(device)), y[:64].to(device)).item():.5f}}")
     model.train()
     for step in range(args.steps):
         idx = torch.randint(0, 256, (32,))
@@ -81,7 +84,11 @@ DEFECTS = {
     "momentum 0.9 -> 0.899": ("train.py", "momentum=0.9)", "momentum=0.899)", []),
     "weight decay dropped": ("train.py", "lr=0.01, weight_decay=0.05)", "lr=0.01)", ["--opt", "adamw"]),
     "gelu made approximate": ("model.py", "F.gelu(self.fc(x))", 'F.gelu(self.fc(x), approximate="tanh")', []),
+    # the model stays in the eval mode of the first look: its dropout is off from the first step
+    "model.train() lost": ("train.py", "    model.train()\n", "", []),
+    "model.eval() left in": ("train.py", "    model.train()\n", "    model.eval()\n", []),
 }
+MODE_DEFECTS = ("model.train() lost", "model.eval() left in")
 
 
 def write_program(folder: Path, kind: str) -> Path:
@@ -101,9 +108,14 @@ def plant(folder: Path, defect: str) -> list[str]:
     return list(args)
 
 
-def planted_line(folder: Path, defect: str) -> tuple[str, int]:
+def planted_line(folder: Path, defect: str, original: Path | None = None) -> tuple[str, int]:
+    """The planted line: with `original`, the first line where the two differ (for a defect that only removes
+    lines, the first removed line of the original); without, the line of `folder` holding the new text."""
     name, _, new, _ = DEFECTS[defect]
     lines = (folder / name).read_text(encoding="utf-8").splitlines()
+    if original is not None:
+        old_lines = (original / name).read_text(encoding="utf-8").splitlines()
+        return name, next(i for i, (a, b) in enumerate(zip(old_lines, lines), 1) if a != b)
     return name, next(i for i, line in enumerate(lines, 1) if new in line)
 
 

@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 
 from neuron_migrate.verify import harness
 from neuron_migrate.verify.render import render_text, summary_line
-from tests.verify.programs import plant, planted_line, write_program
+from neuron_migrate.verify.changes import hunk_line
+from tests.verify.programs import MODE_DEFECTS, plant, planted_line, write_program
 
 
 def _pair(tmp_path, defect=None):
@@ -23,9 +24,9 @@ def _pair(tmp_path, defect=None):
     return orig, mig, args
 
 
-def _verify(orig, mig, args, float64=True, steps=8, localise=False):
+def _verify(orig, mig, args, float64=True, steps=8, localise=False, keep=None):
     return harness.verify(mig, "train.py", args, xla_python="", original=orig, native_original=True, emulate=False,
-                          steps=steps, float64=float64, localise=localise, timeout=300)
+                          steps=steps, float64=float64, localise=localise, timeout=300, keep=keep)
 
 
 @pytest.mark.parametrize("float64", [True, False])
@@ -125,3 +126,40 @@ def test_two_processes_under_torchrun_show_what_one_cannot(tmp_path, defect):
     else:
         assert first["what"] == "ranks" and first["step"] == 0 and "not averaged" in first["detail"]
     assert summary_line(result).startswith(f"diverges at step {first['step']}")
+
+
+@pytest.mark.parametrize("defect", MODE_DEFECTS)
+def test_a_lost_train_call_is_caught_at_step_0_naming_the_dropout_and_the_line(tmp_path, defect):
+    """The program looks at its untrained model in eval mode first; the migrated copy lost the `model.train()`
+    after it (a deletion: reported at its line in the original) or kept `model.eval()` there. The modules'
+    training flags, recorded at every step, name the Dropout that now runs in eval mode, before any number is
+    compared."""
+    orig, mig, args = _pair(tmp_path, defect)
+    result = _verify(orig, mig, args, localise=True)
+    assert result["verdict"] == "diverged", render_text(result)
+    first = result["comparison"]["first"]
+    assert first["step"] == 0 and first["what"] == "mode", first
+    assert first["module"] == "Net.block.drop" and first["migrated_mode"] == "eval"
+    assert "Net.block.drop (Dropout) runs in eval mode in the migrated program and in training mode" in first["detail"]
+    path, line = planted_line(mig, defect, original=orig)
+    where = result["where"]
+    assert where["module"] == "Net.block.drop"
+    assert [hunk_line(h)[0] for h in where["hunks"]] == [line]
+    assert summary_line(result).startswith(f"diverges at step 0 in Net.block.drop ({path}:{line}")
+    assert f"changed by hand at {path}:{line}" in summary_line(result)
+    text = render_text(result)
+    if defect == "model.train() lost":
+        assert f"removed at {path}:{line} of the original (not by a rewrite rule): model.train()" in text
+        assert where["source"] == f"{path}:{line} of the original"
+
+
+def test_the_training_flags_agree_on_a_faithful_copy_and_the_mode_calls_are_recorded(tmp_path):
+    orig, mig, args = _pair(tmp_path)
+    result = _verify(orig, mig, args, steps=3, keep=tmp_path / "keep")
+    assert result["verdict"] == "equivalent", render_text(result)
+    import json
+
+    meta = json.loads((tmp_path / "keep" / "migrated" / "meta.json").read_text())
+    # the first look ran without gradients: no module counts as trained in eval mode
+    assert meta["eval_modules"] == {}
+    assert [(c["mode"], c["class"], c["step"]) for c in meta["mode_calls"]] == [(False, "Net", 0), (True, "Net", 0)]

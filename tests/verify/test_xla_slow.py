@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from neuron_migrate.verify import harness
 from neuron_migrate.verify.render import render_text, summary_line
 from neuron_migrate.verify.xla_env import XlaEnvMissing, find_python
-from tests.verify.programs import DEFECTS, plant, planted_line, write_program
+from tests.verify.programs import DEFECTS, MODE_DEFECTS, plant, planted_line, write_program
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -91,10 +91,12 @@ def test_planted_defects_are_caught_against_torch_xla(tmp_path, xla_python, migr
     cmp = result["comparison"]
     assert cmp["first"]["step"] == 0  # every planted defect acts from the first step
     assert cmp["first_numeric"] is not None and cmp["first_numeric"]["step"] <= 1, render_text(result)
-    path, line = planted_line(mig, defect)
+    path, line = planted_line(mig, defect, original=mig0)
     assert f"changed by hand at {path}:{line}" in summary_line(result), summary_line(result)
     if DEFECTS[defect][0] == "model.py":
         assert result["where"]["module"] == "Net.block", render_text(result)
+    if defect in MODE_DEFECTS:  # the training flags, recorded under torch_xla too, name the Dropout
+        assert cmp["first"]["what"] == "mode" and result["where"]["module"] == "Net.block.drop", render_text(result)
 
 
 def test_an_already_migrated_working_tree_is_verified_against_its_git_head(tmp_path, xla_python):
