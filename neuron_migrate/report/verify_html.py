@@ -23,7 +23,12 @@ def verify_summary(name: str, doc: dict) -> dict:
         "loss": [{"step": r["step"], "rel": r.get("loss_rel")} for r in cmp.get("rows") or [] if "loss_rel" in r],
         "seconds": doc.get("seconds") or {},
         "distributed": doc.get("distributed"),
+        "collectives": cmp.get("collectives") or {}, "collective": where.get("collective"),
     }
+
+
+def _counts(counts: dict, esc) -> str:
+    return esc(", ".join(f"{k} ×{n}" for k, n in counts.items()) or "none")
 
 
 VERDICT_TEXT = {"equivalent": "equivalent", "diverged": "diverged", "not-deterministic": "the original is not deterministic",
@@ -50,13 +55,32 @@ def verify_section(i: int, v: dict, esc, chart) -> str:
         head += (f'<p data-testid="verify-{i}-distributed">{esc(d["nproc"])} processes under torchrun (the migrated program): '
                  f'world sizes {esc(d["world_sizes"])}, largest difference between the ranks\' parameters '
                  f'{d["worst_rank_difference"]:.3g} (gate {esc(d["gate"])}): {"consistent" if d["ok"] else "NOT consistent"}</p>')
+        coll = d.get("collectives") or {}
+        if coll.get("rows"):
+            row = coll["rows"][0]
+            head += (f'<p data-testid="verify-{i}-collectives">Collectives in the first step ({esc(coll["compared"])}): '
+                     f'original <code>{_counts(row["original"], esc)}</code>; migrated, rank 0 of {esc(d["nproc"])}: '
+                     f'<code>{_counts(row["migrated"], esc)}</code></p>')
+        traj = d.get("trajectory") or {}
+        if traj:
+            text = (f'{esc(d["nproc"])} processes against 1: comparable (the ranks\' first losses average to the 1-process '
+                    f'one), largest gradient difference {(traj.get("worst") or {}).get("grad", 0):.3g}'
+                    if traj.get("comparable") else f'{esc(d["nproc"])} processes against 1: not compared, {esc(traj.get("why"))}')
+            head += f'<p data-testid="verify-{i}-trajectory">{text}</p>'
+    elif v.get("collectives") and any(v["collectives"].values()):
+        c = v["collectives"]
+        head += (f'<p class="note" data-testid="verify-{i}-collectives">Collectives in the first step (one process, not '
+                 f'gated: XLA with one replica may skip them): original <code>{_counts(c.get("original") or {}, esc)}</code>; '
+                 f'migrated <code>{_counts(c.get("migrated") or {}, esc)}</code></p>')
     if v["supplied"]:
         head += f'<p class="note">supplied for the original run (removed in torch_xla 2.9): {esc(", ".join(v["supplied"]))}</p>'
     body = ""
     if v["first"]:
         f = v["first"]
         at = (f' in <code data-testid="verify-{i}-module">{esc(v["module"])}</code>' if v["module"] else
-              f' in the optimizer step (<code>{esc(v["optimizer"])}</code>)' if v["optimizer"] else "")
+              f' in the optimizer step (<code>{esc(v["optimizer"])}</code>)' if v["optimizer"] else
+              f' in the gradient <code data-testid="verify-{i}-collective">{esc(v["collective"])}</code>'
+              if v.get("collective") else "")
         src = f' (<code data-testid="verify-{i}-source">{esc(v["source"])}</code>)' if v["source"] else ""
         body += (f'<p>Diverges at step <b data-testid="verify-{i}-step">{esc(f["step"])}</b>{at}{src}: {esc(f["detail"])}</p>')
         items = "".join(f'<li data-testid="verify-{i}-hunk"><code>{esc(h["where"])}</code> '

@@ -180,8 +180,10 @@ def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: s
         rows.append(row)
     if first is None and len(params_a) != len(params_b):
         fail(n_steps, "steps", f"the original ran {len(params_a)} optimizer steps, the migrated program {len(params_b)}")
+    collectives = {side: collective_counts(collectives_per_step(m).get(0, [])) for side, m in
+                   (("original", meta_a), ("migrated", meta_b))}
     return {"mode": mode, "gates": gates, "steps": n_steps, "rows": rows, "first": first, "first_numeric": first_numeric,
-            "equivalent": first is None and n_steps > 0, "worst": worst}
+            "equivalent": first is None and n_steps > 0, "worst": worst, "collectives": collectives}
 
 
 # modules whose forward depends on `training` (the others compute the same in both modes)
@@ -280,3 +282,131 @@ def compare_ranks(metas: list[dict], datas: list[dict], nproc: int, mode: str) -
         first = {"step": min(counts), "what": "ranks", "detail": f"the ranks ran different numbers of steps: {counts}"}
     return {"nproc": nproc, "world_sizes": [ws[0] if ws else None for ws in sizes], "steps": steps,
             "worst_rank_difference": worst, "gate": gate, "first": first, "ok": first is None and steps > 0}
+
+
+# ------------------------------------------------------------------------------------------------ collectives
+
+REDUCING = ("all_reduce", "all_reduce (DDP)", "reduce_scatter", "reduce")
+
+
+def collectives_per_step(meta: dict) -> dict[int, list]:
+    """{step: [[kind, on gradients, path, line, count], ...]} as the bootstrap recorded them."""
+    return {int(k): v for k, v in (meta.get("collectives") or {}).items()}
+
+
+def collective_counts(entries: list) -> dict[str, int]:
+    """{'all_reduce (gradients)': 2, 'mark_step': 1, ...} of one step."""
+    out: dict[str, int] = {}
+    for kind, grad, _path, _line, n in entries:
+        key = f"{kind} (gradients)" if grad and kind != "all_reduce (DDP)" else kind
+        out[key] = out.get(key, 0) + n
+    return dict(sorted(out.items()))
+
+
+def _grad_sites(entries: list) -> set:
+    return {(path, line) for kind, grad, path, line, _ in entries if grad}
+
+
+def _reducing(entries: list) -> int:
+    return sum(n for kind, _g, _p, _l, n in entries if kind in REDUCING)
+
+
+def compare_collectives(meta_orig: dict, meta_multi: dict, steps: int, nproc: int) -> dict:
+    """The collectives of the original (one replica: the calls the program makes, whether or not XLA then skips
+    the communication) against those of rank 0 of the migrated program under torchrun with `nproc` processes.
+
+    Gated: the gradient reductions. The migrated run must reduce gradients at every step where the original does
+    (xm.optimizer_step, xm.reduce_gradients, an all_reduce of parameters' .grad) and must not reduce them at more
+    places (call sites) than the original reduces anything. Counted but not gated: every other kind, and
+    mark_step (XLA's graph cut, which has no native counterpart), because a program may issue them for logging
+    only, and XLA with one replica against torch.distributed with N may legitimately call different numbers of
+    them; gradients reduced through a flattened buffer count as a plain all_reduce (so the drop check then asks
+    only for some reduction in the step)."""
+    per_a, per_b = collectives_per_step(meta_orig), collectives_per_step(meta_multi)
+    first = None
+    rows = []
+    for step in range(steps):
+        a, b = per_a.get(step, []), per_b.get(step, [])
+        ga, gb = _grad_sites(a), _grad_sites(b)
+        rows.append({"step": step, "original": collective_counts(a), "migrated": collective_counts(b)})
+        if first is not None:
+            continue
+        if ga and not gb and _reducing(b) == 0:
+            path, line = sorted(ga)[0]
+            first = {"step": step, "what": "collectives", "dropped": True,
+                     "detail": f"the original reduces the gradients at step {step} "
+                               f"({', '.join(sorted({k for k, g, *_ in a if g}))} at {_short(path)}:{line}); rank 0 of the "
+                               f"migrated program under torchrun ({nproc} processes) calls no all-reduce in that step: "
+                               "the gradient collective was dropped"}
+        elif len(gb) > max(len(ga), _distinct_reducing_sites(a)):
+            extra = sorted(gb)
+            first = {"step": step, "what": "collectives", "added": True, "sites": [list(s) for s in extra],
+                     "detail": f"rank 0 of the migrated program reduces the gradients at {len(gb)} places in step {step} "
+                               f"({'; '.join(f'{_short(p)}:{ln}' for p, ln in extra)}), the original at {len(ga)}: "
+                               "a gradient collective was added (the gradients are reduced twice)"}
+    same = all(r["original"] == rows[0]["original"] and r["migrated"] == rows[0]["migrated"] for r in rows) if rows else True
+    return {"rows": rows, "first": first, "same_every_step": same,
+            "compared": "gradient reductions per step: the original (1 replica) against rank 0 of the migrated "
+                        f"program ({nproc} processes); other kinds and mark_step are counted, not gated"}
+
+
+def _distinct_reducing_sites(entries: list) -> int:
+    return len({(p, ln) for kind, _g, p, ln, _n in entries if kind in REDUCING})
+
+
+def _short(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def names_of(meta: dict) -> list:
+    return (meta.get("optimizers") or [{}])[0].get("params", [])
+
+
+def compare_with_one_process(meta1: dict, data1: dict, metas: list[dict], datas: list[dict], nproc: int,
+                             mode: str) -> dict:
+    """The N-process trajectory against the 1-process one, where the program's data split makes them
+    comparable: the processes' step-0 losses (computed before any update, from the same initial parameters)
+    must average to the 1-process step-0 loss (each rank a shard of the same global batch, a mean loss), and
+    the optimizer settings must not depend on the world size. Then the mean of the ranks' losses, and rank 0's
+    gradients (as the optimizer saw them, after the reduction) and parameters are compared with the 1-process
+    run's: a collective whose scale changed (a sum left unaveraged, a scale of 1/world_size lost, invisible
+    with one process where 1/world_size is 1) shows at the first step. Returns {'comparable', 'why', ...}."""
+    gates = GATES[mode]
+    steps = [m.get("loss_steps", []) for m in metas]
+    if any(s != steps[0] for s in steps[1:]):
+        return {"comparable": False, "why": "the processes called backward() at different steps"}
+    s1 = meta1.get("loss_steps", [])
+    if not s1 or not steps[0] or s1.count(0) != steps[0].count(0):
+        return {"comparable": False, "why": "the 1-process and the N-process runs called backward() a different "
+                                            "number of times in the first step"}
+    losses = [[float(t) for t in d.get("losses", [])] for d in datas]
+    mean = [sum(col) / len(col) for col in zip(*losses)]
+    n0 = steps[0].count(0)
+    one = [float(t) for t in data1.get("losses", [])[:n0]]
+    rel0 = max(loss_rel(x, y) for x, y in zip(one, mean[:n0]))
+    if rel0 > gates["loss"]:
+        return {"comparable": False, "step0_loss_rel": rel0,
+                "why": f"the mean of the {nproc} processes' first losses ({mean[0]:.6g}) is not the 1-process first loss "
+                       f"({one[0]:.6g}): each process sees other data than a shard of the 1-process batch (its own "
+                       "sampler, shuffling or random numbers), so the trajectories are not expected to match"}
+    h1, hn = (meta1.get("hparams") or [[]])[0], (metas[0].get("hparams") or [[]])[0]
+    diffs = _hparam_diffs(h1, hn)
+    if diffs:
+        return {"comparable": False, "why": "the optimizer settings depend on the world size: " + ", ".join(
+            f"{d['key']} {d['original']!r} with 1 process, {d['migrated']!r} with {nproc}" for d in diffs)}
+    merged_meta = dict(metas[0], loss_steps=steps[0])
+    merged_data = dict(datas[0], losses=mean)
+    cmp = compare_runs(meta1, data1, merged_meta, merged_data, mode)
+    first = cmp["first"]
+    if first is not None:
+        ratio = ""
+        if first["what"] == "grad" and first.get("param") in names_of(merged_meta):
+            i = names_of(merged_meta).index(first["param"])
+            a, b = _as_tensor(data1["grads"][first["step"]][i]), _as_tensor(datas[0]["grads"][first["step"]][i])
+            if a is not None and b is not None and float(a.double().norm()) > 0:
+                ratio = (f"; its norm is {float(b.double().norm()) / float(a.double().norm()):.4g}x the 1-process one "
+                         "(a scale in the reduction)")
+        first = dict(first, what=f"{first['what']} ({nproc} processes against 1)",
+                     detail=f"{nproc} processes against 1: {first['detail']}{ratio}")
+    return {"comparable": True, "step0_loss_rel": rel0, "steps": cmp["steps"], "worst": cmp["worst"],
+            "first": first, "kind": first and cmp["first"]["what"]}

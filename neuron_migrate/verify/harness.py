@@ -288,6 +288,44 @@ def _where_mode(first: dict, metas: dict, trees: dict, hunks: list) -> dict:
     return out
 
 
+def _where_collective(first: dict, meta_orig: dict, original: Path, meta: dict, migrated: Path, hunks: list) -> dict:
+    """An N-process divergence: the gradient collectives rank 0 called at that step (where a reduction was added:
+    its places) and the changes on their lines or the line after (where a division or scale of the result sits;
+    a deletion counts at the line it left)."""
+    from neuron_migrate.verify.compare import collectives_per_step
+
+    if first.get("what") == "world size":
+        return {}
+    if first.get("what") == "ranks" or first.get("dropped"):  # the original's reduction, and the change that lost it
+        out: dict = {}
+        for kind, grad, path, line, _n in collectives_per_step(meta_orig).get(first.get("step") or 0, []):
+            rel = _rel_to(path, original)
+            if grad and not os.path.isabs(rel):
+                found = hunks_at_original(hunks, rel, line)
+                if found or not out:
+                    out = {"collective": kind, "source": f"{rel}:{line} of the original", "hunks": found}
+                if found:
+                    break
+        return out
+    entries = collectives_per_step(meta).get(first.get("step") or 0, [])
+    sites = [(path, line, kind) for kind, grad, path, line, _n in entries if grad]
+    out: dict = {}
+    touching: list = []
+    for path, line, kind in sites:
+        rel = _rel_to(path, migrated)
+        if os.path.isabs(rel):
+            continue
+        out.setdefault("collective", kind)
+        out.setdefault("source", f"{rel}:{line}")
+        for h in hunks_in(hunks, rel, line, line + 1):
+            if h not in touching:
+                touching.append(h)
+                out["collective"], out["source"] = kind, f"{rel}:{line}"
+    if out:
+        out["hunks"] = touching
+    return out
+
+
 def verify(project: Path, script: str, args: list[str], *, xla_python: str, steps: int = 20, seed: int = 0,
            float64: bool = False, timeout: float = 600.0, original: Path | None = None, native_original: bool = False,
            emulate: bool = True, localise: bool = True, check_determinism: bool = False, keep: Path | None = None,
@@ -363,14 +401,23 @@ def verify(project: Path, script: str, args: list[str], *, xla_python: str, step
             log(f"running the migrated program under torchrun with {nproc} processes for {steps} steps")
             multi = run_side(sides["migrated"], script, args, work / f"migrated-{nproc}", **common, nproc=nproc)
             seconds[f"migrated_{nproc}_processes"] = multi["seconds"]
-            from neuron_migrate.verify.compare import compare_ranks
+            from neuron_migrate.verify.compare import compare_collectives, compare_ranks, compare_with_one_process
 
-            dist = compare_ranks([r["meta"] for r in multi["ranks"]], [load_data(r["data_path"]) for r in multi["ranks"]],
-                                 nproc, cmp["mode"])
+            metas = [r["meta"] for r in multi["ranks"]]
+            datas = [load_data(r["data_path"]) for r in multi["ranks"]]
+            dist = compare_ranks(metas, datas, nproc, cmp["mode"])
+            dist["collectives"] = compare_collectives(runs["original"]["meta"], metas[0], dist["steps"], nproc)
+            dist["trajectory"] = compare_with_one_process(runs["migrated"]["meta"], data["migrated"], metas, datas,
+                                                          nproc, cmp["mode"])
             result["distributed"] = dist
-            if dist["first"] is not None:
-                result.update(verdict="diverged", where={})
-                cmp["first"] = dist["first"]
+            found = [f for f in (dist["first"], dist["collectives"]["first"], dist["trajectory"].get("first")) if f]
+            if found:
+                first = min(found, key=lambda f: f["step"])  # the earliest; at one step in the order above
+                dist["ok"] = False
+                cmp["first"] = first
+                result.update(verdict="diverged",
+                              where=_where_collective(first, runs["original"]["meta"], Path(trees["original"]),
+                                                      metas[0], migrated, trees["hunks"]))
                 return result
         if first is None:
             result["verdict"] = "equivalent" if cmp["steps"] > 0 else "no-steps"

@@ -30,6 +30,16 @@ def _fmt_hunks(hunks: list) -> list[str]:
     return out
 
 
+def _fmt_counts(counts: dict) -> str:
+    return ", ".join(f"{k} x{n}" for k, n in counts.items()) or "none"
+
+
+def _collective_lines(title: str, original: dict, migrated: dict, migrated_label: str = "migrated") -> list[str]:
+    if not original and not migrated:
+        return []
+    return [f"  {title}:", f"    original: {_fmt_counts(original)}", f"    {migrated_label}: {_fmt_counts(migrated)}"]
+
+
 def summary_line(result: dict) -> str:
     """One line: the verdict and, when diverged, where."""
     verdict = result.get("verdict", "")
@@ -37,7 +47,8 @@ def summary_line(result: dict) -> str:
     if verdict == "diverged":
         first = cmp.get("first") or {}
         where = result.get("where") or {}
-        at = f" in {where['module']}" if where.get("module") else (f" in the optimizer step ({where['optimizer']})" if where.get("optimizer") else "")
+        at = (f" in {where['module']}" if where.get("module") else f" in the optimizer step ({where['optimizer']})"
+              if where.get("optimizer") else f" in the gradient {where['collective']}" if where.get("collective") else "")
         src = f" ({where['source']})" if where.get("source") else ""
         hunk = (where.get("hunks") or [None])[0]
         changed = ""
@@ -45,7 +56,8 @@ def summary_line(result: dict) -> str:
             first_line, removed = hunk_line(hunk)
             changed = f", changed by {', '.join(hunk['codes']) or 'hand'} at {hunk['path']}:{first_line}"
             if removed:
-                changed += f" (removed: {hunk['removed'][0].strip()})" if hunk.get("removed") else " (lines removed)"
+                changed += (" of the original" + (f" (removed: {hunk['removed'][0].strip()})" if hunk.get("removed")
+                                                  else " (lines removed)"))
         return f"diverges at step {first.get('step')}{at}{src}{changed}: {first.get('detail')}"
     return VERDICT_LINE.get(verdict, verdict)
 
@@ -69,11 +81,29 @@ def render_text(result: dict) -> str:
                      f"value and cosine >= {g.get('cosine')}")
         lines.append(f"  largest differences: loss {w.get('loss', 0):.2e}, gradient {w.get('grad', 0):.2e} "
                      f"(cosine {w.get('cosine', 1):.9f}), parameter {w.get('param', 0):.2e}")
+    if cmp:
+        lines.extend(_collective_lines("collectives in the first step (1 process, not gated: XLA with one replica and "
+                                       "a program with world size 1 may skip collectives)",
+                                       *[(cmp.get("collectives") or {}).get(k, {}) for k in ("original", "migrated")]))
     dist = result.get("distributed")
     if dist:
         lines.append(f"  {dist['nproc']} processes under torchrun (the migrated program): world sizes "
                      f"{dist['world_sizes']}, {dist['steps']} steps, largest difference between the ranks' parameters "
                      f"{dist['worst_rank_difference']:.2e} (gate {dist['gate']:.0e})")
+        coll = dist.get("collectives") or {}
+        if coll.get("rows"):
+            row = coll["rows"][0]
+            lines.extend(_collective_lines(f"collectives in the first step, {coll['compared']}"
+                                           + ("" if coll.get("same_every_step") else " (they vary from step to step)"),
+                                           row["original"], row["migrated"], f"migrated (rank 0 of {dist['nproc']})"))
+        traj = dist.get("trajectory") or {}
+        if traj.get("comparable"):
+            w = traj.get("worst") or {}
+            lines.append(f"  {dist['nproc']} processes against 1 (the data split makes them comparable: the ranks' first "
+                         f"losses average to the 1-process one): {traj.get('steps')} steps, largest differences: loss "
+                         f"{w.get('loss', 0):.2e}, gradient {w.get('grad', 0):.2e}, parameter {w.get('param', 0):.2e}")
+        elif traj:
+            lines.append(f"  {dist['nproc']} processes against 1: not compared, {traj.get('why')}")
     if verdict == "diverged":
         lines.append("  " + summary_line(result))
         first = cmp.get("first") or {}

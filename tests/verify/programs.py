@@ -167,3 +167,65 @@ def write_ddp_program(folder: Path, defect: str | None = None) -> Path:
         text = text.replace(old, new)
     (folder / "train.py").write_text(text, encoding="utf-8")
     return folder
+
+
+# Every rank takes its shard of one global batch (the same indices on every rank: the host generator is seeded
+# alike) and the gradients are summed then divided by the world size: the N-process trajectory is the 1-process
+# one, so a changed scale in the collective shows. No dropout (a rank's masks are not a shard of the 1-process
+# masks).
+ALLREDUCE_TRAIN = '''\
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from model import Net
+
+
+def average_gradients(model, world):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 8, generator=g)
+    y = x[:, :4].argmax(dim=1)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(20):
+        idx = torch.randint(0, 512, (64,))[rank::world]  # this rank's shard of the global batch
+        optimizer.zero_grad()
+        loss = loss_fn(model(x[idx]), y[idx])
+        loss.backward()
+        average_gradients(model, world)
+        optimizer.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# name -> (old, new): one-line changes that one process cannot show
+ALLREDUCE_DEFECTS = {
+    "scale of the gradient all_reduce dropped": ("        p.grad /= world\n", ""),  # a sum, not an average
+    "gradient all_reduce added (DDP too)": ("    model = Net()\n", "    model = DDP(Net())\n"),
+    "gradient all_reduce dropped": ("        dist.all_reduce(p.grad)\n", ""),
+}
+
+
+def write_allreduce_program(folder: Path, defect: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(MODEL.replace("nn.Dropout(0.1)", "nn.Dropout(0.0)"), encoding="utf-8")
+    text = ALLREDUCE_TRAIN
+    if defect:
+        old, new = ALLREDUCE_DEFECTS[defect]
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    (folder / "train.py").write_text(text, encoding="utf-8")
+    return folder

@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 from neuron_migrate.verify import harness
 from neuron_migrate.verify.render import render_text, summary_line
 from neuron_migrate.verify.changes import hunk_line
-from tests.verify.programs import MODE_DEFECTS, plant, planted_line, write_program
+from tests.verify.programs import ALLREDUCE_TRAIN, MODE_DEFECTS, plant, planted_line, write_program
 
 
 def _pair(tmp_path, defect=None):
@@ -163,3 +163,71 @@ def test_the_training_flags_agree_on_a_faithful_copy_and_the_mode_calls_are_reco
     # the first look ran without gradients: no module counts as trained in eval mode
     assert meta["eval_modules"] == {}
     assert [(c["mode"], c["class"], c["step"]) for c in meta["mode_calls"]] == [(False, "Net", 0), (True, "Net", 0)]
+
+
+def _allreduce_pair(tmp_path, defect):
+    from tests.verify.programs import write_allreduce_program
+
+    orig = write_allreduce_program(tmp_path / "original")
+    mig = write_allreduce_program(tmp_path / "migrated", defect)
+    result = harness.verify(mig, "train.py", [], xla_python="", original=orig, native_original=True, emulate=False,
+                            steps=3, timeout=300, nproc=2)
+    return orig, mig, result
+
+
+def test_a_dropped_scale_in_the_gradient_all_reduce_shows_against_the_one_process_trajectory(tmp_path):
+    """`p.grad /= world` lost after `dist.all_reduce(p.grad)`: with one process nothing changes (1-process run
+    equivalent), the ranks agree with each other and call the same collectives; only the 2-process trajectory
+    against the 1-process one shows the gradients summed instead of averaged, at step 0, and the deleted line."""
+    orig, mig, result = _allreduce_pair(tmp_path, "scale of the gradient all_reduce dropped")
+    assert result["comparison"]["first_numeric"] is None  # 1 process: invisible
+    dist = result["distributed"]
+    assert dist["world_sizes"] == [2, 2] and dist["worst_rank_difference"] == 0.0 and dist["collectives"]["first"] is None
+    traj = dist["trajectory"]
+    assert traj["comparable"] and traj["step0_loss_rel"] < 1e-6
+    assert result["verdict"] == "diverged", render_text(result)
+    first = result["comparison"]["first"]
+    assert first["step"] == 0 and first["what"] == "grad (2 processes against 1)"
+    assert "norm is 2x the 1-process one" in first["detail"]
+    line = ALLREDUCE_TRAIN.splitlines().index("        p.grad /= world") + 1
+    assert result["where"]["collective"] == "all_reduce" and result["where"]["source"] == f"train.py:{line - 1}"
+    assert summary_line(result).startswith(f"diverges at step 0 in the gradient all_reduce (train.py:{line - 1}), "
+                                           f"changed by hand at train.py:{line} of the original (removed: p.grad /= world)")
+
+
+def test_a_faithful_distributed_copy_matches_its_one_process_trajectory_and_collectives(tmp_path):
+    orig, mig, result = _allreduce_pair(tmp_path, None)
+    assert result["verdict"] == "equivalent", render_text(result)
+    dist = result["distributed"]
+    assert dist["trajectory"]["comparable"] and dist["trajectory"]["first"] is None
+    assert dist["collectives"]["rows"][0] == {"step": 0, "original": {"all_reduce (gradients)": 6},
+                                              "migrated": {"all_reduce (gradients)": 6}}
+    text = render_text(result)
+    assert "2 processes against 1 (the data split makes them comparable" in text
+    assert "migrated (rank 0 of 2): all_reduce (gradients) x6" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", ["gradient all_reduce added (DDP too)", "gradient all_reduce dropped"])
+def test_a_gradient_collective_added_or_dropped_under_torchrun_is_named(tmp_path, defect):
+    """DDP kept on top of the manual average reduces every gradient twice (the numbers stay the same: an average
+    of equal values): only the count of gradient collectives per step shows it. A dropped all_reduce leaves each
+    rank with its own gradients: the count names it along with the ranks' parameters parting."""
+    orig, mig, result = _allreduce_pair(tmp_path, defect)
+    assert result["comparison"]["first_numeric"] is None
+    assert result["verdict"] == "diverged", render_text(result)
+    coll = result["distributed"]["collectives"]
+    assert coll["first"]["step"] == 0
+    text = render_text(result)
+    if defect.startswith("gradient all_reduce added"):
+        assert coll["first"].get("added") and result["comparison"]["first"]["what"] == "collectives"
+        assert result["distributed"]["worst_rank_difference"] == 0.0
+        assert coll["rows"][0]["migrated"] == {"all_reduce (DDP)": 1, "all_reduce (gradients)": 6}
+        line = ALLREDUCE_TRAIN.splitlines().index("    model = Net()") + 1
+        assert "reduces the gradients at 2 places in step 0" in coll["first"]["detail"]
+        assert f"changed by hand at train.py:{line}" in summary_line(result), text
+    else:
+        assert coll["first"].get("dropped") and "calls no all-reduce" in coll["first"]["detail"]
+        assert coll["rows"][0]["migrated"] == {}
+        line = ALLREDUCE_TRAIN.splitlines().index("        dist.all_reduce(p.grad)") + 1
+        assert f"changed by hand at train.py:{line} of the original (removed: dist.all_reduce(p.grad))" in summary_line(result), text
