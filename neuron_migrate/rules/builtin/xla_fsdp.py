@@ -103,6 +103,8 @@ class Plan:
         self.fix: Optional[Fix] = None
         self.wraps: list = []
         self.dropped: list = []  # keywords dropped because they spell out the default
+        self.fsdp2_mapped: list = []  # (node, why): keywords FSDP2 maps (mixed precision) and FSDP1 does not
+        self.fsdp2 = False  # the fix writes FSDP2 fully_shard (else FSDP1 FullyShardedDataParallel)
 
     @property
     def active(self) -> bool:
@@ -172,6 +174,12 @@ def _build_plan(ctx) -> Plan:
             continue
         _classify_use(ctx, plan, fx, node, q, scopes[id(node)], names)
     _check_model_uses(ctx, plan)
+    if not plan.blockers:
+        plan.fix = _fsdp2_fix(ctx, plan)
+        if plan.fix is not None:
+            plan.fsdp2 = True
+            return plan
+    plan.blockers += plan.fsdp2_mapped
     if plan.blockers:
         return plan
     for stmt in imports:
@@ -361,6 +369,9 @@ def _check_wrap(ctx, plan: Plan, fx, call: ast.Call, callee: str) -> bool:
             if _is_default(kw.value, default):
                 plan.dropped.append(kw)
                 continue
+            if kw.arg in _FSDP2_MAPPED:
+                plan.fsdp2_mapped.append((kw, f"{kw.arg}=: {why}"))
+                continue
             block((kw, f"{kw.arg}=: {why}"))
         elif kw.arg == "auto_wrap_policy":
             if not _is_policy(ctx, kw.value, fn):
@@ -402,6 +413,112 @@ def _rewrite_keywords(ctx, fx, call: ast.Call, callee: str) -> bool:
     parts = [ctx.src_relative(x) for x in call.args] + keep
     fx.replace(call, f"{callee}({', '.join(parts)})")
     return True
+
+
+_FSDP2_MAPPED = ("compute_dtype", "fp32_reduce_scatter")
+FULLY_SHARD = "torch.distributed.fsdp.fully_shard"
+MP_POLICY = "torch.distributed.fsdp.MixedPrecisionPolicy"
+
+
+def _fsdp2_fix(ctx, plan: Plan) -> Optional[Fix]:
+    """The FSDP2 rewrite, when every wrap has its exact fully_shard form: `T = FSDP(Y, auto_wrap_policy=P, ...)`
+    with P absent or transformer_auto_wrap_policy of one layer class becomes `fully_shard` of each module of that
+    class in Y, then of Y. None where anything is outside that shape (the FSDP1 rewrite is tried then)."""
+    a = ctx.analysis
+    if "fully_shard" in a.defined_names or "MixedPrecisionPolicy" in a.defined_names:
+        return None
+    fx = ctx.fixer("unsafe")
+    allowed: set = set()
+    targets = set()
+    edits = []
+    for call in plan.wraps:
+        stmt = a.parent_of.get(call)
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.value is call
+                and isinstance(stmt.targets[0], (ast.Name, ast.Attribute))):
+            return None
+        allowed.add(id(call.func))
+        module = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
+        kws = {k.arg: k.value for k in call.keywords if k not in plan.dropped and k.arg != "module"}
+        if set(kws) - {"auto_wrap_policy", "reshard_after_forward", *_FSDP2_MAPPED}:
+            return None
+        layer = None
+        if "auto_wrap_policy" in kws:
+            found = _single_layer_policy(ctx, kws["auto_wrap_policy"], call)
+            if found is None:
+                return None
+            layer, policy_node, assign = found
+            allowed.add(id(policy_node))
+            if assign is not None:
+                edits.append(("delete", assign))
+            if not isinstance(module, (ast.Name, ast.Attribute)):
+                return None
+        opts = []
+        if "reshard_after_forward" in kws:
+            opts.append(f"reshard_after_forward={ctx.src(kws['reshard_after_forward'])}")
+        if "compute_dtype" in kws:
+            reduce = ""
+            if "fp32_reduce_scatter" in kws:
+                if not (isinstance(kws["fp32_reduce_scatter"], ast.Constant) and kws["fp32_reduce_scatter"].value is True):
+                    return None
+                reduce = f", reduce_dtype={fx.ref('torch')}.float32"
+            opts.append(f"mp_policy={fx.member(MP_POLICY)}(param_dtype={ctx.src(kws['compute_dtype'])}{reduce})")
+        elif "fp32_reduce_scatter" in kws:
+            return None  # only relevant with compute_dtype (and then mapped)
+        fully = fx.member(FULLY_SHARD)
+        extra = "".join(f", {o}" for o in opts)
+        model = ctx.src_relative(module)
+        target = ctx.src(stmt.targets[0])
+        lines = []
+        if layer is not None:
+            var = next(n for n in ("module", "submodule", "layer_module", "_module") if n not in a.defined_names)
+            lines += [f"for {var} in {model}.modules():", f"    if isinstance({var}, {ctx.src(layer)}):",
+                      f"        {fully}({var}{extra})"]
+        lines.append(f"{fully}({model}{extra})" if target == model else f"{target} = {fully}({model}{extra})")
+        edits.append(("replace", stmt, "\n".join(lines)))
+        targets.add(_terminal(stmt.targets[0]))
+    for node, _q in plan.uses:
+        if not isinstance(node, ast.ImportFrom) and id(node) not in allowed:
+            return None  # isinstance tests, policies elsewhere: FSDP1 keeps those
+    for node in ast.walk(a.tree):  # FSDP2 has no .module and no clip_grad_norm_ method
+        if (isinstance(node, ast.Attribute) and node.attr in ("module", "clip_grad_norm_")
+                and isinstance(node.value, (ast.Name, ast.Attribute)) and _terminal(node.value) in targets):
+            return None
+    for edit in edits:
+        if edit[0] == "delete":
+            fx.delete(edit[1])
+        else:
+            fx.replace(edit[1], edit[2])
+    return fx.build("unsafe", description="XLA FSDP -> FSDP2 fully_shard")
+
+
+def _single_layer_policy(ctx, expr, call):
+    """(layer class node, policy name node, assignment to delete or None) for
+    `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Layer})`, given inline or through a
+    name assigned that once and read only by this wrap."""
+    a = ctx.analysis
+    assign = None
+    if isinstance(expr, ast.Name):
+        loads = [n for n in ast.walk(a.tree) if isinstance(n, ast.Name) and n.id == expr.id]
+        stores = [n for n in loads if not isinstance(n.ctx, ast.Load)]
+        if len(loads) != 2 or len(stores) != 1:
+            return None
+        assign = a.parent_of.get(stores[0])
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and assign.targets[0] is stores[0]
+                and function_of(a, assign) is function_of(a, call) and assign.lineno < call.lineno):
+            return None
+        expr = assign.value
+    if not (isinstance(expr, ast.Call) and len(expr.args) == 1 and len(expr.keywords) == 1
+            and expr.keywords[0].arg == "transformer_layer_cls"
+            and a.resolve(expr.func, scope_at(a, expr), count_use=False) == "functools.partial"):
+        return None
+    policy = expr.args[0]
+    if a.resolve(policy, scope_at(a, policy), count_use=False) != f"{_WRAP}.transformer_auto_wrap_policy":
+        return None
+    classes = expr.keywords[0].value
+    if not (isinstance(classes, (ast.Set, ast.List, ast.Tuple)) and len(classes.elts) == 1
+            and isinstance(classes.elts[0], (ast.Name, ast.Attribute))):
+        return None  # several classes may nest: FSDP2 shards bottom-up, which a loop over modules() is not
+    return classes.elts[0], policy, assign
 
 
 def _terminal(node) -> Optional[str]:
@@ -594,8 +711,16 @@ _PREFIXES = [f"{PKG}.xla_fully_sharded_data_parallel.*", f"{PKG}.state_dict_util
         old run do not load, and memory use differs. `xm.optimizer_step(opt)` on the wrapped model's optimizer
         becomes `opt.step()` (NM110): XLA FSDP documents that `xm.optimizer_step` must not be used with it (it
         all-reduced the already reduce-scattered shard gradients); torch FSDP averages the gradients itself.
-        FSDP2 `fully_shard` (preferred by TorchNeuron, needed for `torch.compile`'s SimpleFSDP path) is a further
-        hand step.
+        FSDP2 (preferred by TorchNeuron): where every wrap is `T = FSDP(Y, ...)` with no auto-wrap policy or
+        `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={{Layer}})` (one class: several
+        may nest, and FSDP2 shards bottom-up), keywords among `reshard_after_forward` (same name in FSDP2),
+        `compute_dtype` (-> `mp_policy=MixedPrecisionPolicy(param_dtype=...)`, with `reduce_dtype=torch.float32`
+        for `fp32_reduce_scatter=True`) and XLA defaults, and the model's `.module`/`.clip_grad_norm_` and
+        `isinstance` tests unused, the fix writes `fully_shard(module)` for each module of that class in Y,
+        then `fully_shard(Y)`, and deletes the policy. FSDP2 leaves buffers in their dtype (XLA FSDP cast
+        floating buffers to `buffer_dtype`, default `compute_dtype`: the finding says so). Checked by running
+        (tests/integration/test_fsdp_zero_rewrite.py): a decoder program rewritten this way gives, with 2
+        processes, the 1-process loss within 1e-5 at every step.
     """,
     examples=[("from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP\n"
                "dist.init_process_group(\"xla\", init_method=\"xla://\")\nmodel = FSDP(nn.Linear(4, 4).to(\"xla\"), reshard_after_forward=False)",
@@ -615,6 +740,19 @@ def xla_fsdp(site, ctx):
                                  "reduce_dtype=...); checkpoint_module -> apply_activation_checkpointing) and save with "
                                  "torch.distributed.checkpoint (consolidation: get_model_state_dict with "
                                  "StateDictOptions(full_state_dict=True))")
+    if plan.fsdp2:
+        if site.kind == "call" and site.node in plan.wraps:
+            kws = {k.arg for k in site.node.keywords}
+            note = ("FSDP2 shards each parameter on dim 0 (DTensor) and averages gradients by reduce-scatter as XLA FSDP "
+                    "did; parameter names stay those of the unwrapped model; the optimizer must be built after "
+                    "fully_shard (as XLA FSDP required). Checkpoints of XLA FSDP runs do not load.")
+            if "compute_dtype" in kws:
+                note += (" Mixed precision: MixedPrecisionPolicy casts the parameters and the floating inputs to param_dtype and "
+                         "reduces gradients in it (reduce_dtype=torch.float32 for fp32_reduce_scatter=True); XLA FSDP also "
+                         "cast floating buffers to buffer_dtype (default compute_dtype), FSDP2 leaves buffers as they are.")
+            return ctx.finding(site, "XLA FSDP wrap becomes FSDP2 fully_shard (each module of the auto-wrap policy's layer "
+                                     "class first, then the model)", fix=plan.fix, note=note)
+        return ctx.finding(site, f"`{name}`: XLA FSDP becomes FSDP2 fully_shard (torch.distributed.fsdp)", fix=plan.fix)
     if site.kind == "import":
         return ctx.finding(site, f"`{name}`: imported from torch.distributed.fsdp instead", fix=plan.fix)
     if site.kind == "call" and site.node in plan.wraps:
@@ -659,6 +797,9 @@ def xla_fsdp_wrap_policy(site, ctx):
     name = site.key.rsplit(".", 1)[1]
     plan = fsdp_plan(ctx)
     if plan.active:
+        if plan.fsdp2:
+            return ctx.finding(site, f"`{name}` becomes a loop calling FSDP2 fully_shard on each module of its layer class "
+                                     "(NM151's fix)", fix=plan.fix)
         if plan.fix is not None:
             return ctx.finding(site, f"`{name}` moves to torch.distributed.fsdp.wrap together with the XLA FSDP wrapper "
                                      "(NM151's fix)")
