@@ -398,6 +398,25 @@ def bound_up_front(body: list[ast.stmt], req: ImportReq) -> Optional[ast.stmt]:
     return None
 
 
+def _merge_from_imports(group: list) -> list:
+    """New `from P import a` and `from P import b` entries inserted at one place become `from P import a, b` (as
+    isort writes them); entries with an alias stay on their own line."""
+    out: list = []
+    for cat, key, stmt, mode in group:
+        m = re.fullmatch(r"from (\S+) import (\w+)", stmt)
+        prev = re.fullmatch(r"from (\S+) import (\w+(?:, \w+)*)", out[-1][2]) if out else None
+        if m and prev and prev.group(1) == m.group(1) and out[-1][0] == cat and out[-1][3] == mode:
+            names = prev.group(2).split(", ")
+            if m.group(2) not in names:
+                names.append(m.group(2))
+                # isort's order: CONSTANTS, Classes, functions
+                names.sort(key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n.lower()))
+            out[-1] = (cat, out[-1][1], f"from {m.group(1)} import {', '.join(names)}", mode)
+        else:
+            out.append((cat, key, stmt, mode))
+    return out
+
+
 def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]],
                    helper_import: Optional[str] = None, only_called: bool = True) -> str:
     """Add `imports` and `helpers` ((name, source), dependencies first) to `text`.
@@ -488,6 +507,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         entries.setdefault(line, []).append((cat, _req_key(req), stmt, mode))
     for line, group in entries.items():
         group.sort(key=lambda e: (e[0], e[1]))
+        group = _merge_from_imports(group)
         text_lines: list[str] = []
         for k, (cat, _key, stmt, mode) in enumerate(group):
             if k == 0 and mode == "after":

@@ -103,8 +103,12 @@ def import_fix(site, ctx):
         return None  # one fix per statement, made at its first name
     if isinstance(node, ast.ImportFrom) and node.level == 0:
         names = [a.name for a in node.names]
-        if node.module == "neuronx_distributed.parallel_layers" and names == ["parallel_state"]:
-            text = f"import {MODULE} as {node.names[0].asname or 'parallel_state'}"
+        if node.module == "neuronx_distributed.parallel_layers" and "parallel_state" in names:
+            ps = next(a for a in node.names if a.name == "parallel_state")
+            text = f"import {MODULE} as {ps.asname or 'parallel_state'}"
+            rest = [ctx.src(a) for a in node.names if a is not ps]
+            if rest:  # the other NxD modules stay imported (and reported) until nothing uses them
+                text += f"\nfrom {node.module} import {', '.join(rest)}"
         elif (node.module == PS and set(names) <= STATE_QUERIES) or (node.module == GRADS_MOD and set(names) <= GRADS):
             text = f"from {MODULE} import " + ", ".join(ctx.src(a) for a in node.names)
         else:
