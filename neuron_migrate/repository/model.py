@@ -33,7 +33,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 3  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 4  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -172,6 +172,7 @@ class RepositoryModel:
         self._training_of: dict = {}
         self._names_of: dict = {}  # (entry, record key) -> `_program_names`
         self._importers_of = None  # file -> the files that import it, made when first asked
+        self._trackers = None  # the files that name RateTracker
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
         self.launched: dict = {}  # entry -> modes its launchers give it ("torchrun" or nothing)
         self.entries: list = [rel for rel, rec in self.py.items() if rec.get("m")]
@@ -385,7 +386,8 @@ class RepositoryModel:
         "modes": `modes_of`; "training": for names this file imports from other repository files, the training-step
         calls of those defs and of the methods of those classes (their bases' included), keyed "name" and
         "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step);
-        "closed": the file's top-level classes that no other repository file imports (NM130, NM144)."""
+        "closed": the file's top-level classes that no other repository file imports (NM130, NM144);
+        "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144)."""
         rel = self.rel(path)
         if rel is None or rel not in self.py:
             return None
@@ -400,6 +402,12 @@ class RepositoryModel:
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
+        if self.py[rel].get("rt"):
+            if self._trackers is None:
+                self._trackers = [f for f, rec in self.py.items() if rec.get("rt")]
+            others = [f for f in self._trackers if f != rel]
+            if others:
+                out["rate_trackers"] = others[:5]
         sinks, unseen = self._sinks(rel)
         if sinks:
             out["sinks"] = sinks

@@ -156,7 +156,8 @@ def scan_python(data: bytes) -> dict:
     - "a": attributes read where torch takes a backend or a device, {name: line} (`init_process_group(backend=
       cfg.backend)`, `torch.device(args.device)`, `.to(self.device)`; through one plain name too:
       `backend = args.dist_backend` ... `init_process_group(backend)`): see `_sink_attrs`,
-    - "v": fields, globals and command-line options whose default names a backend or a device, {name: line}.
+    - "v": fields, globals and command-line options whose default names a backend or a device, {name: line},
+    - "rt": 1 when the file names `RateTracker` (NM144 gives every tracker of a repository the same form).
     """
     rec: dict = {}
     imports = []
@@ -232,6 +233,8 @@ def scan_python(data: bytes) -> dict:
     values = _value_attrs(data)
     if values:
         rec["v"] = values
+    if b"RateTracker" in data:
+        rec["rt"] = 1
     return rec
 
 

@@ -545,3 +545,43 @@ def test_a_library_module_links_values_through_its_imports(tmp_path, monkeypatch
     assert model.facts(str(root / "pkg/settings.py"))["sinks"] == {"backend": "pkg/dist_utils.py:7"}
     out = _rewritten(root / "pkg/settings.py")
     assert '+    backend: str = "neuron"' in out and '+    unused_backend' not in out, out
+
+
+# -- one RateTracker form per repository (issue 36 point 7) ----------------------------------------------------------
+TRACKED = """\
+    import torch_xla.core.xla_model as xm
+
+
+    def train(loader):
+        tracker = xm.RateTracker()
+        for x in loader:
+            tracker.add(x.shape[0])
+        print(tracker.rate(), tracker.global_rate())
+"""
+SMOOTHED = """\
+    import torch_xla.core.xla_model as xm
+
+
+    def evaluate(loader):
+        meter = xm.RateTracker(smooth_factor=0.2)
+        for x in loader:
+            meter.add(len(x))
+        return meter.rate()
+"""
+
+
+def test_every_rate_tracker_of_a_repository_gets_one_form(tmp_path, monkeypatch):
+    """Under --unsafe-fixes a tracker whose uses one file shows becomes a start time and a count, one with
+    smooth_factor= keeps the _RateTracker meter: two files of one repository would get two forms. With both in the
+    repository, both get _RateTracker; alone, train.py keeps the plain form."""
+    root = write(tmp_path / "proj", {"pyproject.toml": "", "train.py": TRACKED, "evaluate.py": SMOOTHED})
+    monkeypatch.chdir(root)
+    for path in (root, root / "train.py"):
+        out = _rewritten(path)
+        assert "SimpleNamespace" not in out and "+    tracker = _RateTracker()" in out, out
+    assert "+    meter = _RateTracker(smooth_factor=0.2)" in _rewritten(root)
+    assert "Other files of the repository use xm.RateTracker too (evaluate.py)" in cli(
+        "rewrite", "--unsafe-fixes", str(root / "train.py")).output
+    (root / "evaluate.py").unlink()
+    alone = _rewritten(root / "train.py")
+    assert "+    tracker = SimpleNamespace(start=time.time(), seen=0)" in alone, alone

@@ -388,7 +388,10 @@ def _only_called_with(fname: str, index: int, name: str, scope, ctx) -> bool:
 def xla_rate_tracker(site, ctx):
     if site.kind == "ref" and _isinstance_or_base(site, ctx):
         return ctx.finding(site, "xm.RateTracker subclassed or tested with isinstance: use the inserted _RateTracker by hand")
-    if site.kind == "call" and ctx.settings.unsafe_fixes:
+    # one form per repository: where other files use xm.RateTracker too, each gets the same _RateTracker (the plain
+    # form below depends on what one file shows, so two files of one program could get two different meters)
+    others = (getattr(ctx.analysis, "outside", None) or {}).get("rate_trackers")
+    if site.kind == "call" and ctx.settings.unsafe_fixes and not others:
         fx = _plain_tracker_fix(site, ctx)
         if fx is not None:
             return ctx.finding(site, "xm.RateTracker: becomes a start time and a count (SimpleNamespace); its rates are "
@@ -398,7 +401,12 @@ def xla_rate_tracker(site, ctx):
     fx = ctx.fixer()
     name = fx.helper("_RateTracker")
     fx.replace(site.node.func if site.kind == "call" else site.node, name)
-    return ctx.finding(site, "xm.RateTracker: becomes _RateTracker, the same examples/sec meter without torch_xla", fix=fx.build())
+    note = ""
+    if others and ctx.settings.unsafe_fixes:
+        note = (f"Other files of the repository use xm.RateTracker too ({', '.join(others)}): each gets this same "
+                "_RateTracker (one form; `rewrite --helpers-module PATH` puts it in one shared module).")
+    return ctx.finding(site, "xm.RateTracker: becomes _RateTracker, the same examples/sec meter without torch_xla",
+                       fix=fx.build(), note=note)
 
 
 @rule(
