@@ -33,7 +33,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 4  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 5  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -173,6 +173,7 @@ class RepositoryModel:
         self._names_of: dict = {}  # (entry, record key) -> `_program_names`
         self._importers_of = None  # file -> the files that import it, made when first asked
         self._trackers = None  # the files that name RateTracker
+        self._attrs_of: dict = {}  # file -> `_record(file, "a")`
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
         self.launched: dict = {}  # entry -> modes its launchers give it ("torchrun" or nothing)
         self.entries: list = [rel for rel, rec in self.py.items() if rec.get("m")]
@@ -426,8 +427,22 @@ class RepositoryModel:
             for f, to in self.edges.items():
                 for t in to:
                     self._importers_of.setdefault(t, []).append(f)
-        return [{name: [(f, line)] for name, line in (self.py.get(f, {}).get(key) or {}).items()}
+        return [{name: [(f, line)] for name, line in self._record(f, key).items()}
                 for f in [*self.edges.get(rel, ()), *self._importers_of.get(rel, ())]]
+
+    def _record(self, rel: str, key: str) -> dict:
+        """Record `key` of a file: "v" from its scan; "a" (the attributes it passes where torch takes a backend or a
+        device: scan._sink_attrs) read when first asked, since only the programs of the few files with config values
+        ask (a scan of every file for it doubled the cold build)."""
+        if key != "a":
+            return self.py.get(rel, {}).get(key) or {}
+        got = self._attrs_of.get(rel)
+        if got is None:
+            from neuron_migrate.repository.scan import _sink_attrs
+
+            data = _read(os.path.join(self.root, rel)) if rel in self.py else None
+            got = self._attrs_of[rel] = _sink_attrs(data) if data else {}
+        return got
 
     def _elsewhere(self, rel: str, key: str) -> dict:
         out: dict = {}
@@ -445,9 +460,11 @@ class RepositoryModel:
         `rel` is then a backend or device value: program/values.py), and the config values other files define whose
         name no file of them (this one included) is seen passing to torch: those files keep their strings, so a value
         set of this file that reaches torch through such a name cannot change alone."""
-        sinks = self._elsewhere(rel, "a")
         defined = self._elsewhere(rel, "v")
-        own = self.py[rel].get("a") or {}
+        if not defined and not self.py[rel].get("v"):
+            return {}, {}  # no config value in reach: nothing to follow (most files; no file is read)
+        sinks = self._elsewhere(rel, "a")
+        own = self._record(rel, "a")
         unseen = {name: where for name, where in defined.items() if name not in sinks and name not in own}
         return sinks, unseen
 
@@ -457,7 +474,7 @@ class RepositoryModel:
         if got is None:
             got = self._names_of[(entry, key)] = {}
             for f in self.closures.get(entry, ()):
-                for name, line in (self.py[f].get(key) or {}).items():
+                for name, line in self._record(f, key).items():
                     where = got.setdefault(name, [])
                     if len(where) < 2:
                         where.append((f, line))

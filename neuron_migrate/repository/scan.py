@@ -153,9 +153,6 @@ def scan_python(data: bytes) -> dict:
     - "c": top-level classes and their bases' text, {name: [base, ...]} (what NM406 follows across files),
     - "t": 1 when some line calls zero_grad/backward/step (training_defs reads which def does),
     - "k": 1 when the file calls something named `compile(`,
-    - "a": attributes read where torch takes a backend or a device, {name: line} (`init_process_group(backend=
-      cfg.backend)`, `torch.device(args.device)`, `.to(self.device)`; through one plain name too:
-      `backend = args.dist_backend` ... `init_process_group(backend)`): see `_sink_attrs`,
     - "v": fields, globals and command-line options whose default names a backend or a device, {name: line},
     - "rt": 1 when the file names `RateTracker` (NM144 gives every tracker of a repository the same form).
     """
@@ -227,9 +224,6 @@ def scan_python(data: bytes) -> dict:
         rec["t"] = 1
     if b"compile(" in data:
         rec["k"] = 1
-    sinks = _sink_attrs(data)
-    if sinks:
-        rec["a"] = sinks
     values = _value_attrs(data)
     if values:
         rec["v"] = values

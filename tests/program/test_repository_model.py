@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from neuron_migrate.cli.app import app
 from neuron_migrate.pipeline.repository_facts import repository_facts, roots_of
 from neuron_migrate.repository.model import RepositoryModel, repository_root
-from neuron_migrate.repository.scan import scan_launcher, scan_packaging, scan_python
+from neuron_migrate.repository.scan import _sink_attrs, scan_launcher, scan_packaging, scan_python
 
 
 def cli(*args, input=None):
@@ -475,10 +475,10 @@ TRAIN = """\
 def test_scans_of_backend_and_device_values():
     rec = scan_python(textwrap.dedent(CONFIG).encode())
     assert rec["v"] == {"backend": 7, "device": 8, "unused_backend": 9, "dist_backend": 16}
-    rec = scan_python(textwrap.dedent(TRAIN.format(compare="backend = args.dist_backend\n        dist.new_group(backend)")).encode())
-    assert rec["a"] == {"backend": 10, "dist_backend": 12, "device": 13}
-    rec = scan_python(b"x = x.to(torch.float32)\ny = torch.zeros(2, device=dev)\n# torch.device(cfg.device)\n")
-    assert "a" not in rec  # torch's own attributes, plain names nothing assigns from an attribute, comments
+    train = textwrap.dedent(TRAIN.format(compare="backend = args.dist_backend\n        dist.new_group(backend)")).encode()
+    assert _sink_attrs(train) == {"backend": 10, "dist_backend": 12, "device": 13}  # read by the model when asked
+    # torch's own attributes, plain names nothing assigns from an attribute, comments
+    assert _sink_attrs(b"x = x.to(torch.float32)\ny = torch.zeros(2, device=dev)\n# torch.device(cfg.device)\n") == {}
 
 
 def _value_repo(tmp_path, compare: str) -> Path:
