@@ -558,12 +558,30 @@ class _Builder:
         # config values of that name in another file that the repository model does not see reach torch (the scan missed
         # how this file passes it): that file keeps its strings, so this file's must stay too (`plan`: keep)
         unseen = outside.get("unseen") or {}
+        # nanoGPT's configuration (repository model: `_exec_configs`): a config file's globals are the program's, so a
+        # string it assigns to a name the program passes to torch is a backend or device value of the program; and the
+        # program's globals take values from the command line and from those files
+        config_of = outside.get("config_of") or {}
+        exec_config = outside.get("exec_config")
         for key in list(self.u.parent):
             if isinstance(key, str):
                 base = key[:-5] if key.endswith("#keys") else key
                 vs = groups[self.u.find(key)]
                 if key in self.sink_slots or base in self.sink_slots:
                     vs.sink = True
+                if key.startswith("name:mod:"):
+                    where = (config_of.get("sinks") or {}).get(key[9:])
+                    if where:
+                        vs.sink = True
+                        if where not in vs.elsewhere:
+                            vs.elsewhere.append(where)
+                    files = (exec_config or {}).get("names", {}).get(key[9:])
+                    if files is not None:
+                        reason = f"the command line (`--{key[9:]}=...`, which {exec_config['via']} reads)"
+                        if files:
+                            reason += f" and the config files that set it ({', '.join(files)}: rewritten with it)"
+                        if reason not in vs.external:
+                            vs.external.append(reason)
                 where = elsewhere.get(key[5:]) if key.startswith("attr:") else None
                 if where:
                     vs.sink = True

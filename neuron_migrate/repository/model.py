@@ -33,7 +33,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 5  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 6  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -174,6 +174,8 @@ class RepositoryModel:
         self._importers_of = None  # file -> the files that import it, made when first asked
         self._trackers = None  # the files that name RateTracker
         self._attrs_of: dict = {}  # file -> `_record(file, "a")`
+        self._configs = None  # `_exec_configs`, made when first asked
+        self._subclasses = None  # class name -> [(file, class)] of the classes that name it as a base
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
         self.launched: dict = {}  # entry -> modes its launchers give it ("torchrun" or nothing)
         self.entries: list = [rel for rel, rec in self.py.items() if rec.get("m")]
@@ -400,6 +402,9 @@ class RepositoryModel:
             training = self._imported_training(rel)
             if training:
                 out["training"] = training
+            overrides = self._overrides(rel)
+            if overrides:
+                out["overrides"] = overrides
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
@@ -414,7 +419,63 @@ class RepositoryModel:
             out["sinks"] = sinks
         if unseen:
             out["unseen"] = unseen
+        if self._configs is None:
+            self._configs = self._exec_configs()
+        got = self._configs.get(rel)
+        if got:
+            out.update(got)
         return out or None
+
+    def _exec_configs(self) -> dict:
+        """nanoGPT's configuration (`exec(open('configurator.py').read())` in train.py, and in configurator.py
+        `exec(open(config_file).read())` of each file named on the command line, then `globals()[key] = value` for
+        each `--key=value`): {file: facts}. A program that runs such a configurator gets "exec_config":
+        {"via": the configurator, "names": {global assigned above the exec: [config files that assign it]}}; each config file (a file of top-level
+        assignments, imported by no file, every name of which is a global of the program) gets "config_of":
+        {"program", "via", "sinks": {name: "program:line"} for its names the program passes where torch takes a
+        backend or a device}: its strings are values of the program's globals and migrate with them."""
+        out: dict = {}
+        runs = [rel for rel, rec in self.py.items() if rec.get("x")]
+        if not runs:
+            return out
+        imported = {t for to in self.edges.values() for t in to}
+        candidates = [rel for rel, rec in self.py.items() if rec.get("cf") and rel not in imported and not rec.get("m")]
+        from neuron_migrate.repository.scan import sink_names, top_names
+
+        for prog in runs:
+            via, wild = None, "*" in self.py[prog]["x"]
+            folder = prog.rpartition("/")[0]
+            for name in self.py[prog]["x"]:
+                if name == "*":
+                    continue
+                for base in dict.fromkeys((folder, "")):
+                    ran = os.path.normpath(f"{base}/{name}" if base else name).replace(os.sep, "/")
+                    if ran != prog and ran in self.py:
+                        via = via or ran
+                        wild = wild or "*" in self.py[ran].get("x", ())
+                        break
+            if not wild:
+                continue
+            data = _read(os.path.join(self.root, prog)) or b""
+            names = top_names(data)
+            sinks = sink_names(data)
+            files = [c for c in candidates if c not in (prog, via) and all(n in names for n in self.py[c]["cf"])]
+            if not files:
+                continue
+            where = via or prog
+            at = data.find(b"exec(")
+            line = data.count(b"\n", 0, at) + 1
+            setters: dict = {}
+            for c in files:
+                for n in self.py[c]["cf"]:
+                    setters.setdefault(n, []).append(c)
+            # what the configurator can override: the globals assigned above the exec (a later assignment wins)
+            out.setdefault(prog, {})["exec_config"] = {
+                "via": where, "names": {n: setters.get(n, [])[:3] for n, first in names.items() if first < line}}
+            for c in files:
+                own = {n: f"{prog}:{sinks[n]}" for n in self.py[c]["cf"] if n in sinks}
+                out.setdefault(c, {}).setdefault("config_of", {"program": prog, "via": where, "sinks": own})
+        return out
 
     def _related(self, rel: str, key: str) -> list:
         """[{name: [(file, line)]}]: record `key` ("a" or "v") of the files of the programs running `rel` (or, for a
@@ -559,6 +620,41 @@ class RepositoryModel:
                     self._follow(rel, base, local, out, depth + 1)
         elif name not in training:
             self._follow(rel, name, local, out, depth + 1)  # re-exported (a package's __init__.py)
+
+    def _overrides(self, rel: str) -> dict:
+        """{"Class.method": {"c": training calls, "in": file}} for the classes of `rel` that classes of other files
+        subclass (directly or below another subclass) and whose methods they override with a training step: a base
+        class's `torch_xla.compile(self.step_fn, full_graph=True)` compiles the subclass's `step_fn` when the instance
+        is one (NM406, NM105)."""
+        classes = self.py[rel].get("c")
+        if not classes:
+            return {}
+        if self._subclasses is None:
+            self._subclasses = {}
+            for other, rec in self.py.items():
+                for sub, bases in (rec.get("c") or {}).items():
+                    for base in bases:
+                        self._subclasses.setdefault(base.rpartition(".")[2], []).append((other, sub))
+        out: dict = {}
+        for name in classes:
+            todo, seen = [(rel, name)], set()
+            while todo and len(seen) < 50:
+                at, cls = todo.pop()
+                for other, sub in self._subclasses.get(cls, ()):
+                    if (other, sub) in seen or other == at or not self._reaches(other, at):
+                        continue
+                    seen.add((other, sub))
+                    todo.append((other, sub))
+                    prefix = sub + "."
+                    for key, calls in self._training(other).items():
+                        if key.startswith(prefix):
+                            out.setdefault(f"{name}.{key[len(prefix):]}", {"c": calls, "in": other})
+        return out
+
+    def _reaches(self, rel: str, target: str) -> bool:
+        """`rel` imports `target`, itself or through a package's `__init__.py` that imports it."""
+        to = self.edges.get(rel, ())
+        return target in to or any(t.endswith("__init__.py") and target in self.edges.get(t, ()) for t in to)
 
     def _training(self, rel: str) -> dict:
         """{"func" / "Class.method": training calls} of a file (read when first asked: few files are)."""

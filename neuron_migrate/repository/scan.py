@@ -49,6 +49,11 @@ _OPTION = re.compile(r"""add_argument\(\s*["']-?-?([\w-]+)["']""")
 _DEST = re.compile(r"""\bdest[ \t]*=[ \t]*["'](\w+)["']""")
 _TRAIN_CALL = re.compile(r"\.(zero_grad|backward|step)\(|\b(optimizer_step)\(")
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
+# nanoGPT's configuration: `exec(open('configurator.py').read())` runs a file in the program's globals, and the
+# configurator itself runs `exec(open(config_file).read())` on the files named on the command line
+_EXEC = re.compile(rb"""\bexec\([ \t]*open\([ \t]*(?:["']([^"'\n]+)["']|[A-Za-z_][\w.]*)[ \t]*\)\.read\(\)""")
+_TOP_ASSIGN = re.compile(rb"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_CONFIG_OTHER = re.compile(rb"^(?:import[ \t]|from[ \t]|[)\]}]|[rbuRBU]?[\"'])")
 
 
 def _positions(data: bytes, needle: bytes) -> list:
@@ -154,7 +159,10 @@ def scan_python(data: bytes) -> dict:
     - "t": 1 when some line calls zero_grad/backward/step (training_defs reads which def does),
     - "k": 1 when the file calls something named `compile(`,
     - "v": fields, globals and command-line options whose default names a backend or a device, {name: line},
-    - "rt": 1 when the file names `RateTracker` (NM144 gives every tracker of a repository the same form).
+    - "rt": 1 when the file names `RateTracker` (NM144 gives every tracker of a repository the same form),
+    - "x": the files it runs with `exec(open("literal").read())`, "*" for a file named by a variable (nanoGPT's
+      configurator runs the config files of the command line so),
+    - "cf": the names a file of top-level assignments only assigns (a config file such a configurator may run).
     """
     rec: dict = {}
     imports = []
@@ -229,7 +237,65 @@ def scan_python(data: bytes) -> dict:
         rec["v"] = values
     if b"RateTracker" in data:
         rec["rt"] = 1
+    if b"exec(" in data:
+        ran = [m.group(1).decode("utf-8", "replace") if m.group(1) else "*" for m in _EXEC.finditer(data)]
+        if ran:
+            rec["x"] = ran
+    names = config_names(data)
+    if names:
+        rec["cf"] = names
     return rec
+
+
+def config_names(data: bytes) -> list:
+    """The names a file of top-level assignments assigns ([]: the file holds something else: a def, a class, a
+    statement, a guard). Comments, imports, docstrings and the lines of a bracket continued at column 0 may sit
+    between them (`wandb_run_name = 'gpt2-' + str(time.time())` after `import time`)."""
+    if b"def " in data or b"class " in data or b"__main__" in data or b"exec(" in data:
+        return []
+    names: list = []
+    depth = 0
+    doc = False
+    for line in data.splitlines():
+        quotes = line.count(b'"""') + line.count(b"'''")
+        if doc or quotes % 2:
+            doc = doc != bool(quotes % 2)
+            if doc or not quotes:
+                continue
+        if depth <= 0 and line[:1] not in (b"", b" ", b"\t", b"#", b"\r"):
+            m = _TOP_ASSIGN.match(line)
+            if m:
+                name = m.group(1).decode()
+                if name not in names:
+                    names.append(name)
+            elif not _CONFIG_OTHER.match(line):
+                return []
+            depth = 0
+        depth += line.count(b"(") + line.count(b"[") + line.count(b"{") - line.count(b")") - line.count(b"]") - line.count(b"}")
+    return names
+
+
+def top_names(data: bytes) -> dict:
+    """{name: line} of the names a file assigns at column 0 (its module globals, as a configurator overrides them)."""
+    out: dict = {}
+    for m in _TOP_ASSIGN.finditer(data):
+        out.setdefault(m.group(1).decode(), data.count(b"\n", 0, m.start()) + 1)
+    return out
+
+
+def sink_names(data: bytes) -> dict:
+    """{name: first line} of the plain names (not attributes) a backend or device position reads: `backend=backend`,
+    `.to(device)`, `torch.device(device)` (what a config file's global of that name becomes in the program)."""
+    out: dict = {}
+    for start in sorted({s for needle in _SINK_NEEDLES if needle in data for s in _line_starts(data, needle)}):
+        end = data.find(b"\n", start)
+        line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
+        if line.lstrip().startswith("#"):
+            continue
+        for m in _SINK_ATTR.finditer(line):
+            if not m.group(1):
+                out.setdefault(m.group(2), data.count(b"\n", 0, start) + 1)
+    return out
 
 
 def _value_attrs(data: bytes) -> dict:

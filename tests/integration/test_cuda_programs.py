@@ -6,9 +6,12 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
 - `ddp_trainer/`: an ImageNet-style trainer; the backend comes from `--dist-backend default="nccl"` and is compared
   (`args.dist_backend == "nccl"`, `dist.is_nccl_available()`), an entry function counts devices while the worker
   function picks the device among cuda, mps and cpu, and `if torch.cuda.is_available():` guards CUDA-only logging;
-- `gpt_trainer/`: a GPT-style trainer with config globals (`backend = 'nccl'`, `device = 'cuda'`, a bf16 check through
-  `torch.cuda.is_bf16_supported()`), `device_type = 'cuda' if 'cuda' in device else 'cpu'`, autocast,
-  `GradScaler(enabled=(dtype == 'float16'))`, `torch.compile(model)` and DDP from torchrun's environment.
+- `gpt_trainer/`: a GPT-style trainer in nanoGPT's shape: config globals (`backend = 'nccl'`, `device = 'cuda'`, a bf16
+  check through `torch.cuda.is_bf16_supported()`) overridden by nanoGPT's `configurator.py` (exec'd in train.py's
+  globals; it execs the config files named on the command line, here `config/train_small.py` with its own
+  `device = 'cuda'` and `backend = 'nccl'`, and sets `--key=value`), `device_type = 'cuda' if 'cuda' in device else
+  'cpu'`, autocast, `GradScaler(enabled=(dtype == 'float16'))`, `torch.compile(model)` and DDP from torchrun's
+  environment.
 
 - `config_trainer/`: the settings in their own module (`trainer/config.py`: a dataclass with `device: str = "cuda"` and
   `backend: str = "nccl"`, `--dist-backend default="nccl"`), read by the trainer in another (`trainer/engine.py`:
@@ -103,6 +106,16 @@ def test_gpt_trainer_value_sets_precision_and_compile(tmp_path):
     assert 'model = torch.compile(model, backend="neuron")' in text
     assert "[verify]" in out
     assert "torch.cuda" not in text
+    # nanoGPT's configuration: `exec(open('configurator.py').read())` runs the config files of the command line in
+    # train.py's globals; the config file's backend and device are the same values, so they change with train.py's
+    # (before: its 'nccl' stayed, and `torchrun train.py config/train_small.py` died for want of NCCL)
+    config = (work / "config/train_small.py").read_text()
+    assert "device = 'neuron'  # run on cpu only\nbackend = 'neuron'\ndtype = 'bfloat16'\ncompile = True" in config
+    assert "'nccl'" not in config and "'cuda'" not in config
+    assert ("Values from the command line (`--backend=...`, which configurator.py reads) and the config files that set it "
+            "(config/train_small.py: rewritten with it) must now say 'neuron'") in out
+    assert "Values from the command line (`--device_type" not in out  # assigned after the exec: no override reaches it
+    assert (work / "configurator.py").read_bytes() == (PROGRAMS / "gpt_trainer" / "configurator.py").read_bytes()
 
 
 def test_spawned_workers_keep_the_module_device_index(tmp_path):
@@ -228,7 +241,8 @@ def test_ddp_trainer_before_migration_needs_nccl(tmp_path, emulator):
 def test_gpt_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
     work, _ = _rewrite(tmp_path, "gpt_trainer")
     logs = tmp_path / "collectives"
-    proc = run_torchrun(["train.py", "--max_iters=20"], nproc=nproc, cwd=work, env=_env(logs), timeout=580)
+    proc = run_torchrun(["train.py", "config/train_small.py", "--max_iters=12"], nproc=nproc, cwd=work, env=_env(logs),
+                        timeout=580)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     _final(out, rf"rank (?P<rank>\d) world {nproc} device_type neuron dtype bfloat16 param_device neuron "
@@ -236,6 +250,7 @@ def test_gpt_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
     losses = [float(x) for x in re.findall(r"^iter \d+: loss ([0-9.]+)", out, re.M)]
     assert len(losses) >= 3 and losses[-1] < losses[0], out[-3000:]
     assert "using fused AdamW: True" in out  # the device_type value reached the model file's choice as 'neuron'
+    assert "Overriding config with config/train_small.py" in out and "backend = 'neuron'" in out
     _groups(logs, nproc)
 
 

@@ -585,3 +585,99 @@ def test_every_rate_tracker_of_a_repository_gets_one_form(tmp_path, monkeypatch)
     (root / "evaluate.py").unlink()
     alone = _rewritten(root / "train.py")
     assert "+    tracker = SimpleNamespace(start=time.time(), seen=0)" in alone, alone
+
+
+def test_config_files_a_configurator_execs_are_values_of_the_program(tmp_path, monkeypatch):
+    """nanoGPT: train.py runs `exec(open('configurator.py').read())`, which runs the config files named on the command
+    line in train.py's globals. A config file's `backend = 'nccl'` is then train.py's backend: it changes with it."""
+    root = write(tmp_path / "gpt", {
+        "pyproject.toml": "",
+        "configurator.py": """\
+            import sys
+            for arg in sys.argv[1:]:
+                if '=' not in arg:
+                    exec(open(arg).read())
+                else:
+                    key, val = arg[2:].split('=')
+                    globals()[key] = val
+            """,
+        "train.py": """\
+            import torch
+            import torch.distributed as dist
+            backend = 'nccl'
+            device = 'cuda'
+            steps = 3
+            name = 'run'
+            exec(open('configurator.py').read())
+            late = 'cuda'
+            dist.init_process_group(backend=backend)
+            x = torch.zeros(2).to(device)
+            """,
+        "config/train_x.py": "# a run\nimport time\nsteps = 5\ndevice = 'cuda'\nbackend = 'nccl'  # on GPUs\nname = (\n'a' + str(time.time())\n)\n",
+        "config/other.py": "steps = 5\nunknown = 'cuda'\n",  # a name train.py does not have: not its config file
+        "consts.py": "backend = 'nccl'\n",  # imported: a module, not a config file
+        "use.py": "from consts import backend\n",
+    })
+    assert scan_python(b"steps = 5\ndef f():\n    pass\n").get("cf") is None
+    model = RepositoryModel.build(str(root))
+    assert model.facts(str(root / "config/train_x.py"))["config_of"] == {
+        "program": "train.py", "via": "configurator.py", "sinks": {"device": "train.py:10", "backend": "train.py:9"}}
+    assert model.facts(str(root / "train.py"))["exec_config"] == {
+        "via": "configurator.py", "names": {"backend": ["config/train_x.py"], "device": ["config/train_x.py"],
+                                            "steps": ["config/train_x.py"], "name": ["config/train_x.py"]}}
+    assert model.facts(str(root / "config/other.py")) is None and "config_of" not in (model.facts(str(root / "consts.py")) or {})
+    monkeypatch.chdir(root)
+    out = _rewritten(root)
+    assert "-device = 'cuda'\n-backend = 'nccl'  # on GPUs\n+device = 'neuron'\n+backend = 'neuron'  # on GPUs" in out, out
+    assert "-backend = 'nccl'\n-device = 'cuda'\n+backend = 'neuron'\n+device = 'neuron'" in out, out
+    assert "unknown = 'cuda'" not in out and "consts.py" not in out
+
+
+def test_nm105_and_nm406_follow_an_override_of_the_compiled_method_in_a_subclass(tmp_path, monkeypatch):
+    """The base class compiles `self.step_fn` and its own `step_fn` is forward only; a subclass in another file
+    overrides it with the training step. An instance of the subclass compiles the override: fullgraph=True would
+    raise at its first call (`Optimizer.zero_grad should not be traced`), so it is left out, with the reason."""
+    root = write(tmp_path / "r", {
+        "pyproject.toml": "",
+        "pkg/__init__.py": "from .base import TrainBase\n",
+        "pkg/base.py": """\
+            import torch
+            import torch_xla
+
+
+            class TrainBase:
+                def __init__(self, model):
+                    self.model = model
+                    self.compiled_step_fn = torch_xla.compile(self.step_fn, full_graph=True)
+                    self.c2 = torch.compile(self.step_fn, fullgraph=True)
+                    self.c3 = torch.compile(self.evaluate, fullgraph=True)
+
+                def step_fn(self, data):
+                    return self.model(data).sum()
+
+                def evaluate(self, data):
+                    return self.model(data)
+            """,
+        "tasks/classify.py": """\
+            from pkg import TrainBase
+
+
+            class Classify(TrainBase):
+                def step_fn(self, data):
+                    self.optimizer.zero_grad()
+                    loss = super().step_fn(data)
+                    loss.backward()
+                    self.optimizer.step()
+                    return loss
+            """,
+    })
+    model = RepositoryModel.build(str(root))
+    assert model.facts(str(root / "pkg/base.py"))["overrides"] == {
+        "TrainBase.step_fn": {"c": ["zero_grad", "backward", "step"], "in": "tasks/classify.py"}}
+    out = _audit(root / "pkg/base.py")
+    assert "base.py:9:19: NM406" in out and "(the override in tasks/classify.py)" in out, out
+    assert "base.py:10" not in out  # `evaluate` is overridden nowhere: fullgraph=True is right
+    monkeypatch.chdir(root)
+    fixed = _rewritten(root / "pkg/base.py")
+    assert '+        self.compiled_step_fn = torch.compile(self.step_fn, backend="neuron")\n' in fixed, fixed
+    assert '+        self.c2 = torch.compile(self.step_fn, fullgraph=False)' in fixed

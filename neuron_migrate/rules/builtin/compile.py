@@ -18,9 +18,10 @@ class OutsideDef:
     """A def this file does not hold (a method of a base class in another file, an imported function), known from the
     repository model: its name and the training-step calls in its body (what `training_calls` gives for a def)."""
 
-    def __init__(self, name: str, calls: list):
+    def __init__(self, name: str, calls: list, where: str = ""):
         self.name = name
         self.calls = list(calls)
+        self.where = where  # a subclass's override: the file that holds it
 
 
 def compiled_function(site, ctx):
@@ -39,7 +40,15 @@ def compiled_function(site, ctx):
     outside = (getattr(ctx.analysis, "outside", None) or {}).get("training") or {}
     if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
         cls = _class_of_self(ctx.analysis, site.node, arg.value.id)
-        return _method(ctx.analysis, cls, arg.attr, outside, 0) if cls is not None else None
+        if cls is None:
+            return None
+        found = _method(ctx.analysis, cls, arg.attr, outside, 0)
+        if found is None or not training_calls(found, ctx):
+            # `self` may be an instance of a subclass whose override is the training step (in this file or another)
+            override = _override(ctx.analysis, cls, arg.attr, 0)
+            if override is not None:
+                return override
+        return found
     if not isinstance(arg, ast.Name):
         return None
     name = arg.id
@@ -49,6 +58,24 @@ def compiled_function(site, ctx):
     if name in outside:
         return OutsideDef(name, outside[name])
     return None
+
+
+def _override(analysis, cls: ast.ClassDef, attr: str, depth: int):
+    """A training step that overrides `cls.attr` in a subclass: a class of this file with `cls` among its bases (or
+    below one), or one of another file of the repository (the model's "overrides")."""
+    if depth > 8:
+        return None
+    for stmt in analysis.tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt is not cls and any(
+                isinstance(b, ast.Name) and b.id == cls.name for b in stmt.bases):
+            own = next((s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == attr), None)
+            if own is not None and training_calls(own, None):
+                return own
+            found = _override(analysis, stmt, attr, depth + 1)
+            if found is not None:
+                return found
+    got = ((getattr(analysis, "outside", None) or {}).get("overrides") or {}).get(f"{cls.name}.{attr}")
+    return OutsideDef(attr, got["c"], got["in"]) if got else None
 
 
 def _module_defs(analysis) -> dict:
@@ -345,6 +372,8 @@ def compile_train_step(site, ctx):
     fx = ctx.fixer()
     fx.replace(fg, "False")
     what = "/".join(f"{c}()" for c in calls)
+    if getattr(fn, "where", ""):
+        what += f" (the override in {fn.where})"
     return ctx.finding(site, f"torch.compile(fullgraph=True) of `{fn.name}`, which calls {what}: Dynamo breaks the graph at "
                              "backward() and fullgraph=True refuses that; compile without fullgraph, or compile the model",
                        fix=fx.build(), note=f"`{fn.name}` is compiled with graph breaks at backward(); for one forward graph "

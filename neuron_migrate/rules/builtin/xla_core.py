@@ -568,7 +568,8 @@ def step_context(site, ctx):
     parts.append('backend="neuron"')
     note = "Dynamo traces differently from lazy tensors: graph breaks and recompiles show with TORCH_LOGS=graph_breaks,recompiles."
     if full is not None and train and not (isinstance(full, ast.Constant) and not full.value):
-        note = (f"`{fn.name}` calls {'/'.join(c + '()' for c in train)}: Dynamo breaks the graph at backward(), so fullgraph "
+        where = f" (the override in {fn.where})" if getattr(fn, "where", "") else ""
+        note = (f"`{fn.name}`{where} calls {'/'.join(c + '()' for c in train)}: Dynamo breaks the graph at backward(), so fullgraph "
                 "is left out (torch_xla traced the whole step lazily); for one forward graph compile the model instead: "
                 "model = torch.compile(model, backend=\"neuron\").")
     elif full is not None:

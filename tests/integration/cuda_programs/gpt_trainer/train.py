@@ -10,6 +10,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPT
 
 # default config values
+out_dir = 'out'
+eval_interval = 2000
+log_interval = 1
 batch_size = 8
 block_size = 16
 max_iters = 30
@@ -87,7 +90,7 @@ for iter_num in range(max_iters):
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    if master_process and iter_num % 5 == 0:
+    if master_process and iter_num % log_interval == 0:
         print(f"iter {iter_num}: loss {loss.item():.4f}")
 
 checksum = sum(float(p.detach().float().sum().item()) for p in model.parameters())
