@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg
 from neuron_migrate.rules.nxd_state import GRADS, MARK, MODULE, STATE_QUERIES
 
@@ -55,15 +56,20 @@ def _module_resolve(ctx, node) -> "str | None":
 
 def state_rewritable(ctx) -> bool:
     """Every use of NxD's parallel_state / grads in the file is a name the written module defines, called the way
-    the module's function takes it."""
-    for q in ctx.analysis.qualnames:
+    the module's function takes it. Decided once per file (each NxD import and mesh reference asks; the answer is
+    the file's, and the walk below visits every call of it)."""
+    return cached(ctx.analysis, "nxd-state-rewritable", _state_rewritable)
+
+
+def _state_rewritable(analysis) -> bool:
+    for q in analysis.qualnames:
         for mod, ok in ((PS, STATE_QUERIES), (GRADS_MOD, GRADS)):
             if q.startswith(mod + ".") and q[len(mod) + 1:] not in ok:
                 return False
-    for node in ast.walk(ctx.analysis.tree):
+    for node in ast.walk(analysis.tree):
         if not isinstance(node, ast.Call):
             continue
-        q = _module_resolve(ctx, node.func) or ""
+        q = analysis.resolve(node.func, analysis.module_scope, count_use=False) or ""
         name = q.rpartition(".")[2]
         if not (q.startswith(PS + ".") or q.startswith(GRADS_MOD + ".")):
             continue
