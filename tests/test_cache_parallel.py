@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,28 @@ def test_warm_audit_report_reads_no_source(tree):
     warm = nm(tree, "audit", "--show-fixes", ".")
     assert warm.stdout == cold.stdout
     assert "copy0/torchrun_ddp.py" in warm.stdout and "####" not in warm.stdout
+
+
+def test_warm_rewrite_summary_reads_no_source(tree):
+    """Which files still import an XLA-based library after the rewrite is worked out where each file is rewritten
+    and cached with its result: a warm run's summary lists what the cold one listed for the same content, even where
+    a file changed behind an unchanged stat signature (the warm run reads no file and parses nothing)."""
+    import os
+
+    target = tree / "debug.py"
+    target.write_text("import torch_xla\ntorch_xla._XLAC._set_ir_debug(True)\n")  # kept: a finding, no fix
+    _age(tree)
+    cold = nm(tree, "rewrite", ".")
+    assert cold.returncode == 1, cold.stderr
+    assert re.search(r"^\s*debug\.py: torch_xla$", cold.stdout, re.M), cold.stdout
+    st = os.stat(target)
+    data = target.read_bytes()
+    target.write_bytes(bytes(b if b in b"\r\n" else ord("#") for b in data))  # same size, every line a comment
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    warm = nm(tree, "rewrite", ".")
+    assert warm.stdout == cold.stdout
+    fresh = nm(tree, "rewrite", "--no-cache", ".")
+    assert "debug.py" not in fresh.stdout  # what a cacheless run says of the new content
 
 
 def test_stdin_audit_shows_frames_of_the_input_not_of_a_file(tmp_path):
@@ -206,7 +229,10 @@ def test_cached_rewrite_keeps_the_bytes_of_every_encoding(tmp_path):
         back = result_from_dict("t.py", json.loads(json.dumps(d)))
         assert back.new_bytes == data and back.new_text == text and back.old_text == "old\n" and back.changed
     same = result_from_dict("t.py", result_to_dict(FileResult("t.py", digest="d")))
-    assert same.new_bytes is None and not same.changed
+    assert same.new_bytes is None and not same.changed and same.xla_libs is None
+    r = FileResult("t.py", digest="d")
+    r.xla_libs = ["torch_xla"]
+    assert result_from_dict("t.py", json.loads(json.dumps(result_to_dict(r)))).xla_libs == ["torch_xla"]
 
 
 def test_warm_write_of_crlf_and_bom_files_matches_the_cold_write(tmp_path):

@@ -163,23 +163,20 @@ def _plural(n: int, word: str, plural: str = "") -> str:
 
 
 def _still_xla(res, run) -> list:
-    """The XLA-based libraries (torch_xla, NxD, optimum-neuron) the file imports after the rewrite. Only files with
-    findings left can (every such import is reported: NM100/NM199, NM150-NM153, NM160/NM161), so only those are read."""
+    """The XLA-based libraries (torch_xla, NxD, optimum-neuron) the file imports after the rewrite
+    (pipeline/process.py's `xla_libraries`, worked out where the file was rewritten and cached with its result;
+    standard input's text is read here)."""
     if not res.findings:
         return []
+    if run.stdin is None or (res.new_text is not None and res.changed):
+        if res.xla_libs is not None:
+            return res.xla_libs
+        from neuron_migrate.pipeline.process import xla_libraries
+
+        return xla_libraries(res)
     from neuron_migrate.files.xla_deps import xla_based_imports
 
-    if res.new_text is not None and res.changed:
-        text = res.new_text
-    elif run.stdin is not None:
-        text = run.stdin[1].decode("utf-8", "replace")
-    else:
-        try:
-            with open(res.path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError:
-            return []
-    return xla_based_imports(text, python=res.path.endswith((".py", ".pyi")))
+    return xla_based_imports(run.stdin[1].decode("utf-8", "replace"), python=res.path.endswith((".py", ".pyi")))
 
 
 def _summary(out, err, run, changed, written, do_write, check, applied, remaining, notes, errors, quiet, source_lines,

@@ -35,9 +35,10 @@ def _optional(handlers) -> bool:
     return False
 
 
-def xla_based_imports(text: str, python: bool = True) -> list[str]:
+def xla_based_imports(text: str, python: bool = True, parsed: tuple | None = None) -> list[str]:
     """The XLA-based libraries `text` imports unconditionally, sorted. Not Python (a notebook's JSON) or not
-    parseable: the import lines found by pattern."""
+    parseable: the import lines found by pattern. `parsed`: (a text, its ast) already at hand, used instead of a
+    parse when the text is `text`."""
     if not any(lib.split(".")[0] in text for lib in XLA_BASED_LIBRARIES):
         return []
     if python and not _IMPORT_LINE.search(text):
@@ -45,10 +46,13 @@ def xla_based_imports(text: str, python: bool = True) -> list[str]:
     if python:
         import ast
 
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            tree = None
+        if parsed is not None and parsed[1] is not None and parsed[0] == text:
+            tree = parsed[1]
+        else:
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError):
+                tree = None
         if tree is not None:
             found: set = set()
 

@@ -165,6 +165,8 @@ def result_to_dict(r: FileResult, strings: Strings | None = None) -> dict:
         d["fr"] = list(r.frames.items())
     if r.notes:
         d["n"] = r.notes
+    if r.xla_libs is not None:
+        d["x"] = r.xla_libs
     if own:
         d["s"] = strings.items
     return d
@@ -198,6 +200,7 @@ def result_from_dict(path: str, d: dict, strings: list | None = None, rules: dic
     n = d.get("n")
     if n:
         r.notes = n
+    r.xla_libs = d.get("x")
     return r
 
 

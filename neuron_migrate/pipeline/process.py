@@ -37,10 +37,33 @@ class FileResult:
         # warm run's report reads no file); None when not kept (notebooks: their frames count lines per cell)
         self.frames = frames
         self.notes = [] if notes is None else notes  # what the user should know about how the file was checked
+        # rewrite: the XLA-based libraries the file still imports after the rewrite (`xla_libraries`; the summary
+        # lists them), worked out beside the rewrite and cached with it; None: not worked out here
+        self.xla_libs = None
 
     @property
     def changed(self) -> bool:
         return self.new_bytes is not None
+
+
+def xla_libraries(res: FileResult, parsed: tuple | None = None) -> list:
+    """The XLA-based libraries (torch_xla, NxD, optimum-neuron) a rewritten file imports after the rewrite: its new
+    text when it changes, else the file as it is on disk. Only files with findings left can (every such import is
+    reported: NM100/NM199, NM150-NM153, NM160/NM161), so only those are read. `parsed`: (a text, its ast) the
+    rewrite already has, used when it is that text."""
+    if not res.findings:
+        return []
+    from neuron_migrate.files.xla_deps import xla_based_imports
+
+    if res.new_text is not None and res.changed:
+        text = res.new_text
+    else:
+        try:
+            with open(res.path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            return []
+    return xla_based_imports(text, python=res.path.endswith((".py", ".pyi")), parsed=parsed)
 
 
 def frame_lines(text: str, findings: list) -> dict:
@@ -171,4 +194,6 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
                 res.written = True
             except (SourceError, OSError) as exc:
                 res.error = f"not written: {exc}"
+    if not res.error:
+        res.xla_libs = xla_libraries(res, (out.text, out.tree))
     return res

@@ -33,6 +33,7 @@ class FixOutcome:
         self.applied_findings = [] if applied_findings is None else applied_findings
         self.remaining = [] if remaining is None else remaining
         self.suppressed = suppressed
+        self.tree = None  # the ast of `text` when a check or validation parsed it (what reads its imports reuses it)
 
 
 def wants_fix(finding: Finding, unsafe: bool) -> bool:
@@ -271,6 +272,7 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
             except ApplyError as exc:
                 raise FixError(f"removing imports the rewrite left unused: {exc}") from None
     outcome.text = current
+    outcome.tree = _tree_of(last_tree, current)
     # every line reported refers to the rewritten text (the file the user gets), not the round a fix was found in
     for round_text, found in found_in:
         outcome.applied_findings.extend(move_findings(found, round_text, current))
