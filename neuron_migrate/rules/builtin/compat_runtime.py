@@ -280,16 +280,22 @@ def fork_start_method(site, ctx):
 @rule(
     code="NM325",
     name="generator-device",
-    summary="torch.Generator(device=...) on the neuron device is not available: use a CPU generator",
+    summary="torch.Generator(device=...): beta reports say a neuron device generator is not available; a CPU one is",
     fix="none",
     severity="warning",
     triggers=[("call", "torch.Generator")],
     trigger_words=("Generator",),
     docs=f"""
-        Beta users of TorchNeuron report that `torch.Generator(device="neuron")` is not available and that random
-        ops fall back to the CPU ({COMMUNITY}; the 2.33 docs do not say). Code that makes a device generator
-        (`torch.Generator(device=device)`, `device="cuda"`) fails there. Create a CPU generator
-        (`torch.Generator().manual_seed(seed)`), draw on CPU and move the result with `.to(device)`, or seed with
+        The sources disagree, so this is reported at low confidence. Beta users of TorchNeuron report that
+        `torch.Generator(device="neuron")` is not available and that random ops fall back to the CPU ({COMMUNITY});
+        the pre-release TorchNeuron source registers a device generator for each device (`torch.Generator("neuron")`
+        constructs; `torch.manual_seed` seeds each device's default one), but no Neuron kernel for random ops, so they
+        run through the CPU fallback; the 2.33 docs do not say. The probe's emulated device follows the pre-release
+        source and torch's rules for accelerators (a device generator works, a CPU generator given to a device op
+        raises), so a probe run does not settle it. Code that makes a device generator
+        (`torch.Generator(device=device)`, `device="cuda"`) may fail on the device; a CPU generator works on every
+        release: create
+        `torch.Generator().manual_seed(seed)`, draw on CPU and move the result with `.to(device)`, or seed with
         `torch.manual_seed(seed)`. A generator with `device="cpu"` is not reported.
     """,
     examples=[("g = torch.Generator(device=device)",)],
@@ -298,8 +304,9 @@ def generator_device(site, ctx):
     dev = kwarg(site.call, "device", 0)
     if dev is None or (isinstance(dev, ast.Constant) and dev.value in ("cpu", None)):
         return None
-    return ctx.finding(site, f"torch.Generator(device={ctx.src(dev)}): a device generator is not available on TorchNeuron; "
-                             "use torch.Generator() (CPU), draw on CPU and move the result with .to(device)",
+    return ctx.finding(site, f"torch.Generator(device={ctx.src(dev)}): beta reports say a device generator is not "
+                             "available on TorchNeuron (the pre-release source has one); use torch.Generator() (CPU), "
+                             "draw on CPU and move the result with .to(device)",
                        confidence="low", source="community_beta")
 
 
