@@ -35,10 +35,12 @@ class _Stop(BaseException):
 
 
 def _user_frame(skip_dirs: tuple) -> tuple[str, int]:
+    """The program's line that made the call: outside torch and this file, and outside the helpers the rewrite
+    inserts (`_neuron_*`: the line a reader looks at, and the line a change map names, is the helper's call)."""
     f = sys._getframe(2)
     while f is not None:
         name = f.f_code.co_filename
-        if not name.startswith(skip_dirs) and name != __file__:
+        if not name.startswith(skip_dirs) and name != __file__ and not f.f_code.co_name.startswith("_neuron_"):
             return name, f.f_lineno
         f = f.f_back
     return "", 0

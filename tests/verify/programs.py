@@ -229,3 +229,81 @@ def write_allreduce_program(folder: Path, defect: str | None = None) -> Path:
         text = text.replace(old, new)
     (folder / "train.py").write_text(text, encoding="utf-8")
     return folder
+
+
+# The torch_xla form of ALLREDUCE_TRAIN, as xmp.spawn programs write it: each replica takes its shard of one global
+# batch, and the gradient list is summed and scaled by 1/world_size in xm.all_reduce (in place for a list). The
+# rewrite makes it _neuron_all_reduce on the gradient list and a torchrun program; XLA's CPU backend runs the
+# original with one replica, where xm.all_reduce skips both the reduction and the scale.
+XLA_ALLREDUCE_TRAIN = '''\
+import torch
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_multiprocessing as xmp
+import torch_xla.runtime as xr
+from torch import nn
+
+from model import Net
+
+
+def _mp_fn(index):
+    device = xm.xla_device()
+    rank, world = xr.global_ordinal(), xr.world_size()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(512, 8, generator=g)
+    y = x[:, :4].argmax(dim=1)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(20):
+        idx = torch.randint(0, 512, (64,))[rank::world]  # this replica's shard of the global batch
+        data, target = x[idx].to(device), y[idx].to(device)
+        optimizer.zero_grad()
+        loss = loss_fn(model(data), target)
+        loss.backward()
+        xm.all_reduce(xm.REDUCE_SUM, [p.grad for p in model.parameters()], scale=1.0 / world)
+        optimizer.step()
+        xm.mark_step()
+
+
+if __name__ == "__main__":
+    xmp.spawn(_mp_fn, args=())
+'''
+
+# name -> (old, new) in the rewritten train.py
+XLA_ALLREDUCE_DEFECTS = {
+    "scale of the gradient all_reduce changed": ("scale=1.0 / world)", "scale=1.0)"),  # summed, not averaged
+}
+
+
+def write_xla_allreduce_program(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(MODEL.replace("nn.Dropout(0.1)", "nn.Dropout(0.0)"), encoding="utf-8")
+    (folder / "train.py").write_text(XLA_ALLREDUCE_TRAIN, encoding="utf-8")
+    return folder
+
+
+# xm.all_reduce's scale in one replica (torch_xla 2.9 skips it: the reduction of one is a copy) against the rewrite
+# in one and two processes. Printed: a tensor scaled by a constant, by 1/world_size, unscaled, and a list in place.
+XLA_SCALE_PROGRAM = '''\
+import torch
+import torch.distributed as dist
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_backend  # noqa: F401
+import torch_xla.runtime as xr
+
+
+def main():
+    dist.init_process_group("xla", init_method="xla://")
+    device = xm.xla_device()
+    t = torch.tensor([1.0, 2.0], device=device)
+    half = xm.all_reduce(xm.REDUCE_SUM, t, scale=0.5)
+    mean = xm.all_reduce(xm.REDUCE_SUM, t, scale=1.0 / xr.world_size())
+    total = xm.all_reduce(xm.REDUCE_SUM, t)
+    grad = torch.tensor([4.0], device=device)
+    xm.all_reduce(xm.REDUCE_SUM, [grad], scale=0.25)
+    print("RESULT", half.cpu().tolist(), mean.cpu().tolist(), total.cpu().tolist(), grad.cpu().tolist())
+
+
+if __name__ == "__main__":
+    main()
+'''

@@ -146,3 +146,79 @@ def test_each_realistic_script_is_verified_against_its_torch_xla_original(tmp_pa
         assert result["comparison"]["worst"]["loss"] < 1e-4, render_text(result)  # the losses agree
         pytest.xfail(f"verify cannot compare {script} yet: {gap}")
     assert result["verdict"] == "equivalent", render_text(result)
+
+
+def test_xm_all_reduce_scale_in_one_replica_is_kept_by_the_rewrite(tmp_path, xla_python):
+    """torch_xla 2.9 skips `scale` when the world size is 1 (the reduction of one replica is a copy). The rewrite
+    keeps that: `t *= s` after dist.all_reduce only where s is 1/world_size (1.0 in one process); a constant scale
+    stays with _neuron_all_reduce, which skips it in one process. The earlier rewrite wrote `half *= 0.5` there:
+    [0.5, 1.0] in one process where torch_xla printed [1.0, 2.0]."""
+    import os
+    import subprocess
+
+    from tests.integration.torchrun_util import run_torchrun
+    from tests.verify.programs import XLA_SCALE_PROGRAM
+
+    (tmp_path / "original").mkdir()
+    (tmp_path / "original" / "prog.py").write_text(XLA_SCALE_PROGRAM)
+    env = {**os.environ, "PJRT_DEVICE": "CPU"}
+    p = subprocess.run([xla_python, "prog.py"], cwd=tmp_path / "original", env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    xla = [line for line in p.stdout.splitlines() if line.startswith("RESULT")]
+    assert xla == ["RESULT [1.0, 2.0] [1.0, 2.0] [1.0, 2.0] [4.0]"]  # every scale skipped in one replica
+
+    mig = tmp_path / "migrated"
+    shutil.copytree(tmp_path / "original", mig)
+    harness.rewrite_tree(mig)
+    text = (mig / "prog.py").read_text()
+    assert "half = _neuron_all_reduce('sum', t, scale=0.5)" in text and "*= 0.5" not in text, text
+    assert "mean *= 1.0 / dist.get_world_size()\n" in text and "torch_xla" not in text, text
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=str(REPO / "tests" / "integration" / "neuron_on_cpu"), OMP_NUM_THREADS="1")
+    results = {}
+    for nproc in (1, 2):
+        p = run_torchrun(["prog.py"], nproc=nproc, cwd=mig, env=env, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        results[nproc] = sorted({line for line in p.stdout.splitlines() if line.startswith("RESULT")})
+    assert results[1] == xla, (results, xla)
+    # two processes: the sum over the ranks, then the scale, as xm.all_reduce documents it
+    assert results[2] == ["RESULT [1.0, 2.0] [1.0, 2.0] [2.0, 4.0] [2.0]"], results
+
+
+@pytest.mark.parametrize("defect", [None, "scale of the gradient all_reduce changed"])
+def test_a_changed_scale_in_a_rewritten_collective_shows_with_two_processes_against_torch_xla(tmp_path, xla_python, defect):
+    """xmp.spawn program averaging its gradient list with xm.all_reduce(..., scale=1.0 / world): rewritten to
+    _neuron_all_reduce on the list and a torchrun program. The original runs with one replica under torch_xla
+    (where the scale is skipped), so the changed scale is invisible with one process on both sides; the 2-process
+    run of the migrated program against its 1-process run shows it at step 0, at the rewritten line (the collective
+    is counted at the helper's call, not inside the helper)."""
+    from tests.verify.programs import XLA_ALLREDUCE_DEFECTS, write_xla_allreduce_program
+
+    orig = write_xla_allreduce_program(tmp_path / "original")
+    mig = tmp_path / "migrated"
+    shutil.copytree(orig, mig)
+    harness.rewrite_tree(mig)
+    text = (mig / "train.py").read_text()
+    call = "        _neuron_all_reduce('sum', [p.grad for p in model.parameters()], scale=1.0 / world)"
+    assert call in text.splitlines() and "torch_xla" not in text, text
+    line = text.splitlines().index(call) + 1
+    if defect:
+        old, new = XLA_ALLREDUCE_DEFECTS[defect]
+        (mig / "train.py").write_text(text.replace(old, new))
+    result = harness.verify(mig, "train.py", [], xla_python=xla_python, original=orig, steps=3, timeout=600, nproc=2)
+    dist = result["distributed"]
+    assert dist["world_sizes"] == [2, 2] and dist["worst_rank_difference"] == 0.0, render_text(result)
+    assert dist["trajectory"]["comparable"], render_text(result)
+    assert result["comparison"]["first_numeric"] is None, render_text(result)  # 1 process: the same numbers
+    if defect is None:
+        assert result["verdict"] == "equivalent", render_text(result)
+        assert dist["trajectory"]["worst"]["loss"] < 1e-5
+        return
+    assert result["verdict"] == "diverged", render_text(result)
+    first = result["comparison"]["first"]
+    assert first["step"] == 0 and first["what"] == "grad (2 processes against 1)", render_text(result)
+    assert "norm is 2x the 1-process one" in first["detail"]
+    assert result["where"]["collective"] == "all_reduce" and result["where"]["source"] == f"train.py:{line}"
+    assert summary_line(result).startswith(f"diverges at step 0 in the gradient all_reduce (train.py:{line}), "
+                                           f"changed by hand at train.py:{line}"), summary_line(result)

@@ -31,8 +31,10 @@ from neuron_migrate.rules.builtin.xla_distributed import (
         (reduce types sum/mul/and/or/min/max map to `ReduceOp.SUM/PRODUCT/BAND/BOR/MIN/MAX`).
 
         Where the program model knows more: after an `init_process_group` that always runs,
-        `total = xm.all_reduce(xm.REDUCE_SUM, t, scale=s)` on a tensor becomes `total = t.clone()`,
-        `dist.all_reduce(total)`, `total *= s`; in a single-device program the call is the copy torch_xla returned
+        `total = xm.all_reduce(xm.REDUCE_SUM, t, scale=1.0 / xr.world_size())` on a tensor becomes
+        `total = t.clone()`, `dist.all_reduce(total)`, `total *= 1.0 / dist.get_world_size()` (only for no scale, 1
+        or 1/world_size, which is 1 in one process: another scale, such as 0.5, stays with the helper, since torch_xla
+        skips it when the world size is 1 and `total *= 0.5` would not); in a single-device program the call is the copy torch_xla returned
         (`t.clone()`). The gradient list of `gradients = xm._fetch_gradients(optimizer)` (NM148), reduced in place
         by `xm.all_reduce(xm.REDUCE_SUM, gradients, scale=s)`, becomes `dist.all_reduce(grad)` and `grad.mul_(s)`
         for each gradient when more than one process runs (torch_xla skipped both in one process).
@@ -94,13 +96,27 @@ def all_reduce(site, ctx):
     lines = [f"{target} = {copy}",
              f"{dist}.all_reduce({target}{'' if op == 'SUM' else f', op={dist}.ReduceOp.{op}'})"]
     scale = kwarg(call, "scale", 2)
-    note = ""
-    if scale is not None and const_value(scale, None) != 1.0:
+    if scale is not None and const_value(scale, None) != 1.0:  # 1/world_size: 1.0 in one process, as XLA skipped it
         lines.append(f"{target} *= {ctx.src(scale)}")
-        note = ("torch_xla skipped the scale when the world size was 1; it is now applied in one process too "
-                "(no change when the scale is 1/world_size).")
     fx.replace(stmt, "\n".join(lines) + "\n")
-    return ctx.finding(site, message, fix=fx.build(), note=note)
+    return ctx.finding(site, message, fix=fx.build())
+
+
+_WORLD_SIZE = {f"{XM}.xrt_world_size", "torch_xla.runtime.world_size", "torch_xla.runtime.process_count",
+               "torch_xla.experimental.pjrt.world_size", "torch.distributed.get_world_size"}
+
+
+def _scale_same_in_one_process(ctx, scale) -> bool:
+    """torch_xla skips `scale` when the world size is 1; `t *= scale` after dist.all_reduce applies it always. The
+    two agree for no scale, 1, and 1/world_size (1.0 in one process); any other scale keeps the helper, which
+    skips it in one process as XLA did."""
+    if scale is None or const_value(scale, None) == 1.0:
+        return True
+    if not (isinstance(scale, ast.BinOp) and isinstance(scale.op, ast.Div) and const_value(scale.left, None) == 1):
+        return False
+    right = scale.right
+    return (isinstance(right, ast.Call) and not right.args and not right.keywords
+            and isinstance(right.func, (ast.Name, ast.Attribute)) and program(ctx).qualname(right.func) in _WORLD_SIZE)
 
 
 _OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min": "MIN", "max": "MAX"}
@@ -177,7 +193,7 @@ def _all_reduce_plan(ctx, node):
                           "call dist.all_reduce(t, op, group=subgroup)", None)
     if inputs is None:
         return ("report", "xm.all_reduce without inputs: migrate by hand", None)
-    is_list = isinstance(inputs, (ast.List, ast.Tuple)) or _gradient_list(ctx, inputs)
+    is_list = isinstance(inputs, (ast.List, ast.Tuple, ast.ListComp)) or _gradient_list(ctx, inputs)
     statement = isinstance(a.parent_of.get(call), ast.Expr)
     if statement and not is_list:
         if isinstance(inputs, (ast.Name, ast.Attribute, ast.Subscript)):
@@ -196,7 +212,8 @@ def _all_reduce_plan(ctx, node):
             and alone_on_lines(ctx, stmt)):
         return ("grads", "xm.all_reduce of the gradient list: becomes dist.all_reduce of each gradient, then the scale, "
                          "when more than one process runs (torch_xla skipped both in one process)", None)
-    if (state is Group.ALWAYS and tensor and isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+    if (state is Group.ALWAYS and tensor and _scale_same_in_one_process(ctx, kwarg(call, "scale", 2))
+            and isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], (ast.Name, ast.Attribute)) and _reduce_op(ctx, kwarg(call, "reduce_type", 0))
             and alone_on_lines(ctx, stmt) and simple_ref(stmt.targets[0])):
         return ("inline", "xm.all_reduce of a tensor: becomes dist.all_reduce on a clone (xm.all_reduce left its input "
