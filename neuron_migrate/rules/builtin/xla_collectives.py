@@ -114,9 +114,38 @@ def _scale_same_in_one_process(ctx, scale) -> bool:
         return True
     if not (isinstance(scale, ast.BinOp) and isinstance(scale.op, ast.Div) and const_value(scale.left, None) == 1):
         return False
-    right = scale.right
-    return (isinstance(right, ast.Call) and not right.args and not right.keywords
-            and isinstance(right.func, (ast.Name, ast.Attribute)) and program(ctx).qualname(right.func) in _WORLD_SIZE)
+    return _world_size_value(ctx, scale.right) or (isinstance(scale.right, ast.Name)
+                                                    and _bound_only_to_world_size(ctx, scale.right))
+
+
+def _world_size_value(ctx, node) -> bool:
+    return (isinstance(node, ast.Call) and not node.args and not node.keywords
+            and isinstance(node.func, (ast.Name, ast.Attribute)) and program(ctx).qualname(node.func) in _WORLD_SIZE)
+
+
+def _bound_only_to_world_size(ctx, name: ast.Name) -> bool:
+    """Every binding of `name` in its function is `name = <world size call>` (or its place in `a, name = x, ws()`)."""
+    fn = ctx.analysis.parent_of.get(name)
+    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        fn = ctx.analysis.parent_of.get(fn)
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        return False
+    values = []
+    for n in walk(fn):
+        if isinstance(n, ast.arg) and n.arg == name.id:
+            return False
+        if not (isinstance(n, ast.Name) and n.id == name.id and not isinstance(n.ctx, ast.Load)):
+            continue
+        holder = ctx.analysis.parent_of.get(n)
+        if isinstance(holder, ast.Assign) and holder.targets == [n]:
+            values.append(holder.value)
+        elif (isinstance(holder, ast.Tuple) and isinstance(stmt := ctx.analysis.parent_of.get(holder), ast.Assign)
+              and stmt.targets == [holder] and isinstance(stmt.value, ast.Tuple)
+              and len(stmt.value.elts) == len(holder.elts) and not any(isinstance(e, ast.Starred) for e in holder.elts)):
+            values.append(stmt.value.elts[holder.elts.index(n)])
+        else:
+            return False
+    return bool(values) and all(_world_size_value(ctx, v) for v in values)
 
 
 _OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min": "MIN", "max": "MAX"}
