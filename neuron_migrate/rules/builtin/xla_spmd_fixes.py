@@ -1,0 +1,424 @@
+"""The fix of NM150 (xla_spmd.py): a data-parallel XLA SPMD program rewritten to one process per device (torchrun).
+
+XLA SPMD is single-controller: one process drives every device, computes on the *global* batch, and the compiler
+splits the work by the sharding annotations. The data-parallel shape of pytorch/xla's examples
+(train_resnet_spmd_data_parallel.py, the SPMD user guide) keeps its meaning with one process per device when:
+
+- `xr.use_spmd()` -> `dist.init_process_group("neuron")` (torchrun starts the processes);
+- `xr.global_runtime_device_count()` -> `dist.get_world_size()`;
+- `mesh = xs.Mesh(ids, shape, names)` with ids in device order (`np.array(range(n))`, `np.arange(n)`, `range(n)`)
+  -> `init_device_mesh("neuron", shape, mesh_dim_names=names)` (ranks in the same order; an ids variable used only
+  there goes);
+- `xs.mark_sharding(batch, mesh, ("data", None, ...))` on a tensor of the training loop (batch dimension over one
+  mesh axis, nothing else sharded) -> `batch = batch.tensor_split(mesh["data"].size())[mesh["data"].get_local_rank()]`:
+  every rank loads the same global batch (same seeds, as the one controller did) and keeps its slice;
+- and, since each rank now computes the gradient of its slice, the model handed to the file's one optimizer is
+  wrapped in `DistributedDataParallel(model, device_mesh=mesh["data"])` just before it: DDP averages the gradients
+  during backward, which is the global batch's gradient when the loss is a mean and the slices are equal.
+
+All of it is one fix, made at the file's first SPMD call, or nothing: a file with any other SPMD use (parameter or
+activation sharding, manual sharding, FSDPv2, a mesh built elsewhere...) keeps every finding, and the one that blocks
+says why. Never imports torch.
+"""
+from __future__ import annotations
+
+import ast
+
+from neuron_migrate.rules.api import has_star_args, kwarg
+
+SPMD = "torch_xla.distributed.spmd"
+SPMD_MODULES = (SPMD, "torch_xla.experimental.xla_sharding", "torch_xla.experimental.spmd_fully_sharded_data_parallel")
+USE_SPMD = "torch_xla.runtime.use_spmd"
+COUNT = "torch_xla.runtime.global_runtime_device_count"
+RUNTIME = (USE_SPMD, "torch_xla.runtime.is_spmd", COUNT, "torch_xla.runtime.addressable_runtime_device_count")
+_MARKS = ("mark_sharding",)
+_OWN_PARALLEL = ("init_process_group", "DistributedDataParallel", "FullyShardedDataParallel", "XlaFullyShardedDataParallel",
+                 "fully_shard")
+_PARAMS = ("parameters", "named_parameters", "state_dict", "buffers", "named_buffers")
+
+NOTE = ("one process per device under torchrun (launch with torchrun --nproc_per_node=<devices>); every rank loads "
+        "the same global batch (same seeds) and keeps its slice of the batch dimension (tensor_split: uneven for a "
+        "batch the mesh axis does not divide, where the averaged gradient is no longer the global batch's); the "
+        "model is wrapped in DistributedDataParallel over that mesh axis (gradients averaged in backward; "
+        "state_dict keys gain 'module.', attributes are reached through model.module); what a rank computes from "
+        "the batch (the loss, accuracy counts, printed values) is its slice's: the global loss is the mean over "
+        "ranks (dist.all_reduce); a tensor of the batch that was not marked (labels XLA matched to the sharded "
+        "rows) stays whole: slice it the same way")
+
+
+TP_NOTE = ("each sharded weight's module becomes DTensor tensor-parallel over that mesh axis with whole tensors in and "
+           "out (ColwiseParallel(output_layouts=Replicate()) for ('model', None), RowwiseParallel(input_layouts="
+           "Replicate()) for (None, 'model')), as XLA's annotation kept the module's result whole: same values, the "
+           "weight split over the ranks; for a module other than nn.Linear (an nn.Embedding's weight splits on the "
+           "other dimension) the values are the same; the parameters become DTensors (the optimizer is built after; "
+           "clip_grad_norm_ and state_dict see DTensors; every rank loads the same batch)")
+
+
+FSDP_NOTE = ("one process per device under torchrun (launch with torchrun --nproc_per_node=<devices>); every rank "
+             "loads the same global batch (same seeds) and keeps its slice of the batch dimension; FSDPv2 -> FSDP2 "
+             "fully_shard over mesh['fsdp'] (parameters sharded along dim 0 as FSDPv2 did, gradients averaged over "
+             "the ranks; the parameters and state_dict values become DTensors); what a rank computes from the batch "
+             "(the loss) is its slice's: the global loss is the mean over ranks; FSDPv2's output sharding has no "
+             "counterpart (each rank's output is its slice's)")
+
+
+def is_spmd(q: str) -> bool:
+    return q in RUNTIME or any(q.startswith(m + ".") for m in SPMD_MODULES)
+
+
+def _enclosing(ctx, node):
+    """The function (or module) whose body holds `node`, and the statement of that body that holds it."""
+    parents = ctx.analysis.parent_of
+    stmt, p = None, node
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)):
+        if isinstance(p, ast.stmt):
+            stmt = p
+        p = parents.get(p)
+    return p, stmt
+
+
+def _in_class(ctx, node) -> bool:
+    p = ctx.analysis.parent_of.get(node)
+    while p is not None:
+        if isinstance(p, ast.ClassDef):
+            return True
+        p = ctx.analysis.parent_of.get(p)
+    return False
+
+
+def _single_assign(ctx, scope, name: str):
+    """The one `name = value` statement in `scope`'s own body (not nested functions), or None."""
+    found = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            found.append(node)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)) and name in {
+                n.id for n in ast.walk(getattr(node, "target", node)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}:
+            return None
+    if len(found) != 1 or len(found[0].targets) != 1 or not isinstance(found[0].targets[0], ast.Name):
+        return None
+    return found[0]
+
+
+def _range_ids(ctx, node, q_of) -> bool:
+    """`range(n)`, `list(range(n))`, `np.array(range(n))`, `np.arange(n)`: device ids in device order."""
+    if not isinstance(node, ast.Call) or has_star_args(node) or node.keywords:
+        return False
+    f = node.func
+    if isinstance(f, ast.Name) and f.id == "range" and len(node.args) == 1:
+        return True
+    q = q_of(f)
+    if q == "numpy.arange" and len(node.args) == 1:
+        return True
+    if (q == "numpy.array" or (isinstance(f, ast.Name) and f.id == "list")) and len(node.args) == 1:
+        return _range_ids(ctx, node.args[0], q_of)
+    return False
+
+
+class Plan:
+    """What the file's SPMD calls become, or why they cannot (`blocked`: (node, reason))."""
+
+    def __init__(self):
+        self.calls: list = []  # every SPMD call node, in source order
+        self.use_spmd: list = []  # statements
+        self.counts: list = []  # calls
+        self.meshes: dict = {}  # mesh name -> (call, ids assignment to delete or None, axis names, enclosing scope)
+        self.marks: list = []  # (statement, tensor name, mesh name, axis name)
+        self.weights: list = []  # (statement, module expression, mesh name, axis name, "colwise" / "rowwise")
+        self.ddp = None  # (optimizer statement, model name, mesh name, axis)
+        self.fsdp = None  # (assignment, FSDPv2 call, model name, mesh name or None: the global mesh)
+        self.global_mesh = None  # (set_global_mesh statement, mesh name)
+        self.blocked = None
+
+
+def _block(plan: Plan, node, reason: str) -> Plan:
+    if plan.blocked is None:
+        plan.blocked = (node.value if isinstance(node, ast.Expr) else node, reason)
+    return plan
+
+
+def spmd_plan(ctx) -> Plan:
+    a = ctx.analysis
+    resolved = {id(c): q for c, q in a.resolved_calls}
+
+    def q_of(node):
+        return a.resolve(node, a.module_scope, count_use=False)
+
+    plan = Plan()
+    spmd_calls = sorted(((c, q) for c, q in a.resolved_calls if is_spmd(q)), key=lambda cq: (cq[0].lineno, cq[0].col_offset))
+    plan.calls = [c for c, _ in spmd_calls]
+    for node, q in a.resolved_refs:
+        if is_spmd(q):
+            return _block(plan, node, f"`{q.rpartition('.')[2]}` is used as a value (not called)")
+    for site in a.sites:
+        if site.kind == "store" and is_spmd(site.key):
+            return _block(plan, site.node, "an SPMD name is assigned (patched)")
+    if not spmd_calls:
+        return plan
+    if any(q.rpartition(".")[2] in _OWN_PARALLEL for q in resolved.values()):
+        return _block(plan, spmd_calls[0][0], "the file also starts a process group or wraps the model (DDP/FSDP) itself")
+    # the meshes first: marks refer to them
+    for call, q in spmd_calls:
+        name = q.rpartition(".")[2]
+        if name != "Mesh" or q.startswith(SPMD_MODULES[2]):
+            continue
+        parent = a.parent_of.get(call)
+        ids, shape, names = kwarg(call, "device_ids", 0), kwarg(call, "mesh_shape", 1), kwarg(call, "axis_names", 2)
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+                and parent.value is call):
+            return _block(plan, call, "the mesh is not assigned to a name")
+        if has_star_args(call) or ids is None or shape is None or names is None or len(call.args) + len(call.keywords) != 3:
+            return _block(plan, call, "the mesh's arguments are not (device_ids, mesh_shape, axis_names)")
+        try:
+            axis_names = ast.literal_eval(names)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            return _block(plan, call, "the mesh's axis names are not literal strings")
+        if not (isinstance(axis_names, (tuple, list)) and all(isinstance(n, str) for n in axis_names)):
+            return _block(plan, call, "the mesh's axis names are not literal strings")
+        scope, _ = _enclosing(ctx, call)
+        drop = None
+        if isinstance(ids, ast.Name):
+            assign = _single_assign(ctx, scope, ids.id)
+            uses = [n for n in ast.walk(a.tree) if isinstance(n, ast.Name) and n.id == ids.id and isinstance(n.ctx, ast.Load)]
+            if assign is None or not _range_ids(ctx, assign.value, q_of):
+                return _block(plan, call, "the device ids are not in device order (range / np.arange): build "
+                                          "DeviceMesh(\"neuron\", torch.tensor(device_ids).reshape(mesh_shape), mesh_dim_names=...)")
+            if len(uses) == 1:
+                drop = assign
+        elif not _range_ids(ctx, ids, q_of):
+            return _block(plan, call, "the device ids are not in device order (range / np.arange): build "
+                                      "DeviceMesh(\"neuron\", torch.tensor(device_ids).reshape(mesh_shape), mesh_dim_names=...)")
+        mesh_name = parent.targets[0].id
+        if mesh_name in plan.meshes or _single_assign(ctx, scope, mesh_name) is None:
+            return _block(plan, call, f"`{mesh_name}` is assigned more than once")
+        plan.meshes[mesh_name] = (call, drop, tuple(axis_names), scope)
+    for call, q in spmd_calls:
+        name = q.rpartition(".")[2]
+        parent = a.parent_of.get(call)
+        if q == USE_SPMD:
+            if call.args or call.keywords or not isinstance(parent, ast.Expr):
+                return _block(plan, call, "`use_spmd` is not a plain statement")
+            plan.use_spmd.append(parent)
+        elif q == COUNT:
+            if call.args or call.keywords:
+                return _block(plan, call, "unexpected arguments")
+            plan.counts.append(call)
+        elif name == "Mesh" and call in [m[0] for m in plan.meshes.values()]:
+            continue
+        elif name in _MARKS and q.startswith(SPMD_MODULES[:2]):
+            why = _mark(ctx, plan, call, parent)
+            if why:
+                return _block(plan, call, why)
+        elif name == "set_global_mesh" and q.startswith(SPMD_MODULES[:2]):
+            arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
+            if not (isinstance(parent, ast.Expr) and isinstance(arg, ast.Name) and arg.id in plan.meshes) or plan.global_mesh:
+                return _block(plan, call, "the global mesh is not one xs.Mesh built in this file")
+            plan.global_mesh = (parent, arg.id)
+        elif name == "SpmdFullyShardedDataParallel":
+            why = _fsdp(ctx, plan, call, parent)
+            if why:
+                return _block(plan, call, why)
+        elif name == "ShardingSpec":
+            return _block(plan, call, "input_sharding of a device loader: mark each batch in the loop instead "
+                                      "(xs.mark_sharding(batch, mesh, (\"data\", None, ...))), or give the DataLoader a "
+                                      "DistributedSampler and batch_size // world size, by hand")
+        else:
+            return _block(plan, call, f"`{name}` has no rewrite that keeps the single-controller program's meaning "
+                                      "(rewritten: use_spmd, the device count, a Mesh in device order, mark_sharding of "
+                                      "input batches along their batch dimension or of nn.Linear weights over one axis)")
+    if plan.weights and (plan.marks or plan.fsdp):
+        return _block(plan, plan.weights[0][0], _BOTH)
+    if plan.fsdp and plan.fsdp[3] is None:
+        if plan.global_mesh is None:
+            return _block(plan, plan.fsdp[1], "FSDPv2 without mesh= uses a global mesh not set in this file")
+        plan.fsdp = plan.fsdp[:3] + (plan.global_mesh[1],)
+    if plan.global_mesh and not plan.fsdp:
+        return _block(plan, plan.global_mesh[0], "the global mesh is read elsewhere (xs.get_global_mesh): pass the DeviceMesh there")
+    if plan.fsdp and "fsdp" not in plan.meshes[plan.fsdp[3]][2]:
+        return _block(plan, plan.fsdp[1], "FSDPv2's mesh has no 'fsdp' axis")
+    if plan.marks:
+        axes = {m[3] for m in plan.marks} | {m[2] for m in plan.marks}
+        if len({m[3] for m in plan.marks}) != 1 or len({m[2] for m in plan.marks}) != 1:
+            return _block(plan, plan.marks[0][0], f"the batches are sharded over different meshes or axes ({sorted(axes)})")
+        if plan.fsdp and (plan.marks[0][2], plan.marks[0][3]) != (plan.fsdp[3], "fsdp"):
+            return _block(plan, plan.marks[0][0], "the batch is sharded over another axis than FSDPv2's 'fsdp'")
+        why = "" if plan.fsdp else _optimizer(ctx, plan)
+        if why:
+            return _block(plan, plan.marks[0][0], why)
+    if plan.weights or plan.fsdp:
+        stmts = [w[0] for w in plan.weights] or [plan.fsdp[0]]
+        why = _after(ctx, stmts, "parallelize_module" if plan.weights else "fully_shard")
+        if why:
+            return _block(plan, stmts[0], why)
+    return plan
+
+
+def _fsdp(ctx, plan: Plan, call, parent) -> str:
+    """`model = FSDPv2(model[, mesh])`: FSDP2 fully_shard over the mesh's 'fsdp' axis."""
+    module, mesh = kwarg(call, "module", 0), kwarg(call, "mesh", 1)
+    if plan.fsdp or has_star_args(call) or len(call.args) + len(call.keywords) != (1 if mesh is None else 2):
+        return ("FSDPv2 with auto_wrap_policy, shard_output or extra_data_axis (or more than one wrap): fully_shard on "
+                "each block then on the model, over mesh['fsdp'], by hand")
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+            and isinstance(module, ast.Name) and parent.targets[0].id == module.id):
+        return "the wrap is not `model = FSDPv2(model, ...)`"
+    if mesh is not None and not (isinstance(mesh, ast.Name) and mesh.id in plan.meshes):
+        return "FSDPv2's mesh is not an xs.Mesh built in this file"
+    plan.fsdp = (parent, call, module.id, mesh.id if mesh is not None else None)
+    return ""
+
+
+_BOTH = ("the batch and the weights are both sharded (data and tensor parallelism on one mesh): DDP over mesh[data] "
+         "does not take DTensor parameters; apply the parallelize_module plan, then FSDP2 fully_shard(model, "
+         "mesh=mesh[data]), by hand")
+
+
+def _after(ctx, stmts: list, api: str) -> str:
+    """parallelize_module / fully_shard replace the module's parameters: every optimizer of the file must be built
+    after them, in the same function (XLA's annotations and FSDPv2 kept the parameter objects)."""
+    opts = [c for c, q in ctx.analysis.resolved_calls if q.startswith("torch.optim.") and q.count(".") == 2
+            and q.rpartition(".")[2][:1].isupper()]
+    if not opts:
+        return (f"no torch.optim optimizer is built in this file after the sharding: {api} replaces the parameters, "
+                "so the optimizer must be built after it")
+    last = max(_enclosing(ctx, st)[1].end_lineno for st in stmts)
+    scopes = {id(_enclosing(ctx, st)[0]) for st in stmts}
+    for c in opts:
+        scope, stmt = _enclosing(ctx, c)
+        if id(scope) not in scopes or stmt.lineno <= last:
+            return (f"an optimizer is built before the sharding (or in another function): {api} replaces the "
+                    "parameters, so build the optimizer after it")
+    return ""
+
+
+def _spec(spec, names) -> tuple | None:
+    """The literal partition spec with axis indices turned into names; None when it is not a literal of known axes."""
+    try:
+        value = ast.literal_eval(spec) if spec is not None else None
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return None
+    if not isinstance(value, (tuple, list)) or not value:
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < len(names):
+            v = names[v]
+        if v is not None and (not isinstance(v, str) or v not in names):
+            return None
+        out.append(v)
+    return tuple(out)
+
+
+def _mark(ctx, plan: Plan, call, parent) -> str:
+    t, mesh, spec = kwarg(call, "t", 0), kwarg(call, "mesh", 1), kwarg(call, "partition_spec", 2)
+    same = (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+            and isinstance(t, ast.Name) and parent.targets[0].id == t.id)  # `x = xs.mark_sharding(x, ...)`
+    if not (isinstance(parent, ast.Expr) or same) or has_star_args(call) or len(call.args) + len(call.keywords) != 3:
+        return "mark_sharding's result is used or its arguments are not (tensor, mesh, partition_spec)"
+    if _in_class(ctx, call):
+        return ("a sharding annotation inside the model (activation sharding): DTensor redistribute / "
+                "parallelize_module layouts by hand")
+    if not isinstance(mesh, ast.Name) or mesh.id not in plan.meshes:
+        return "its mesh is not an xs.Mesh built in this file"
+    _c, _d, names, mesh_scope = plan.meshes[mesh.id]
+    value = _spec(spec, names)
+    if value is None:
+        return "the partition spec is not a literal of this mesh's axes (one name or index, or None, per dimension)"
+    scope, _stmt = _enclosing(ctx, call)
+    if mesh_scope is not scope and not isinstance(mesh_scope, ast.Module):
+        return "the mesh is built in another function"
+    if isinstance(t, ast.Attribute) and t.attr == "weight" and len(value) == 2 and value.count(None) == 1:
+        axis = value[0] or value[1]
+        style = "colwise" if value[0] else "rowwise"  # Shard(0) of an nn.Linear weight [out, in] / Shard(1)
+        plan.weights.append((parent, t.value, mesh.id, axis, style))
+        return ""
+    if not isinstance(t, ast.Name):
+        return ("a parameter or sub-tensor is sharded other than an nn.Linear weight over one axis (tensor "
+                "parallelism): distribute_tensor / parallelize_module with the placements above, by hand")
+    if any(v is not None for v in value[1:]) or value[0] is None:
+        return ("a partition spec that shards more than the batch dimension (tensor or sequence parallelism): "
+                "distribute_tensor with the placements above, by hand")
+    for node in ast.walk(scope):  # a name bound by a loop over parameters is a weight, not a batch
+        if isinstance(node, ast.For) and t.id in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}:
+            it = ast.unparse(node.iter)
+            if any(f".{p}(" in it for p in _PARAMS):
+                return ("parameters are sharded (FSDP / tensor parallelism over the mesh): fully_shard or "
+                        "distribute_tensor with the placements above, by hand")
+    if any(m[1] == t.id and _enclosing(ctx, m[0])[0] is scope for m in plan.marks):
+        return f"`{t.id}` is marked twice in one function (slicing it twice would halve it again)"
+    plan.marks.append((parent, t.id, mesh.id, value[0]))
+    return ""
+
+
+def _optimizer(ctx, plan: Plan) -> str:
+    """Find the one optimizer built from `model.parameters()` in this file; DDP wraps that model just before it."""
+    found = []
+    for call, q in ctx.analysis.resolved_calls:
+        if q.startswith("torch.optim.") and q.count(".") == 2 and q.rpartition(".")[2][:1].isupper() and call.args:
+            first = call.args[0]
+            if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "parameters"
+                    and isinstance(first.func.value, ast.Name) and not first.args and not first.keywords):
+                found.append((call, first.func.value.id))
+    why = ("the model whose gradients DDP must average was not found (one torch.optim optimizer built from "
+           "`model.parameters()` in this file, after the mesh): wrap it in DistributedDataParallel(model, "
+           "device_mesh=mesh[axis]) by hand")
+    if len(found) != 1:
+        return why
+    call, model = found[0]
+    scope, stmt = _enclosing(ctx, call)
+    mesh = plan.marks[0][2]
+    mcall, _d, _n, mesh_scope = plan.meshes[mesh]
+    if (not isinstance(stmt, ast.Assign) or ctx.analysis.parent_of.get(stmt) is not scope or stmt.lineno < mcall.lineno
+            or (mesh_scope is not scope and not isinstance(mesh_scope, ast.Module))):
+        return why
+    plan.ddp = (stmt, model, mesh, plan.marks[0][3])
+    return ""
+
+
+def spmd_fix(site, ctx):
+    """(fix, note) at the file's first SPMD call when the whole program is the data-parallel shape; (None, reason)
+    at the call that blocks it; None elsewhere."""
+    plan = spmd_plan(ctx)
+    if plan.blocked is not None:
+        node, why = plan.blocked
+        return (None, why) if node is site.node else None
+    if not plan.calls or site.node is not plan.calls[0]:
+        return None
+    fx = ctx.fixer()
+    dist = fx.ref("torch.distributed")
+    for stmt in plan.use_spmd:
+        fx.replace(stmt, f'{dist}.init_process_group("neuron")')
+    for call in plan.counts:
+        fx.replace(call, f"{dist}.get_world_size()")
+    if plan.meshes:
+        init = fx.member("torch.distributed.device_mesh.init_device_mesh")
+    for call, drop, _names, _scope in plan.meshes.values():
+        shape, names = kwarg(call, "mesh_shape", 1), kwarg(call, "axis_names", 2)
+        fx.replace(call, f'{init}("neuron", {ctx.src_relative(shape)}, mesh_dim_names={ctx.src_relative(names)})')
+        if drop is not None:
+            fx.delete(drop)
+    for stmt, t, mesh, axis in plan.marks:
+        fx.replace(stmt, f'{t} = {t}.tensor_split({mesh}["{axis}"].size())[{mesh}["{axis}"].get_local_rank()]')
+    note = "one process per device under torchrun (launch with torchrun --nproc_per_node=<devices>)"
+    if plan.global_mesh is not None:
+        fx.delete(plan.global_mesh[0])
+    if plan.fsdp is not None:
+        stmt, _call, model, mesh = plan.fsdp
+        fs = fx.member("torch.distributed.fsdp.fully_shard")
+        fx.replace(stmt, f'{model} = {fs}({model}, mesh={mesh}["fsdp"])')
+        note = FSDP_NOTE
+    if plan.weights:
+        tp = "torch.distributed.tensor.parallel"
+        pm = fx.member(f"{tp}.parallelize_module")
+        rep = fx.member("torch.distributed.tensor.Replicate")
+        styles = {"colwise": f"{fx.member(f'{tp}.ColwiseParallel')}(output_layouts={rep}())",
+                  "rowwise": f"{fx.member(f'{tp}.RowwiseParallel')}(input_layouts={rep}())"}
+        for stmt, module, mesh, axis, style in plan.weights:
+            fx.replace(stmt, f'{pm}({ctx.src_relative(module)}, {mesh}["{axis}"], {styles[style]})')
+        note += "; " + TP_NOTE
+    if plan.ddp is not None:
+        stmt, model, mesh, axis = plan.ddp
+        ddp = fx.member("torch.nn.parallel.DistributedDataParallel")
+        fx.insert_before(stmt, f'{model} = {ddp}({model}, device_mesh={mesh}["{axis}"])')
+        note = NOTE
+    return fx.build(description="XLA SPMD -> one process per device (torchrun): DDP over the data axis, DTensor tensor parallelism over the model axis"), note
