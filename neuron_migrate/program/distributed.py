@@ -120,7 +120,9 @@ class DistributedFacts:
             self.launch = "torchrun"
         else:
             self.launch = None
-        others = any(q.startswith(OTHER_LAUNCHERS) for q in self.calls)
+        # XLA SPMD (xr.use_spmd()) is one process today, but NM150's rewrite makes it one process per device with a
+        # process group: never judged single-device, so ranks stay guarded calls in the rewritten program
+        others = any(q.startswith(OTHER_LAUNCHERS) for q in self.calls) or "torch_xla.runtime.use_spmd" in self.calls
         wrappers = any(q.startswith(WRAPPERS) for q in [*self.calls, *self.refs])
         self.starts_group = bool(inits or self._launch_calls() or others or wrappers)
         # a distributed program of the repository runs this file (it imports it, or starts it with torchrun): what

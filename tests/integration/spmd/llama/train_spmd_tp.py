@@ -51,7 +51,7 @@ def main(out_dir):
         losses.append(loss.item())
         xm.master_print(f"step {step} loss {loss.item():.6f}")
 
-    with open(os.path.join(out_dir, f"rank{os.environ.get('RANK', 0)}.json"), "w") as fh:
+    with open(os.path.join(out_dir, f"rank{xr.process_index()}.json"), "w") as fh:
         json.dump({"world": num_devices, "losses": losses}, fh)
 
 
