@@ -59,3 +59,27 @@ def test_the_one_liners_answer_as_the_helpers_did(ruleset, tmp_path):
                                        timeout=120)
     assert run({}).stdout.split() == ["0", "1"]
     assert run({"RANK": "3", "WORLD_SIZE": "4"}).stdout.split() == ["3", "4"]
+
+
+def test_a_use_in_a_decorator_counts(ruleset):
+    """Uses are found in every statement that writes the helper's name, a decorator above its def included (only
+    those statements are walked: prune._naming)."""
+    body = ("def f():\n    return xm.get_ordinal(), xm.get_ordinal()\n\n\n"
+            "@some_registry(\n    rank=xm.get_ordinal(),\n)\n"
+            "def g():\n    return 0\n")
+    out = _fix(body, ruleset)
+    assert "def _neuron_rank():" in out and out.count("_neuron_rank()") == 4  # three uses: stays a helper
+    out = _fix(body.replace("xm.get_ordinal(), xm.get_ordinal()", "xm.get_ordinal()", 1), ruleset)
+    assert "def _neuron" not in out and out.count('int(os.environ.get("RANK", 0))') == 2  # two: inlined
+
+
+def test_statements_naming_a_helper():
+    import ast
+
+    from neuron_migrate.files.lines import source_lines
+    from neuron_migrate.rewrite.prune import _naming
+
+    text = "x = 1\n\n@deco(\n    _h(),\n)\ndef f():\n    pass\n\n\ny = [\n    1,\n    _h,\n]\nz = 2\n"
+    tree = ast.parse(text)
+    assert [s.lineno for s in _naming(tree, source_lines(text, keepends=True), {"_h"})] == [6, 10]
+    assert _naming(tree, source_lines(text, keepends=True), {"_other"}) == []
