@@ -287,7 +287,7 @@ def sink_names(data: bytes) -> dict:
     """{name: first line} of the plain names (not attributes) a backend or device position reads: `backend=backend`,
     `.to(device)`, `torch.device(device)` (what a config file's global of that name becomes in the program)."""
     out: dict = {}
-    for start in sorted({s for needle in _SINK_NEEDLES if needle in data for s in _line_starts(data, needle)}):
+    for start in sorted({s for needle in _SINK_NEEDLES for s in _line_starts(data, needle)}):
         end = data.find(b"\n", start)
         line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
         if line.lstrip().startswith("#"):
@@ -300,7 +300,7 @@ def sink_names(data: bytes) -> dict:
 
 def _value_attrs(data: bytes) -> dict:
     """{name: line} of fields, globals and command-line options whose default names a backend or a device."""
-    starts = sorted({s for word in _VALUE_WORDS if word in data for s in _line_starts(data, word)})
+    starts = sorted({s for word in _VALUE_WORDS for s in _line_starts(data, word)})
     out: dict = {}
     for start in starts:
         end = data.find(b"\n", start)
@@ -324,7 +324,7 @@ def _sink_attrs(data: bytes) -> dict:
     """{attribute name: first line} of the attributes a backend or device position reads (see `_SINK_ATTR`). A scan,
     not a parse: a name it finds that is no config value changes nothing (the model only marks value sets of that
     name as reaching torch, which the other file's own strings then decide)."""
-    starts = sorted({s for needle in _SINK_NEEDLES if needle in data for s in _line_starts(data, needle)})
+    starts = sorted({s for needle in _SINK_NEEDLES for s in _line_starts(data, needle)})
     if not starts:
         return {}
     out: dict = {}
