@@ -45,6 +45,28 @@ HELPERS: dict[str, Helper] = {
 ''',
         {"os": "os"},
     ),
+    "_neuron_policy_modules": Helper(
+        '''def _neuron_policy_modules(model, policy):
+    """The submodules XLA FSDP's auto_wrap_policy wrapped, innermost first (the order FSDP2 shards in), chosen as
+    its recursive wrap chose them: the policy is asked about a module with the parameters of its subtree, and if
+    yes about its children, then about the module with the parameters its wrapped children left (the model itself
+    is not among them: it is sharded last, by the caller)."""
+    chosen = []
+
+    def visit(module, root):
+        numel = sum(p.numel() for p in module.parameters())
+        if not policy(module=module, recurse=True, nonwrapped_numel=numel):
+            return 0
+        wrapped = sum(visit(child, False) for child in module.children())
+        if not root and policy(module=module, recurse=False, nonwrapped_numel=numel - wrapped):
+            chosen.append(module)
+            return numel
+        return wrapped
+
+    visit(model, True)
+    return chosen
+''',
+    ),
     "_accelerator_device": Helper(
         '''def _accelerator_device():
     """This process's accelerator (neuron, cuda, ...), or the CPU when there is none."""

@@ -46,6 +46,29 @@ def _user_frame(skip_dirs: tuple) -> tuple[str, int]:
     return "", 0
 
 
+def _logical(t, param):
+    """The parameter (or its gradient) as the model defines it, whichever way a sharding wrapper holds it: an FSDP2
+    DTensor gathered whole (a collective: every rank records at the same step), an XLA FSDP shard (one replica:
+    the whole parameter, flattened and padded) cut and reshaped to the parameter's size."""
+    if hasattr(t, "full_tensor") and hasattr(t, "placements"):
+        return t.full_tensor()
+    size = getattr(param, "_orig_size", None)
+    if getattr(param, "_is_sharded", False) and size is not None and t.dim() == 1 and t.numel() >= size.numel():
+        return t[:size.numel()].view(size)
+    return t
+
+
+# the module names sharding wrappers insert (XLA FSDP, torch FSDP1), and XLA FSDP's own parameter names
+_WRAPPER_PARTS = ("_fsdp_wrapped_module", "_fpw_module", "_fsdp_shard")
+
+
+def _param_name(name: str) -> str:
+    """`_fsdp_wrapped_module.0._fsdp_shard_FSDP_SHARD_SEPARATOR__fsdp_wrapped_module_FSDP_SHARD_SEPARATOR_weight` ->
+    `0.weight`: the name in the unwrapped model, as FSDP2 keeps it."""
+    parts = name.replace("_FSDP_SHARD_SEPARATOR_", ".").split(".")
+    return ".".join(p for p in parts if p not in _WRAPPER_PARTS)
+
+
 def _scalar_hparams(group: dict) -> dict:
     out = {}
     for k, v in group.items():
@@ -251,7 +274,9 @@ class Recorder:
     def _params_of(self, opt):
         return [p for g in opt.param_groups for p in g["params"]]
 
-    def _keep(self, tensors):
+    def _keep(self, tensors, params=None):
+        if params is not None:
+            tensors = [None if t is None else _logical(t, p) for t, p in zip(tensors, params)]
         total = sum(t.numel() for t in tensors if t is not None)
         if total > self.cap:  # too big to keep every step: a fixed slice and the norm of each
             return [None if t is None else {"norm": t.detach().float().norm().clone(),
@@ -265,11 +290,13 @@ class Recorder:
             site["params"] = [self.names.get(id(p), f"group{gi}.{pi}") for gi, g in enumerate(opt.param_groups)
                               for pi, p in enumerate(g["params"])]
             self.opt_sites.append(site)
-        self.grads.append((self.opt_index[id(opt)], self._keep([p.grad for p in self._params_of(opt)])))
+        params = self._params_of(opt)
+        self.grads.append((self.opt_index[id(opt)], self._keep([p.grad for p in params], params)))
         self.hparams.append([_scalar_hparams(g) for g in opt.param_groups])
 
     def _post_step(self, opt, args, kwargs):
-        self.params.append(self._keep(self._params_of(opt)))
+        params = self._params_of(opt)
+        self.params.append(self._keep(params, params))
         dist = self.torch.distributed
         self.world_sizes.append(dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1)
         self.step += 1
@@ -282,7 +309,7 @@ class Recorder:
             for n, m in module.named_modules():
                 self.module_names.setdefault(id(m), f"{root}.{n}" if n else root)
             for n, p in module.named_parameters():
-                self.names.setdefault(id(p), n)
+                self.names.setdefault(id(p), _param_name(n))
         if not module.training and self.torch.is_grad_enabled():
             name = self.module_names.get(id(module), type(module).__name__)
             self.eval_modules.setdefault(self.step, set()).add(name)

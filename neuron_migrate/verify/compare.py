@@ -88,6 +88,18 @@ def _hparam_diffs(ha: list, hb: list) -> list[dict]:
     return out
 
 
+def _same_names_other_order(meta_a: dict, meta_b: dict) -> list | None:
+    """With one optimizer on each side holding the same named parameters in another order: for each of the
+    original's, its index in the migrated program's list; else None (compared by position)."""
+    opts_a, opts_b = meta_a.get("optimizers") or [], meta_b.get("optimizers") or []
+    if len(opts_a) != 1 or len(opts_b) != 1:
+        return None
+    na, nb = opts_a[0].get("params", []), opts_b[0].get("params", [])
+    if na == nb or len(set(na)) != len(na) or set(na) != set(nb) or len(na) != len(nb):
+        return None
+    return [nb.index(n) for n in na]
+
+
 def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: str | None = None) -> dict:
     """a: the original, b: the migrated. Returns {'mode', 'gates', 'steps', 'rows', 'first', 'equivalent', ...};
     `first` is None or {'step', 'what': 'loss'|'grad'|'param'|'hparams'|'steps', 'detail', ...}."""
@@ -98,6 +110,11 @@ def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: s
     steps_a, steps_b = meta_a.get("loss_steps", []), meta_b.get("loss_steps", [])
     grads_a, grads_b = data_a.get("grads", []), data_b.get("grads", [])
     params_a, params_b = data_a.get("params", []), data_b.get("params", [])
+    order = _same_names_other_order(meta_a, meta_b)
+    if order is not None:  # e.g. XLA FSDP lists a wrapper's own parameters before its wrapped children's
+        names = meta_a["optimizers"][0]["params"]
+        grads_b = [[ts[i] for i in order] for ts in grads_b]
+        params_b = [[ts[i] for i in order] for ts in params_b]
     n_steps = min(len(params_a), len(params_b))
     rows: list[dict] = []
     first = None

@@ -101,3 +101,29 @@ def test_xla_fsdp_becomes_fsdp2_and_two_processes_match_one(migrated, tmp_path):
     for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):
         assert abs((a + b) / 2 - ref) <= LOSS_TOL, (step, ref, a, b)
     assert one[0]["losses"][0] != one[0]["losses"][-1]
+
+
+@pytest.mark.parametrize("script, expect", [
+    ("train_size_policy.py", "for module in _neuron_policy_modules(model, functools.partial(size_based_auto_wrap_policy, "
+                             "min_num_params=6000)):\n        fully_shard(module)\n    fully_shard(model)\n"),
+    ("train_layer_classes.py", "for module in reversed(list(model.modules())):  # innermost first\n"
+                               "        if isinstance(module, (Block, RMSNorm)):\n"),
+])
+def test_nested_fsdp_units_become_fsdp2_and_two_processes_match_one(migrated, tmp_path, script, expect):
+    """The decoder program with a size-based policy (min_num_params=6000: the embedding, the LM head and the MLP
+    projections, then each decoder layer around its projections) and with transformer_auto_wrap_policy of two
+    classes, one nested in the other ({Block, RMSNorm}): both become FSDP2, the inner units sharded first (FSDP2
+    refuses a parent sharded before its child), and the mean of the two ranks' losses equals the 1-process loss at
+    every step within LOSS_TOL. Which modules the size-based policy picks is checked against torch_xla's own
+    XLA FSDP in tests/verify/test_xla_slow.py."""
+    text = (migrated / "fsdp_decoder" / script).read_text()
+    assert expect in text, text
+    assert "FSDP(" not in text and "torch_xla" not in text
+    code = str(migrated / "fsdp_decoder")
+    one = _run(migrated, f"fsdp_decoder/{script}", 1, tmp_path / "one", code)
+    two = _run(migrated, f"fsdp_decoder/{script}", 2, tmp_path / "two", code)
+    assert one[0]["world"] == 1 and two[0]["world"] == two[1]["world"] == 2
+    assert len(one[0]["losses"]) == len(two[0]["losses"]) == 5
+    for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):
+        assert abs((a + b) / 2 - ref) <= LOSS_TOL, (step, ref, a, b)
+    assert one[0]["losses"][0] != one[0]["losses"][-1]

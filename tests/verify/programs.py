@@ -307,3 +307,24 @@ def main():
 if __name__ == "__main__":
     main()
 '''
+
+
+# Which modules XLA FSDP's auto-wrap gives their own unit (argv[1]: a size-based min_num_params, or "classes":
+# transformer_auto_wrap_policy of {Block, RMSNorm}), on the decoder of tests/integration/fsdp_zero/fsdp_decoder.
+XLA_FSDP_UNITS = '''\
+import functools
+import sys
+
+import torch_xla.core.xla_model as xm
+from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+from torch_xla.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer_auto_wrap_policy
+
+from model import Block, Decoder, RMSNorm
+
+policy = (functools.partial(size_based_auto_wrap_policy, min_num_params=int(sys.argv[1])) if sys.argv[1] != "classes"
+          else functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block, RMSNorm}))
+model = FSDP(Decoder().to(xm.xla_device()), auto_wrap_policy=policy)
+for name, m in model.named_modules():
+    if isinstance(m, FSDP) and name:
+        print("UNIT", ".".join(p for p in name.split(".") if p not in ("_fsdp_wrapped_module", "_fpw_module")))
+'''

@@ -157,3 +157,52 @@ def test_the_report_shows_the_distributed_check():
     page = verify_section(0, verify_summary("v", doc), _e, _divergence_chart)
     assert 'data-testid="verify-0-distributed">2 processes' in page and "NOT consistent" in page
     assert "w differs between rank 0 and rank 1" in page
+
+
+def test_parameters_listed_in_another_order_are_matched_by_name():
+    """XLA FSDP lists a wrapper's own (remainder) parameters before its wrapped children's; FSDP2 keeps the model's
+    order: the same parameters by name are compared with each other, and a real difference still fails."""
+    losses, grads, params = _trajectory()
+    meta_a, data_a = _run(losses, grads, params)
+    swapped = lambda steps: [[ts[1], ts[0]] for ts in steps]  # noqa: E731
+    meta_b, data_b = _run(losses, swapped(grads), swapped(params))
+    meta_b["optimizers"] = [{"params": ["b", "w"]}]
+    assert compare_runs(meta_a, data_a, meta_b, data_b)["equivalent"]
+    meta_b["optimizers"] = [{"params": ["w", "b"]}]  # positions alone would compare w with b
+    assert not compare_runs(meta_a, data_a, meta_b, data_b)["equivalent"]
+    bad = swapped(params)
+    bad[1][0] = bad[1][0] * 1.5  # b after step 1
+    meta_c, data_c = _run(losses, swapped(grads), bad)
+    meta_c["optimizers"] = [{"params": ["b", "w"]}]
+    first = compare_runs(meta_a, data_a, meta_c, data_c)["first"]
+    assert first["step"] == 1 and first["what"] == "param" and first["param"] == "b"
+
+
+def test_sharded_parameters_are_recorded_as_the_model_defines_them():
+    """XLA FSDP's parameter names and shards (one replica: the whole parameter flattened and padded), and FSDP2's
+    DTensors, are recorded as the unwrapped model's parameter: its name and its full tensor."""
+    from neuron_migrate.verify import bootstrap
+
+    assert bootstrap._param_name("_fsdp_wrapped_module.0._fsdp_shard_FSDP_SHARD_SEPARATOR__fsdp_wrapped_module"
+                                 "_FSDP_SHARD_SEPARATOR_weight") == "0.weight"
+    assert bootstrap._param_name("_fsdp_shard_FSDP_SHARD_SEPARATOR__fsdp_wrapped_module_FSDP_SHARD_SEPARATOR_2"
+                                 "_FSDP_SHARD_SEPARATOR_bias") == "2.bias"
+    assert bootstrap._param_name("module.layers.0.weight") == "module.layers.0.weight"  # DDP's prefix stays
+    full = torch.arange(6.0).view(2, 3)
+    shard = torch.nn.Parameter(torch.cat([full.reshape(-1), torch.zeros(122)]))
+    shard._is_sharded, shard._orig_size = True, full.size()
+    assert torch.equal(bootstrap._logical(shard.detach(), shard), full)
+    plain = torch.ones(3)
+    assert bootstrap._logical(plain, plain) is plain
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        d = distribute_tensor(full, init_device_mesh("cpu", (1,)), [Shard(0)])
+        got = bootstrap._logical(d, d)
+        assert type(got) is torch.Tensor and torch.equal(got, full)
+    finally:
+        dist.destroy_process_group()

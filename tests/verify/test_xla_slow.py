@@ -120,12 +120,9 @@ REALISTIC = REPO / "tests" / "integration" / "realistic"
 REALISTIC_PLAN = {
     "amp_syncfree.py": "under torch_xla 2.9",  # torch_xla.amp.autocast fails on torch_xla 2.9 itself
 }
-# name -> what verify reports today where its comparison, not the program, is at fault: torch FSDP1 (the migrated
-# side, which runs on the emulated device since it has aten::record_stream) flattens parameters into FlatParameters
-# where torch_xla's FSDP keeps them, so the optimizers' parameter lists differ although the losses agree
-REALISTIC_VERIFY_GAPS = {
-    "fsdp.py": "the optimizer holds 4 parameters in the original, 2 in the migrated program",
-}
+# name -> what verify reports today where its comparison, not the program, is at fault (none: fsdp.py's XLA FSDP
+# becomes FSDP2, whose DTensor parameters verify gathers whole and matches by name with XLA FSDP's shards)
+REALISTIC_VERIFY_GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in REALISTIC.glob("*.py") if not p.name.endswith(".golden.py")))
@@ -146,6 +143,10 @@ def test_each_realistic_script_is_verified_against_its_torch_xla_original(tmp_pa
         assert result["comparison"]["worst"]["loss"] < 1e-4, render_text(result)  # the losses agree
         pytest.xfail(f"verify cannot compare {script} yet: {gap}")
     assert result["verdict"] == "equivalent", render_text(result)
+    assert result["comparison"]["steps"] == 3
+    if script == "fsdp.py":  # XLA FSDP's 4 shards against FSDP2's 4 DTensors, by name
+        assert "NM151" in {c for h in result["hunks"] for c in h["codes"]}, render_text(result)
+        assert result["comparison"]["worst"]["grad"] < 1e-5, render_text(result)
 
 
 def test_xm_all_reduce_scale_in_one_replica_is_kept_by_the_rewrite(tmp_path, xla_python):
@@ -222,3 +223,49 @@ def test_a_changed_scale_in_a_rewritten_collective_shows_with_two_processes_agai
     assert result["where"]["collective"] == "all_reduce" and result["where"]["source"] == f"train.py:{line}"
     assert summary_line(result).startswith(f"diverges at step 0 in the gradient all_reduce (train.py:{line}), "
                                            f"changed by hand at train.py:{line}"), summary_line(result)
+
+
+@pytest.mark.parametrize("policy", ["6000", "20000", "100", "classes"])
+def test_the_fsdp2_rewrite_shards_the_modules_xla_fsdp_wrapped(tmp_path, xla_python, policy):
+    """NM151's FSDP2 output calls fully_shard on the modules XLA FSDP's auto-wrap gave their own unit: the
+    size-based policy through _neuron_policy_modules (torch's policy, asked as XLA's recursive wrap asked it),
+    several layer classes through a loop over the modules, innermost first. The units torch_xla 2.9 makes on the
+    decoder of tests/integration/fsdp_zero are the modules the rewrite shards, in an order FSDP2 accepts."""
+    import functools
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+    from neuron_migrate.rules.helpers import HELPERS
+    from tests.verify.programs import XLA_FSDP_UNITS
+
+    decoder = REPO / "tests" / "integration" / "fsdp_zero" / "fsdp_decoder"
+    shutil.copy(decoder / "model.py", tmp_path / "model.py")
+    (tmp_path / "units.py").write_text(XLA_FSDP_UNITS)
+    p = subprocess.run([xla_python, "units.py", policy], cwd=tmp_path, env={**os.environ, "PJRT_DEVICE": "CPU"},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    xla = sorted(line.split()[1] for line in p.stdout.splitlines() if line.startswith("UNIT "))
+    assert xla, p.stdout
+
+    sys.path.insert(0, str(decoder))
+    try:
+        from model import Block, Decoder, RMSNorm
+    finally:
+        sys.path.remove(str(decoder))
+    model = Decoder()
+    names = {id(m): n for n, m in model.named_modules()}
+    if policy == "classes":
+        chosen = [m for m in reversed(list(model.modules())) if isinstance(m, (Block, RMSNorm))]
+    else:
+        ns: dict = {"torch": torch}
+        exec(HELPERS["_neuron_policy_modules"].source, ns)
+        chosen = ns["_neuron_policy_modules"](model, functools.partial(size_based_auto_wrap_policy,
+                                                                       min_num_params=int(policy)))
+    assert sorted(names[id(m)] for m in chosen if m is not model) == xla
+    for i, outer in enumerate(chosen):  # innermost first: no module comes before one it contains
+        inside = {id(x) for x in outer.modules() if x is not outer}
+        assert not any(id(later) in inside for later in chosen[i + 1:]), names[id(outer)]

@@ -105,6 +105,7 @@ class Plan:
         self.dropped: list = []  # keywords dropped because they spell out the default
         self.fsdp2_mapped: list = []  # (node, why): keywords FSDP2 maps (mixed precision) and FSDP1 does not
         self.fsdp2 = False  # the fix writes FSDP2 fully_shard (else FSDP1 FullyShardedDataParallel)
+        self.fsdp2_policy_kept = False  # FSDP2 with the policy kept (torch's), choosing the modules to shard
 
     @property
     def active(self) -> bool:
@@ -441,16 +442,21 @@ def _fsdp2_fix(ctx, plan: Plan) -> Optional[Fix]:
         kws = {k.arg: k.value for k in call.keywords if k not in plan.dropped and k.arg != "module"}
         if set(kws) - {"auto_wrap_policy", "reshard_after_forward", *_FSDP2_MAPPED}:
             return None
-        layer = None
-        if "auto_wrap_policy" in kws:
-            found = _single_layer_policy(ctx, kws["auto_wrap_policy"], call)
-            if found is None:
-                return None
-            layer, policy_node, assign = found
-            allowed.add(id(policy_node))
-            if assign is not None:
-                edits.append(("delete", assign))
+        layers, kept_policy = None, None
+        policy_expr = kws.get("auto_wrap_policy")
+        if policy_expr is not None and not (isinstance(policy_expr, ast.Constant) and policy_expr.value is None):
             if not isinstance(module, (ast.Name, ast.Attribute)):
+                return None
+            found = _layer_policy(ctx, policy_expr, call)
+            if found is not None:
+                layers, policy_node, assign = found
+                allowed.add(id(policy_node))
+                if assign is not None:
+                    edits.append(("delete", assign))
+            elif _is_policy(ctx, policy_expr, function_of(a, call)):
+                kept_policy = policy_expr  # the policy stays (torch's), and chooses the modules as XLA's wrap did
+                plan.fsdp2_policy_kept = True
+            else:
                 return None
         opts = []
         if "reshard_after_forward" in kws:
@@ -469,13 +475,22 @@ def _fsdp2_fix(ctx, plan: Plan) -> Optional[Fix]:
         model = ctx.src_relative(module)
         target = ctx.src(stmt.targets[0])
         lines = []
-        if layer is not None:
-            var = next(n for n in ("module", "submodule", "layer_module", "_module") if n not in a.defined_names)
-            lines += [f"for {var} in {model}.modules():", f"    if isinstance({var}, {ctx.src(layer)}):",
+        var = next(n for n in ("module", "submodule", "layer_module", "_module") if n not in a.defined_names)
+        if layers is not None and len(layers) == 1:
+            lines += [f"for {var} in {model}.modules():", f"    if isinstance({var}, {ctx.src(layers[0])}):",
                       f"        {fully}({var}{extra})"]
+        elif layers is not None:  # classes may nest: the inner ones first (FSDP2 shards bottom-up)
+            classes = ", ".join(ctx.src(c) for c in layers)
+            lines += [f"for {var} in reversed(list({model}.modules())):  # innermost first",
+                      f"    if isinstance({var}, ({classes})):", f"        {fully}({var}{extra})"]
+        elif kept_policy is not None:
+            lines += [f"for {var} in {fx.helper('_neuron_policy_modules')}({model}, {ctx.src(kept_policy)}):",
+                      f"    {fully}({var}{extra})"]
         lines.append(f"{fully}({model}{extra})" if target == model else f"{target} = {fully}({model}{extra})")
         edits.append(("replace", stmt, "\n".join(lines)))
         targets.add(_terminal(stmt.targets[0]))
+    if plan.fsdp2_policy_kept and not _point_policies_to_torch(ctx, plan, fx, allowed):
+        return None
     for node, _q in plan.uses:
         if not isinstance(node, ast.ImportFrom) and id(node) not in allowed:
             return None  # isinstance tests, policies elsewhere: FSDP1 keeps those
@@ -491,10 +506,31 @@ def _fsdp2_fix(ctx, plan: Plan) -> Optional[Fix]:
     return fx.build("unsafe", description="XLA FSDP -> FSDP2 fully_shard")
 
 
-def _single_layer_policy(ctx, expr, call):
-    """(layer class node, policy name node, assignment to delete or None) for
-    `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Layer})`, given inline or through a
-    name assigned that once and read only by this wrap."""
+def _point_policies_to_torch(ctx, plan: Plan, fx, allowed: set) -> bool:
+    """Every reference to a torch_xla policy names torch.distributed.fsdp.wrap's (same parameters; the helper
+    passes nonwrapped_numel=, which torch's expects, where XLA's recursive wrap passed unwrapped_params=). False
+    where an import of the policies also imports something else."""
+    a = ctx.analysis
+    names = _new_names(a)
+    for node, q in plan.uses:
+        if isinstance(node, ast.ImportFrom):
+            if node.module == _WRAP:
+                if not all(f"{_WRAP}.{al.name}" in POLICIES for al in node.names):
+                    return False
+                _move_import(ctx, fx, node, names)
+            continue
+        if q in POLICIES:
+            allowed.add(id(node))
+            new = _spelling(ctx, fx, node, f"torch.distributed.fsdp.wrap.{POLICIES[q]}", names)
+            if new is not None:
+                fx.replace(node, new)
+    return True
+
+
+def _layer_policy(ctx, expr, call):
+    """(layer class nodes, policy name node, assignment to delete or None) for
+    `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Layer, ...})`, given inline or through
+    a name assigned that once and read only by this wrap."""
     a = ctx.analysis
     assign = None
     if isinstance(expr, ast.Name):
@@ -515,10 +551,10 @@ def _single_layer_policy(ctx, expr, call):
     if a.resolve(policy, scope_at(a, policy), count_use=False) != f"{_WRAP}.transformer_auto_wrap_policy":
         return None
     classes = expr.keywords[0].value
-    if not (isinstance(classes, (ast.Set, ast.List, ast.Tuple)) and len(classes.elts) == 1
-            and isinstance(classes.elts[0], (ast.Name, ast.Attribute))):
-        return None  # several classes may nest: FSDP2 shards bottom-up, which a loop over modules() is not
-    return classes.elts[0], policy, assign
+    if not (isinstance(classes, (ast.Set, ast.List, ast.Tuple)) and classes.elts
+            and all(isinstance(c, (ast.Name, ast.Attribute)) for c in classes.elts)):
+        return None
+    return classes.elts, policy, assign
 
 
 def _terminal(node) -> Optional[str]:
@@ -711,13 +747,21 @@ _PREFIXES = [f"{PKG}.xla_fully_sharded_data_parallel.*", f"{PKG}.state_dict_util
         old run do not load, and memory use differs. `xm.optimizer_step(opt)` on the wrapped model's optimizer
         becomes `opt.step()` (NM110): XLA FSDP documents that `xm.optimizer_step` must not be used with it (it
         all-reduced the already reduce-scattered shard gradients); torch FSDP averages the gradients itself.
-        FSDP2 (preferred by TorchNeuron): where every wrap is `T = FSDP(Y, ...)` with no auto-wrap policy or
-        `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={{Layer}})` (one class: several
-        may nest, and FSDP2 shards bottom-up), keywords among `reshard_after_forward` (same name in FSDP2),
-        `compute_dtype` (-> `mp_policy=MixedPrecisionPolicy(param_dtype=...)`, with `reduce_dtype=torch.float32`
-        for `fp32_reduce_scatter=True`) and XLA defaults, and the model's `.module`/`.clip_grad_norm_` and
-        `isinstance` tests unused, the fix writes `fully_shard(module)` for each module of that class in Y,
-        then `fully_shard(Y)`, and deletes the policy. FSDP2 leaves buffers in their dtype (XLA FSDP cast
+        FSDP2 (preferred by TorchNeuron): where every wrap is `T = FSDP(Y, ...)` with keywords among
+        `auto_wrap_policy`, `reshard_after_forward` (same name in FSDP2), `compute_dtype` (->
+        `mp_policy=MixedPrecisionPolicy(param_dtype=...)`, with `reduce_dtype=torch.float32` for
+        `fp32_reduce_scatter=True`) and XLA defaults, and the model's `.module`/`.clip_grad_norm_` and
+        `isinstance` tests unused, the fix calls `fully_shard` on each module XLA FSDP's auto-wrap gave its own
+        unit, innermost first (FSDP2 shards bottom-up), then `fully_shard(Y)`. With no policy: `fully_shard(Y)`.
+        `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={{Layer}})`: a loop over
+        `Y.modules()` with `isinstance(module, Layer)`, and the policy is deleted; several classes (which may
+        nest, as an RMSNorm inside a decoder layer): the loop runs over `reversed(list(Y.modules()))`, inner
+        modules first. Any other torch_xla policy (`size_based_auto_wrap_policy`, `lambda_auto_wrap_policy`,
+        `always_wrap_policy`, a `functools.partial` of one or a name assigned one): the policy stays, pointed at
+        torch.distributed.fsdp.wrap's (same parameters), and the inserted `_neuron_policy_modules(Y, policy)`
+        returns the modules XLA's recursive wrap chose (the policy asked about each module with its subtree's
+        parameters, then with those its wrapped children left, with `nonwrapped_numel=` for XLA's
+        `unwrapped_params=`); checked against torch_xla 2.9's own wrapping on a decoder (slow suite). FSDP2 leaves buffers in their dtype (XLA FSDP cast
         floating buffers to `buffer_dtype`, default `compute_dtype`: the finding says so). Checked by running
         (tests/integration/test_fsdp_zero_rewrite.py): a decoder program rewritten this way gives, with 2
         processes, the 1-process loss within 1e-5 at every step.
@@ -750,8 +794,8 @@ def xla_fsdp(site, ctx):
                 note += (" Mixed precision: MixedPrecisionPolicy casts the parameters and the floating inputs to param_dtype and "
                          "reduces gradients in it (reduce_dtype=torch.float32 for fp32_reduce_scatter=True); XLA FSDP also "
                          "cast floating buffers to buffer_dtype (default compute_dtype), FSDP2 leaves buffers as they are.")
-            return ctx.finding(site, "XLA FSDP wrap becomes FSDP2 fully_shard (each module of the auto-wrap policy's layer "
-                                     "class first, then the model)", fix=plan.fix, note=note)
+            return ctx.finding(site, "XLA FSDP wrap becomes FSDP2 fully_shard (each module the auto-wrap policy wrapped, "
+                                     "innermost first, then the model)", fix=plan.fix, note=note)
         return ctx.finding(site, f"`{name}`: XLA FSDP becomes FSDP2 fully_shard (torch.distributed.fsdp)", fix=plan.fix)
     if site.kind == "import":
         return ctx.finding(site, f"`{name}`: imported from torch.distributed.fsdp instead", fix=plan.fix)
@@ -797,9 +841,12 @@ def xla_fsdp_wrap_policy(site, ctx):
     name = site.key.rsplit(".", 1)[1]
     plan = fsdp_plan(ctx)
     if plan.active:
+        if plan.fsdp2 and plan.fsdp2_policy_kept:
+            return ctx.finding(site, f"`{name}` becomes torch.distributed.fsdp.wrap's, and _neuron_policy_modules asks it which "
+                                     "modules get FSDP2 fully_shard, as XLA FSDP's recursive wrap did (NM151's fix)", fix=plan.fix)
         if plan.fsdp2:
-            return ctx.finding(site, f"`{name}` becomes a loop calling FSDP2 fully_shard on each module of its layer class "
-                                     "(NM151's fix)", fix=plan.fix)
+            return ctx.finding(site, f"`{name}` becomes a loop calling FSDP2 fully_shard on each module of its layer "
+                                     "class(es) (NM151's fix)", fix=plan.fix)
         if plan.fix is not None:
             return ctx.finding(site, f"`{name}` moves to torch.distributed.fsdp.wrap together with the XLA FSDP wrapper "
                                      "(NM151's fix)")

@@ -4,10 +4,29 @@ import functools
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+
+def wrapped_by_policy(model, policy):
+    """fully_shard has no auto_wrap_policy: the submodules XLA FSDP's recursive wrap gave their own unit, inner
+    ones first (the policy sees a module's parameters, then those its wrapped children left)."""
+    found = []
+
+    def walk(module, top):
+        total = sum(p.numel() for p in module.parameters())
+        if not policy(module=module, recurse=True, nonwrapped_numel=total):
+            return 0
+        inner = sum(walk(child, False) for child in module.children())
+        if top or not policy(module=module, recurse=False, nonwrapped_numel=total - inner):
+            return inner
+        found.append(module)
+        return total
+
+    walk(model, True)
+    return found
 
 
 def synthetic_data(n=512, features=16, classes=4, seed=0):
@@ -23,7 +42,9 @@ def main():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)).to(device)
     policy = functools.partial(size_based_auto_wrap_policy, min_num_params=500)
-    model = FSDP(model, auto_wrap_policy=policy)
+    for block in wrapped_by_policy(model, policy):
+        fully_shard(block)
+    fully_shard(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     dataset = synthetic_data()
     sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank())
