@@ -17,6 +17,13 @@ torchrun with one process per device, and 2 processes train the same model as 1.
   the global (num_devices, 1) ("fsdp", "model") mesh, the token batch of 4 marked ("fsdp", None)): FSDP2
   `fully_shard(model, mesh=mesh["fsdp"])` and each rank's slice; the mean of the two ranks' losses equals the
   1-process loss within LOSS_TOL (measured: below 1e-6).
+- spmd/decoder_fsdpv2 (the layout of examples/fsdp/train_decoder_only_fsdp_v2.py: a trainer subclass of a base
+  trainer in another module, `self.mesh`, `xs.set_global_mesh`, `pl.MpDeviceLoader(..., input_sharding=
+  xs.ShardingSpec(self.mesh, ("fsdp", None)))` over a global batch of batch_size * num_devices,
+  `FSDPv2(self.model, auto_wrap_policy=<transformer_auto_wrap_policy of DecoderLayer>)`, `xr.use_spmd()` under
+  `__main__`): fully_shard on each DecoderLayer then the model, the loader through _BatchSlices. 2 processes at
+  batch 2 per device against 1 at batch 4 (the same global batches): the mean of the ranks' losses equals the
+  1-process loss within LOSS_TOL (measured: below 1e-6).
 
 The harness maps the `neuron` device to the CPU and the `neuron` backend to gloo (tests/integration/neuron_on_cpu).
 """
@@ -56,14 +63,14 @@ def migrated(tmp_path_factory) -> Path:
     return work
 
 
-def _run(program: Path, script: str, nproc: int, out: Path, log_dir: Path | None = None) -> list[dict]:
+def _run(program: Path, script: str, nproc: int, out: Path, log_dir: Path | None = None, args=()) -> list[dict]:
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(PYTHONPATH=os.pathsep.join((str(SHIM), str(program))), OMP_NUM_THREADS="1", OUT_DIR=str(out))
     if log_dir is not None:
         env["NEURON_ON_CPU_COLLECTIVES"] = str(log_dir)
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-    p = run_torchrun([script], nproc=nproc, cwd=program, env=env, timeout=300)
+    p = run_torchrun([script, *args], nproc=nproc, cwd=program, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
@@ -133,10 +140,25 @@ def test_tensor_parallel_spmd_llama_two_processes_match_one(migrated, tmp_path):
 def test_fsdpv2_spmd_llama_becomes_fsdp2_and_two_processes_match_one(migrated, tmp_path):
     prog = migrated / "llama"
     text = (prog / "train_spmd_fsdp.py").read_text()
-    assert 'model = fully_shard(model, mesh=mesh["fsdp"])' in text and "set_global_mesh" not in text
+    assert '    fully_shard(model, mesh=mesh["fsdp"])\n    optimizer = ' in text and "set_global_mesh" not in text
     assert 'tokens = tokens.tensor_split(mesh["fsdp"].size())[mesh["fsdp"].get_local_rank()]' in text
     one = _run(prog, "train_spmd_fsdp.py", 1, tmp_path / "one")
     two = _run(prog, "train_spmd_fsdp.py", 2, tmp_path / "two")
+    assert one[0]["world"] == 1 and two[0]["world"] == two[1]["world"] == 2
+    assert len(one[0]["losses"]) == len(two[0]["losses"]) == 6
+    for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):
+        assert abs((a + b) / 2 - ref) <= LOSS_TOL, (step, ref, a, b)
+    assert two[0]["losses"] != two[1]["losses"]
+
+
+def test_fsdpv2_example_layout_with_input_sharding_and_wrap_policy(migrated, tmp_path):
+    prog = migrated / "decoder_fsdpv2"
+    text = (prog / "train_decoder_only_fsdp_v2.py").read_text()
+    assert ("for module in self.model.modules():\n            if isinstance(module, decoder_only_model.DecoderLayer):\n"
+            '                fully_shard(module, mesh=self.mesh["fsdp"])\n        fully_shard(self.model, mesh=self.mesh["fsdp"])\n') in text
+    assert '_BatchSlices(train_loader, self.mesh["fsdp"])' in text and "auto_wrap_policy" not in text
+    one = _run(prog, "train_decoder_only_fsdp_v2.py", 1, tmp_path / "one", args=["--batch_size", "4"])
+    two = _run(prog, "train_decoder_only_fsdp_v2.py", 2, tmp_path / "two", args=["--batch_size", "2"])
     assert one[0]["world"] == 1 and two[0]["world"] == two[1]["world"] == 2
     assert len(one[0]["losses"]) == len(two[0]["losses"]) == 6
     for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):

@@ -20,7 +20,7 @@ BLOCKED = {
     "blocked_both": (11, "the batch and the weights are both sharded"),
     "blocked_activation": (18, "a sharding annotation inside the model"),
     "blocked_optimizer_first": (12, "an optimizer is built before the sharding"),
-    "blocked_wrap_policy": (18, "FSDPv2 with auto_wrap_policy"),
+    "blocked_wrap_policy": (19, "FSDPv2's auto_wrap_policy is not functools.partial(transformer_auto_wrap_policy"),
     "spmd": (11, "the model whose gradients DDP must average was not found"),
 }
 

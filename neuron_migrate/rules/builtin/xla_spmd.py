@@ -167,8 +167,12 @@ def _mesh_plan(call: ast.Call, ctx) -> str:
         batch.tensor_split(mesh["data"].size())[mesh["data"].get_local_rank()]` (every rank loads the same global
         batch with the same seeds and keeps its slice) and, for the gradient average, the model of the file's one
         optimizer is wrapped in `DistributedDataParallel(model, device_mesh=mesh["data"])` just before it;
-        `model = FSDPv2(model[, mesh])` (with `xs.set_global_mesh`) -> `model = fully_shard(model,
-        mesh=mesh["fsdp"])` (the batch slices as above, FSDP2 averaging the gradients);
+        `pl.MpDeviceLoader(loader, device, input_sharding=xs.ShardingSpec(mesh, ("data", None, ...)))` -> the loader
+        iterated through `_BatchSlices(loader, mesh["data"])` (an inserted class: every tensor of each batch cut to
+        the rank's slice); `model = FSDPv2(model[, mesh])` (with `xs.set_global_mesh`) -> `fully_shard(model,
+        mesh=mesh["fsdp"])`, and with `auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+        transformer_layer_cls={Layer})` first `fully_shard` on each `Layer` module (the batch slices as above, FSDP2
+        averaging the gradients); a mesh kept as `self.mesh` in a trainer class is followed in that class;
         `xs.mark_sharding(m.weight, mesh, ("model", None))` / `(None, "model")` -> `parallelize_module(m,
         mesh["model"], ColwiseParallel(output_layouts=Replicate()))` / `RowwiseParallel(input_layouts=Replicate())`
         (whole tensors in and out, as the annotation kept them: same values), with the optimizer built after.
@@ -176,11 +180,12 @@ def _mesh_plan(call: ast.Call, ctx) -> str:
         gain `module.`; FSDP2 and tensor-parallel parameters are DTensors; the launcher must start `torchrun
         --nproc_per_node=N` (N devices). Left as findings, and the whole file with them (the finding at the use says
         why): manual sharding, activation sharding inside the model, data and tensor parallelism on one mesh,
-        FSDPv2 with auto_wrap_policy/shard_output, `input_sharding=` of a device loader, a mesh in another order or
-        built in another file, an optimizer built before the sharding. Checked by running
+        FSDPv2 with `shard_output` or another wrap policy, an `input_sharding=` beyond the batch dimension, a mesh in
+        another order or built in another file, a data-parallel model whose optimizer is not in the file (DDP needs
+        it), an optimizer built before the sharding. Checked by running
         (tests/integration/test_spmd_rewrite.py): data-parallel, tensor-parallel (Llama-like decoder) and FSDPv2
-        programs train under torchrun with 2 processes and match the 1-process loss within 1e-5 per step (CPU with
-        gloo); unverified on a Trainium host.
+        programs (one in the layout of pytorch/xla's train_decoder_only_fsdp_v2.py) train under torchrun with 2
+        processes and match the 1-process loss within 1e-5 per step (CPU with gloo); unverified on a Trainium host.
     """,
     examples=[("xr.use_spmd()", None),
               ("import torch_xla.distributed.spmd as xs\nmesh = xs.Mesh(np.arange(8), (4, 2), (\"data\", \"model\"))\n"

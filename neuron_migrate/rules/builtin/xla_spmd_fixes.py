@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.rules.api import has_star_args, kwarg
+from neuron_migrate.rules.helpers import HELPERS, Helper
 
 SPMD = "torch_xla.distributed.spmd"
 SPMD_MODULES = (SPMD, "torch_xla.experimental.xla_sharding", "torch_xla.experimental.spmd_fully_sharded_data_parallel")
@@ -62,6 +63,35 @@ FSDP_NOTE = ("one process per device under torchrun (launch with torchrun --npro
              "counterpart (each rank's output is its slice's)")
 
 
+HELPERS["_BatchSlices"] = Helper(
+    '''class _BatchSlices:
+    """Iterates `loader` keeping this rank's slice of each batch (every tensor in it cut along its first dimension
+    over `mesh_dim`), as XLA SPMD's input_sharding split the global batch over that mesh axis."""
+
+    def __init__(self, loader, mesh_dim):
+        self.loader = loader
+        self.mesh_dim = mesh_dim
+
+    def __iter__(self):
+        return (self.slice(batch) for batch in self.loader)
+
+    def __len__(self):
+        return len(self.loader)
+
+    def slice(self, batch):
+        if isinstance(batch, {torch}.Tensor):
+            return batch.tensor_split(self.mesh_dim.size())[self.mesh_dim.get_local_rank()] if batch.dim() else batch
+        if isinstance(batch, dict):
+            return {{key: self.slice(value) for key, value in batch.items()}}
+        if isinstance(batch, (list, tuple)):
+            cut = [self.slice(value) for value in batch]
+            return type(batch)(*cut) if hasattr(batch, "_fields") else type(batch)(cut)
+        return batch
+''',
+    {"torch": "torch"},
+)
+
+
 def is_spmd(q: str) -> bool:
     return q in RUNTIME or any(q.startswith(m + ".") for m in SPMD_MODULES)
 
@@ -77,13 +107,40 @@ def _enclosing(ctx, node):
     return p, stmt
 
 
-def _in_class(ctx, node) -> bool:
+def _class_of(ctx, node):
     p = ctx.analysis.parent_of.get(node)
-    while p is not None:
-        if isinstance(p, ast.ClassDef):
-            return True
+    while p is not None and not isinstance(p, ast.ClassDef):
         p = ctx.analysis.parent_of.get(p)
-    return False
+    return p
+
+
+def _in_model(ctx, node) -> bool:
+    """Inside a `forward` or a class deriving from a Module: model code, where annotations shard activations."""
+    scope, _ = _enclosing(ctx, node)
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and scope.name == "forward":
+        return True
+    cls = _class_of(ctx, node)
+    return cls is not None and any("Module" in ast.unparse(b) for b in cls.bases)
+
+
+def _key(node) -> "str | None":
+    """How a mesh / model is named: `mesh` or `self.mesh` (an attribute of self); None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
+
+
+def _visible(ctx, entry, node) -> bool:
+    """The mesh `entry` is in scope at `node`: built in the same function or at module level, or (self.mesh) in a
+    method of the same class."""
+    _c, _d, _n, scope, cls = entry
+    if isinstance(scope, ast.Module):
+        return True
+    if cls is not None:
+        return _class_of(ctx, node) is cls
+    return _enclosing(ctx, node)[0] is scope
 
 
 def _single_assign(ctx, scope, name: str):
@@ -126,7 +183,8 @@ class Plan:
         self.marks: list = []  # (statement, tensor name, mesh name, axis name)
         self.weights: list = []  # (statement, module expression, mesh name, axis name, "colwise" / "rowwise")
         self.ddp = None  # (optimizer statement, model name, mesh name, axis)
-        self.fsdp = None  # (assignment, FSDPv2 call, model name, mesh name or None: the global mesh)
+        self.fsdp = None  # (assignment, FSDPv2 call, model source, mesh key or None: the global mesh, classes)
+        self.loaders: list = []  # (pl.MpDeviceLoader call, mesh key, axis) with input_sharding
         self.global_mesh = None  # (set_global_mesh statement, mesh name)
         self.blocked = None
 
@@ -164,9 +222,8 @@ def spmd_plan(ctx) -> Plan:
             continue
         parent = a.parent_of.get(call)
         ids, shape, names = kwarg(call, "device_ids", 0), kwarg(call, "mesh_shape", 1), kwarg(call, "axis_names", 2)
-        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
-                and parent.value is call):
-            return _block(plan, call, "the mesh is not assigned to a name")
+        if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and _key(parent.targets[0]) and parent.value is call):
+            return _block(plan, call, "the mesh is not assigned to a name (or an attribute of self)")
         if has_star_args(call) or ids is None or shape is None or names is None or len(call.args) + len(call.keywords) != 3:
             return _block(plan, call, "the mesh's arguments are not (device_ids, mesh_shape, axis_names)")
         try:
@@ -188,10 +245,13 @@ def spmd_plan(ctx) -> Plan:
         elif not _range_ids(ctx, ids, q_of):
             return _block(plan, call, "the device ids are not in device order (range / np.arange): build "
                                       "DeviceMesh(\"neuron\", torch.tensor(device_ids).reshape(mesh_shape), mesh_dim_names=...)")
-        mesh_name = parent.targets[0].id
-        if mesh_name in plan.meshes or _single_assign(ctx, scope, mesh_name) is None:
+        mesh_name = _key(parent.targets[0])
+        stores = [n for n in ast.walk(a.tree) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
+                  and _key(n) == mesh_name]
+        if mesh_name in plan.meshes or len(stores) != 1:
             return _block(plan, call, f"`{mesh_name}` is assigned more than once")
-        plan.meshes[mesh_name] = (call, drop, tuple(axis_names), scope)
+        cls = _class_of(ctx, call) if mesh_name.startswith("self.") else None
+        plan.meshes[mesh_name] = (call, drop, tuple(axis_names), scope, cls)
     for call, q in spmd_calls:
         name = q.rpartition(".")[2]
         parent = a.parent_of.get(call)
@@ -211,40 +271,41 @@ def spmd_plan(ctx) -> Plan:
                 return _block(plan, call, why)
         elif name == "set_global_mesh" and q.startswith(SPMD_MODULES[:2]):
             arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
-            if not (isinstance(parent, ast.Expr) and isinstance(arg, ast.Name) and arg.id in plan.meshes) or plan.global_mesh:
+            if not (isinstance(parent, ast.Expr) and arg is not None and _key(arg) in plan.meshes) or plan.global_mesh:
                 return _block(plan, call, "the global mesh is not one xs.Mesh built in this file")
-            plan.global_mesh = (parent, arg.id)
+            plan.global_mesh = (parent, _key(arg))
         elif name == "SpmdFullyShardedDataParallel":
             why = _fsdp(ctx, plan, call, parent)
             if why:
                 return _block(plan, call, why)
         elif name == "ShardingSpec":
-            return _block(plan, call, "input_sharding of a device loader: mark each batch in the loop instead "
-                                      "(xs.mark_sharding(batch, mesh, (\"data\", None, ...))), or give the DataLoader a "
-                                      "DistributedSampler and batch_size // world size, by hand")
+            why = _loader(ctx, plan, call, parent)
+            if why:
+                return _block(plan, call, why)
         else:
             return _block(plan, call, f"`{name}` has no rewrite that keeps the single-controller program's meaning "
                                       "(rewritten: use_spmd, the device count, a Mesh in device order, mark_sharding of "
                                       "input batches along their batch dimension or of nn.Linear weights over one axis)")
-    if plan.weights and (plan.marks or plan.fsdp):
+    batches = [(m[0], m[2], m[3]) for m in plan.marks] + plan.loaders  # (node, mesh key, axis)
+    if plan.weights and (batches or plan.fsdp):
         return _block(plan, plan.weights[0][0], _BOTH)
     if plan.fsdp and plan.fsdp[3] is None:
         if plan.global_mesh is None:
             return _block(plan, plan.fsdp[1], "FSDPv2 without mesh= uses a global mesh not set in this file")
-        plan.fsdp = plan.fsdp[:3] + (plan.global_mesh[1],)
+        plan.fsdp = plan.fsdp[:3] + (plan.global_mesh[1],) + plan.fsdp[4:]
     if plan.global_mesh and not plan.fsdp:
         return _block(plan, plan.global_mesh[0], "the global mesh is read elsewhere (xs.get_global_mesh): pass the DeviceMesh there")
     if plan.fsdp and "fsdp" not in plan.meshes[plan.fsdp[3]][2]:
         return _block(plan, plan.fsdp[1], "FSDPv2's mesh has no 'fsdp' axis")
-    if plan.marks:
-        axes = {m[3] for m in plan.marks} | {m[2] for m in plan.marks}
-        if len({m[3] for m in plan.marks}) != 1 or len({m[2] for m in plan.marks}) != 1:
-            return _block(plan, plan.marks[0][0], f"the batches are sharded over different meshes or axes ({sorted(axes)})")
-        if plan.fsdp and (plan.marks[0][2], plan.marks[0][3]) != (plan.fsdp[3], "fsdp"):
-            return _block(plan, plan.marks[0][0], "the batch is sharded over another axis than FSDPv2's 'fsdp'")
-        why = "" if plan.fsdp else _optimizer(ctx, plan)
+    if batches:
+        if len({(b[1], b[2]) for b in batches}) != 1:
+            axes = sorted({f"{b[1]}[{b[2]!r}]" for b in batches})
+            return _block(plan, batches[0][0], f"the batches are sharded over different meshes or axes ({', '.join(axes)})")
+        if plan.fsdp and batches[0][1:] != (plan.fsdp[3], "fsdp"):
+            return _block(plan, batches[0][0], "the batch is sharded over another axis than FSDPv2's 'fsdp'")
+        why = "" if plan.fsdp else _optimizer(ctx, plan, batches[0][1], batches[0][2])
         if why:
-            return _block(plan, plan.marks[0][0], why)
+            return _block(plan, batches[0][0], why)
     if plan.weights or plan.fsdp:
         stmts = [w[0] for w in plan.weights] or [plan.fsdp[0]]
         why = _after(ctx, stmts, "parallelize_module" if plan.weights else "fully_shard")
@@ -253,18 +314,75 @@ def spmd_plan(ctx) -> Plan:
     return plan
 
 
+def _policy_classes(ctx, policy, call):
+    """The layer classes of `functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={A, B})` (inline, or
+    a name assigned once just for this call: then also that assignment, to delete), or None."""
+    a = ctx.analysis
+    drop = None
+    if isinstance(policy, ast.Name):
+        scope, _ = _enclosing(ctx, call)
+        drop = _single_assign(ctx, scope, policy.id)
+        uses = [n for n in ast.walk(a.tree) if isinstance(n, ast.Name) and n.id == policy.id and isinstance(n.ctx, ast.Load)]
+        if drop is None or len(uses) != 1:
+            return None
+        policy = drop.value
+    if not (isinstance(policy, ast.Call) and len(policy.args) == 1 and len(policy.keywords) == 1
+            and policy.keywords[0].arg == "transformer_layer_cls" and not has_star_args(policy)):
+        return None
+    q_of = lambda n: a.resolve(n, a.module_scope, count_use=False) or ""  # noqa: E731
+    fn = q_of(policy.args[0])
+    if q_of(policy.func) != "functools.partial" or not fn.endswith(".transformer_auto_wrap_policy") or not fn.startswith(
+            ("torch_xla.distributed.fsdp.wrap.", "torch.distributed.fsdp.wrap.")):
+        return None
+    classes = policy.keywords[0].value
+    if not isinstance(classes, (ast.Set, ast.List, ast.Tuple)) or not classes.elts or not all(
+            isinstance(e, (ast.Name, ast.Attribute)) for e in classes.elts):
+        return None
+    return [ctx.src_relative(e) for e in classes.elts], drop
+
+
 def _fsdp(ctx, plan: Plan, call, parent) -> str:
-    """`model = FSDPv2(model[, mesh])`: FSDP2 fully_shard over the mesh's 'fsdp' axis."""
-    module, mesh = kwarg(call, "module", 0), kwarg(call, "mesh", 1)
-    if plan.fsdp or has_star_args(call) or len(call.args) + len(call.keywords) != (1 if mesh is None else 2):
-        return ("FSDPv2 with auto_wrap_policy, shard_output or extra_data_axis (or more than one wrap): fully_shard on "
-                "each block then on the model, over mesh['fsdp'], by hand")
-    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
-            and isinstance(module, ast.Name) and parent.targets[0].id == module.id):
+    """`model = FSDPv2(model[, mesh][, auto_wrap_policy=<transformer_auto_wrap_policy of classes>])`: FSDP2
+    fully_shard over the mesh's 'fsdp' axis (on each module of those classes, then the model)."""
+    module, mesh, policy = kwarg(call, "module", 0), kwarg(call, "mesh", 1), kwarg(call, "auto_wrap_policy")
+    known = 1 + (mesh is not None) + (policy is not None)
+    if plan.fsdp or has_star_args(call) or len(call.args) + len(call.keywords) != known or len(call.args) > 2:
+        return ("FSDPv2 with shard_output, extra_data_axis or auto_wrapper_callable (or more than one wrap): fully_shard "
+                "on each block then on the model, over mesh['fsdp'], by hand")
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and _key(module)
+            and _key(parent.targets[0]) == _key(module)):
         return "the wrap is not `model = FSDPv2(model, ...)`"
-    if mesh is not None and not (isinstance(mesh, ast.Name) and mesh.id in plan.meshes):
+    if mesh is not None and not (_key(mesh) in plan.meshes and _visible(ctx, plan.meshes[_key(mesh)], call)):
         return "FSDPv2's mesh is not an xs.Mesh built in this file"
-    plan.fsdp = (parent, call, module.id, mesh.id if mesh is not None else None)
+    classes = None
+    if policy is not None:
+        classes = _policy_classes(ctx, policy, call)
+        if classes is None:
+            return ("FSDPv2's auto_wrap_policy is not functools.partial(transformer_auto_wrap_policy, "
+                    "transformer_layer_cls={...}): fully_shard on each block then on the model, by hand")
+    plan.fsdp = (parent, call, ctx.src(module), _key(mesh) if mesh is not None else None, classes)
+    return ""
+
+
+def _loader(ctx, plan: Plan, call, parent) -> str:
+    """`pl.MpDeviceLoader(loader, device, input_sharding=xs.ShardingSpec(mesh, ("data", None, ...)))`: the loader
+    iterated through _BatchSlices (each rank's slice of every batch tensor)."""
+    a = ctx.analysis
+    loader = a.parent_of.get(parent) if isinstance(parent, ast.keyword) else None
+    lq = a.resolve(loader.func, a.module_scope, count_use=False) if isinstance(loader, ast.Call) else None
+    if parent.arg != "input_sharding" if isinstance(parent, ast.keyword) else True:
+        return "a ShardingSpec other than a device loader's input_sharding"
+    if lq != "torch_xla.distributed.parallel_loader.MpDeviceLoader" or has_star_args(loader) or not loader.args:
+        return "input_sharding of a loader other than pl.MpDeviceLoader(loader, device, ...)"
+    mesh, spec = kwarg(call, "mesh", 0), kwarg(call, "partition_spec", 1)
+    if has_star_args(call) or len(call.args) + len(call.keywords) != 2 or _key(mesh) not in plan.meshes:
+        return "the ShardingSpec's mesh is not an xs.Mesh built in this file"
+    entry = plan.meshes[_key(mesh)]
+    value = _spec(spec, entry[2])
+    if value is None or value[0] is None or any(v is not None for v in value[1:]) or not _visible(ctx, entry, call):
+        return ("input_sharding that shards more than the batch dimension over one mesh axis: by hand (DistributedSampler "
+                "and batch_size // world size for the batch dimension)")
+    plan.loaders.append((loader, _key(mesh), value[0]))
     return ""
 
 
@@ -315,22 +433,23 @@ def _mark(ctx, plan: Plan, call, parent) -> str:
             and isinstance(t, ast.Name) and parent.targets[0].id == t.id)  # `x = xs.mark_sharding(x, ...)`
     if not (isinstance(parent, ast.Expr) or same) or has_star_args(call) or len(call.args) + len(call.keywords) != 3:
         return "mark_sharding's result is used or its arguments are not (tensor, mesh, partition_spec)"
-    if _in_class(ctx, call):
+    if _in_model(ctx, call):
         return ("a sharding annotation inside the model (activation sharding): DTensor redistribute / "
                 "parallelize_module layouts by hand")
-    if not isinstance(mesh, ast.Name) or mesh.id not in plan.meshes:
+    if _key(mesh) not in plan.meshes:
         return "its mesh is not an xs.Mesh built in this file"
-    _c, _d, names, mesh_scope = plan.meshes[mesh.id]
+    mesh_key = _key(mesh)
+    names = plan.meshes[mesh_key][2]
     value = _spec(spec, names)
     if value is None:
         return "the partition spec is not a literal of this mesh's axes (one name or index, or None, per dimension)"
     scope, _stmt = _enclosing(ctx, call)
-    if mesh_scope is not scope and not isinstance(mesh_scope, ast.Module):
+    if not _visible(ctx, plan.meshes[mesh_key], call):
         return "the mesh is built in another function"
     if isinstance(t, ast.Attribute) and t.attr == "weight" and len(value) == 2 and value.count(None) == 1:
         axis = value[0] or value[1]
         style = "colwise" if value[0] else "rowwise"  # Shard(0) of an nn.Linear weight [out, in] / Shard(1)
-        plan.weights.append((parent, t.value, mesh.id, axis, style))
+        plan.weights.append((parent, t.value, mesh_key, axis, style))
         return ""
     if not isinstance(t, ast.Name):
         return ("a parameter or sub-tensor is sharded other than an nn.Linear weight over one axis (tensor "
@@ -346,11 +465,11 @@ def _mark(ctx, plan: Plan, call, parent) -> str:
                         "distribute_tensor with the placements above, by hand")
     if any(m[1] == t.id and _enclosing(ctx, m[0])[0] is scope for m in plan.marks):
         return f"`{t.id}` is marked twice in one function (slicing it twice would halve it again)"
-    plan.marks.append((parent, t.id, mesh.id, value[0]))
+    plan.marks.append((parent, t.id, mesh_key, value[0]))
     return ""
 
 
-def _optimizer(ctx, plan: Plan) -> str:
+def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
     """Find the one optimizer built from `model.parameters()` in this file; DDP wraps that model just before it."""
     found = []
     for call, q in ctx.analysis.resolved_calls:
@@ -366,12 +485,11 @@ def _optimizer(ctx, plan: Plan) -> str:
         return why
     call, model = found[0]
     scope, stmt = _enclosing(ctx, call)
-    mesh = plan.marks[0][2]
-    mcall, _d, _n, mesh_scope = plan.meshes[mesh]
+    mcall = plan.meshes[mesh][0]
     if (not isinstance(stmt, ast.Assign) or ctx.analysis.parent_of.get(stmt) is not scope or stmt.lineno < mcall.lineno
-            or (mesh_scope is not scope and not isinstance(mesh_scope, ast.Module))):
+            or not _visible(ctx, plan.meshes[mesh], stmt)):
         return why
-    plan.ddp = (stmt, model, mesh, plan.marks[0][3])
+    plan.ddp = (stmt, model, mesh, axis)
     return ""
 
 
@@ -392,7 +510,7 @@ def spmd_fix(site, ctx):
         fx.replace(call, f"{dist}.get_world_size()")
     if plan.meshes:
         init = fx.member("torch.distributed.device_mesh.init_device_mesh")
-    for call, drop, _names, _scope in plan.meshes.values():
+    for call, drop, *_rest in plan.meshes.values():
         shape, names = kwarg(call, "mesh_shape", 1), kwarg(call, "axis_names", 2)
         fx.replace(call, f'{init}("neuron", {ctx.src_relative(shape)}, mesh_dim_names={ctx.src_relative(names)})')
         if drop is not None:
@@ -402,10 +520,24 @@ def spmd_fix(site, ctx):
     note = "one process per device under torchrun (launch with torchrun --nproc_per_node=<devices>)"
     if plan.global_mesh is not None:
         fx.delete(plan.global_mesh[0])
+    for loader, mesh, axis in plan.loaders:
+        rest = [ctx.src_relative(x) for x in loader.args[1:]]
+        rest += [f"{k.arg}={ctx.src_relative(k.value)}" for k in loader.keywords if k.arg != "input_sharding"]
+        first = f'{fx.helper("_BatchSlices")}({ctx.src_relative(loader.args[0])}, {mesh}["{axis}"])'
+        fx.replace(loader, f"{ctx.src_relative(loader.func)}({', '.join([first, *rest])})")
     if plan.fsdp is not None:
-        stmt, _call, model, mesh = plan.fsdp
+        stmt, _call, model, mesh, classes = plan.fsdp
         fs = fx.member("torch.distributed.fsdp.fully_shard")
-        fx.replace(stmt, f'{model} = {fs}({model}, mesh={mesh}["fsdp"])')
+        text = f'{fs}({model}, mesh={mesh}["fsdp"])'
+        if classes is not None:
+            names, drop = classes
+            var = next(v for v in ("module", "submodule", "_module") if v not in ctx.analysis.defined_names)
+            kinds = names[0] if len(names) == 1 else f"({', '.join(names)})"
+            text = (f"for {var} in {model}.modules():\n    if isinstance({var}, {kinds}):\n"
+                    f'        {fs}({var}, mesh={mesh}["fsdp"])\n{text}')
+            if drop is not None:
+                fx.delete(drop)
+        fx.replace(stmt, text)
         note = FSDP_NOTE
     if plan.weights:
         tp = "torch.distributed.tensor.parallel"
