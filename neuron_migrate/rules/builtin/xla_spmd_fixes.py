@@ -123,7 +123,7 @@ def _in_model(ctx, node) -> bool:
     return cls is not None and any("Module" in ast.unparse(b) for b in cls.bases)
 
 
-def _key(node) -> "str | None":
+def _key(node) -> str | None:
     """How a mesh / model is named: `mesh` or `self.mesh` (an attribute of self); None for anything else."""
     if isinstance(node, ast.Name):
         return node.id
@@ -329,9 +329,8 @@ def _policy_classes(ctx, policy, call):
     if not (isinstance(policy, ast.Call) and len(policy.args) == 1 and len(policy.keywords) == 1
             and policy.keywords[0].arg == "transformer_layer_cls" and not has_star_args(policy)):
         return None
-    q_of = lambda n: a.resolve(n, a.module_scope, count_use=False) or ""  # noqa: E731
-    fn = q_of(policy.args[0])
-    if q_of(policy.func) != "functools.partial" or not fn.endswith(".transformer_auto_wrap_policy") or not fn.startswith(
+    fn = a.resolve(policy.args[0], a.module_scope, count_use=False) or ""
+    if a.resolve(policy.func, a.module_scope, count_use=False) != "functools.partial" or not fn.endswith(".transformer_auto_wrap_policy") or not fn.startswith(
             ("torch_xla.distributed.fsdp.wrap.", "torch.distributed.fsdp.wrap.")):
         return None
     classes = policy.keywords[0].value
