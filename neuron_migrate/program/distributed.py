@@ -10,7 +10,8 @@ Rules that migrate torch_xla's multi-process API ask these questions instead of 
   torchrun: `analysis.outside`, from the repository model): ranks are 0, the world is 1 and every collective is
   local.
 - `facts.group_at(node)`: the process-group state where `node` runs, a `Group`: NONE (the program never starts
-  one), MAYBE, LAUNCHED (a group exists whenever torchrun started the program: `if "WORLD_SIZE" in os.environ:
+  one), MAYBE (also module-level code of a module that xmp.spawn / torch_xla.launch programs import, whose functions
+  are ALWAYS: the repository model's "group"), LAUNCHED (a group exists whenever torchrun started the program: `if "WORLD_SIZE" in os.environ:
   init` alone) or ALWAYS (an `init_process_group` runs before it on every path, e.g. the launch rewrite's own:
   torchrun's group, else a one-process group).
 - `facts.launch_needs_init(fn)`: the launch rewrite has to start the group itself (the worker does not always);
@@ -129,6 +130,9 @@ class DistributedFacts:
         # the file shows alone does not make it single-process (repository/model.py)
         outside = getattr(a, "outside", None)
         self.distributed_elsewhere = bool(outside) and any(m != "single" for m in outside.get("modes", ()))
+        # every program that runs this module starts it through xmp.spawn / torch_xla.launch, whose rewrite (NM127) starts
+        # the process group before it calls the worker: a function of the module runs inside a group
+        self.group_elsewhere = bool(outside) and bool(outside.get("group")) and not self.entry_point
         self.single_device = (self.entry_point and not self.starts_group and not self._env_strings
                               and not self.distributed_elsewhere)
         self._entry: dict[int, Group] = {}
@@ -324,6 +328,9 @@ class DistributedFacts:
             return self._entry[key]
         if key in self._in_progress:
             return Group.MAYBE
+        if self.group_elsewhere:
+            self._entry[key] = Group.ALWAYS
+            return Group.ALWAYS
         self._in_progress.add(key)
         try:
             name = getattr(fn, "name", None)

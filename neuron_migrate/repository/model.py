@@ -38,6 +38,7 @@ _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", 
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
 _PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
+_GROUP_LAUNCHES = {"xmp.spawn", "torch_xla.launch"}
 
 
 def repository_root(path: str) -> Optional[str]:
@@ -174,6 +175,7 @@ class RepositoryModel:
         self._importers_of = None  # file -> the files that import it, made when first asked
         self._trackers = None  # the files that name RateTracker
         self._attrs_of: dict = {}  # file -> `_record(file, "a")`
+        self._params_of: dict = {}  # file -> scan.sink_params, read with its "a" record
         self._configs = None  # `_exec_configs`, made when first asked
         self._subclasses = None  # class name -> [(file, class)] of the classes that name it as a base
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
@@ -398,6 +400,11 @@ class RepositoryModel:
         modes = self.modes.get(rel)
         if modes:
             out["modes"] = sorted(modes)
+            entries = self.programs.get(rel, ())
+            if rel not in entries and all(set(self.program_modes[e]) & _GROUP_LAUNCHES for e in entries):
+                # every program that runs this module starts through xmp.spawn or torch_xla.launch, whose rewrite starts
+                # the process group before it calls the worker: the module's functions run inside a group
+                out["group"] = 1
         if self.py[rel].get("k"):
             training = self._imported_training(rel)
             if training:
@@ -499,10 +506,11 @@ class RepositoryModel:
             return self.py.get(rel, {}).get(key) or {}
         got = self._attrs_of.get(rel)
         if got is None:
-            from neuron_migrate.repository.scan import _sink_attrs
+            from neuron_migrate.repository.scan import _sink_attrs, sink_params
 
             data = _read(os.path.join(self.root, rel)) if rel in self.py else None
             got = self._attrs_of[rel] = _sink_attrs(data) if data else {}
+            self._params_of[rel] = sink_params(data) if data else {}
         return got
 
     def _elsewhere(self, rel: str, key: str) -> dict:
@@ -530,16 +538,40 @@ class RepositoryModel:
         return sinks, unseen
 
     def _program_names(self, entry: str, key: str) -> dict:
-        """{name: [(file, line)], at most two files}: record `key` of the files program `entry` runs."""
+        """{name: [(file, line)], at most two files}: record `key` of the files program `entry` runs (for "a", also
+        the attributes its files pass to functions of its files whose parameter reaches torch: `_passed`)."""
         got = self._names_of.get((entry, key))
         if got is None:
             got = self._names_of[(entry, key)] = {}
-            for f in self.closures.get(entry, ()):
-                for name, line in self._record(f, key).items():
-                    where = got.setdefault(name, [])
-                    if len(where) < 2:
-                        where.append((f, line))
+            files = self.closures.get(entry, ())
+            for f in files:
+                records = [self._record(f, key)]
+                if key == "a":
+                    records.append(self._passed(f, files))
+                for record in records:
+                    for name, line in record.items():
+                        where = got.setdefault(name, [])
+                        if len(where) < 2 and (f, line) not in where:
+                            where.append((f, line))
         return got
+
+    def _passed(self, rel: str, files) -> dict:
+        """{attribute: line} that `rel` passes to a function of `files` whose parameter a backend or device position
+        reads (`setup_distributed(cfg.dist_backend)`, `def setup_distributed(backend): init_process_group(backend=
+        backend)` in another file): scan.sink_params and scan.call_attrs, read with the "a" records."""
+        params: dict = {}
+        for f in files:
+            self._record(f, "a")  # reads its sink_params too
+            for fn, spots in self._params_of.get(f, {}).items():
+                params.setdefault(fn, []).extend(s for s in spots if s not in params.get(fn, []))
+        if not params:
+            return {}
+        data = _read(os.path.join(self.root, rel))
+        if not data:
+            return {}
+        from neuron_migrate.repository.scan import call_attrs
+
+        return call_attrs(data, params)
 
     def all_facts(self) -> dict:
         """{path relative to the root: `facts`} for every Python file the model knows something about."""

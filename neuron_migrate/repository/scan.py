@@ -351,6 +351,82 @@ def _sink_attrs(data: bytes) -> dict:
     return out
 
 
+_SIGNATURE = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
+_PARAM = re.compile(r"^\*{0,2}([A-Za-z_]\w*)")
+_ATTR_ARG = re.compile(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)$")
+
+
+def _split_args(text: str) -> list:
+    """The top-level comma-separated pieces of an argument or parameter list."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def sink_params(data: bytes) -> dict:
+    """{function: [[position, parameter]]} of the functions of a file whose parameter a backend or device position
+    reads as a plain name (`def setup(backend): dist.init_process_group(backend=backend)`): a caller's argument in
+    that position is a backend or device value (`setup(cfg.dist_backend)` in another file). A method's position
+    counts without `self`."""
+    names = sink_names(data)
+    if not names:
+        return {}
+    defs = []
+    for m in _SIGNATURE.finditer(data):
+        params = []
+        for piece in _split_args(_call_argument(data, m.end()).decode("utf-8", "replace")):
+            pm = _PARAM.match(piece)
+            if pm and not piece.startswith("*"):
+                params.append(pm.group(1))
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+        defs.append((data.count(b"\n", 0, m.start()) + 1, m.group(1).decode(), params))
+    out: dict = {}
+    for name, line in names.items():
+        owner = None
+        for start, fn, params in defs:  # the nearest def above the line (a scan: nesting is not followed)
+            if start <= line:
+                owner = (fn, params)
+        if owner and name in owner[1]:
+            out.setdefault(owner[0], []).append([owner[1].index(name), name])
+    return out
+
+
+def call_attrs(data: bytes, params: dict) -> dict:
+    """{attribute: line} of the attributes this file passes to the functions of `params` (`sink_params` of other
+    files) in a position or under a keyword whose parameter reaches torch: `setup_distributed(cfg.dist_backend)`."""
+    out: dict = {}
+    for fn, spots in params.items():
+        needle = fn.encode() + b"("
+        for i in _positions(data, needle):
+            if i and (data[i - 1:i].isalnum() or data[i - 1:i] in (b"_",)):
+                continue
+            line_start = data.rfind(b"\n", 0, i) + 1
+            if data[line_start:i].lstrip().startswith(b"def "):
+                continue
+            args = _split_args(_call_argument(data, i + len(needle)).decode("utf-8", "replace"))
+            for index, param in spots:
+                picked = [a.split("=", 1)[1].strip() for a in args if re.match(rf"^{param}\s*=(?!=)", a)]
+                if not picked and index < len(args) and "=" not in args[index].split("(")[0]:
+                    picked = [args[index]]
+                for arg in picked:
+                    m = _ATTR_ARG.match(arg)
+                    if m:
+                        out.setdefault(m.group(1), data.count(b"\n", 0, i) + 1)
+    return out
+
+
 def _signals(data: bytes, imports: list) -> list:
     """[(mode, positions)]: where the file spawns processes or starts a process group. (Every `in` below is a pass over
     the file: rare needles gate the others.)"""

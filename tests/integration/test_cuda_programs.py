@@ -17,6 +17,19 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   `backend: str = "nccl"`, `--dist-backend default="nccl"`), read by the trainer in another (`trainer/engine.py`:
   `init_process_group(backend=cfg.backend)`, `torch.device(cfg.device)`, `args.dist_backend == "nccl"`), tied by the
   entry script (`TrainConfig(backend=args.dist_backend)`): the values are followed across files (repository model);
+- `imagenet_spawn/`: pytorch/examples' imagenet/main.py cut down (models, meters and data in `lib/`): `--gpu`,
+  `--dist-url tcp://...` with `--multiprocessing-distributed` (mp.spawn of one worker per GPU, `torch.cuda.set_device
+  (args.gpu)`, `model.cuda(args.gpu)`, `DDP(device_ids=[args.gpu])`) or `--dist-url env://` under torchrun (`model.cuda()`,
+  `DDP(model)`), and a placement chain whose first test, `not torch.cuda.is_available() and not
+  torch.backends.mps.is_available()`, is true on a Neuron host (before: the neuron branch added to the chain was dead
+  code and the program trained on the host CPU, or not at all);
+- `custom_trainer/`: a trainer library without accelerate: a config dataclass whose argparse options are made from its
+  fields (`mylib/config.py`: `dist_backend: str = "nccl"`, no literal on any command-line option), device and process
+  group helpers in a utils module (`mylib/utils.py`: `get_device()` picks cuda, else mps, else cpu with early returns;
+  `setup_distributed(backend)` passes its parameter to `init_process_group`), the trainer (`mylib/trainer.py`: DDP,
+  autocast through the utils module, `torch.cuda.amp.GradScaler`), tied by `train.py`
+  (`setup_distributed(cfg.dist_backend)`). Before: the early-return picker got no neuron branch (the program trained
+  on the host CPU) and the backend field stayed 'nccl' without a finding (2 processes died for want of NCCL);
 - `ddp_spawn/`: the DDP tutorial's basic case: `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
   `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
   CPU inputs to the device.
@@ -116,6 +129,42 @@ def test_gpt_trainer_value_sets_precision_and_compile(tmp_path):
             "(config/train_small.py: rewritten with it) must now say 'neuron'") in out
     assert "Values from the command line (`--device_type" not in out  # assigned after the exec: no override reaches it
     assert (work / "configurator.py").read_bytes() == (PROGRAMS / "gpt_trainer" / "configurator.py").read_bytes()
+
+
+def test_imagenet_placement_chain_reaches_its_neuron_branches(tmp_path):
+    work, out = _rewrite(tmp_path, "imagenet_spawn")
+    text = (work / "main.py").read_text()
+    neuron = 'torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "neuron"'
+    # the "no accelerator" test no longer holds on a Neuron host, so the branches after it are reached
+    assert f"    if not torch.cuda.is_available() and not torch.backends.mps.is_available() and not ({neuron}):\n" in text
+    # the distributed branch's CUDA block gets its neuron twin: without it DDP would never wrap the model
+    assert (f"        elif {neuron}:\n            if args.gpu is not None:\n"
+            "                torch.accelerator.set_device_index(args.gpu)\n"
+            '                model.to(torch.device("neuron", args.gpu))\n') in text
+    assert ('            else:\n                model.to("neuron")\n'
+            "                model = torch.nn.parallel.DistributedDataParallel(model)\n") in text
+    assert text.count(f"elif {neuron}:") == 3  # the nested block, the placement chain, the device chain
+    # the CUDA branches stay for GPU hosts; nothing is left for a human, and a second run changes nothing
+    assert "torch.cuda.set_device(args.gpu)" in text and "manual migration" not in out and "dispatches over" not in out
+    again = subprocess.run([*_cli(), "rewrite", str(work), "--unsafe-fixes", "--no-cache"], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert re.search(r"\b0 of \d+ files would be rewritten", again.stdout + again.stderr), again.stdout + again.stderr
+
+
+def test_custom_trainer_picker_and_backend_through_a_parameter(tmp_path):
+    work, out = _rewrite(tmp_path, "custom_trainer")
+    utils = (work / "mylib/utils.py").read_text()
+    config = (work / "mylib/config.py").read_text()
+    assert ('        return torch.device("mps")\n'
+            '    if torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "neuron":\n'
+            '        return torch.device("neuron")\n    return torch.device("cpu")\n') in utils
+    assert 'return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))' in utils  # GPU hosts keep theirs
+    # the field reaches init_process_group through train.py's call of a utils function: one value, rewritten whole
+    assert 'dist_backend: str = "neuron"' in config and "nccl" not in config
+    assert "Another file of the program passes it to torch (train.py:22)" in out
+    assert "torch.cuda" not in (work / "mylib/trainer.py").read_text()
+    assert "manual migration" not in out and (work / "train.py").read_bytes() == (
+        PROGRAMS / "custom_trainer" / "train.py").read_bytes()
 
 
 def test_spawned_workers_keep_the_module_device_index(tmp_path):
@@ -273,3 +322,51 @@ def test_spawned_ddp_tutorial_trains(tmp_path, emulator, nproc):
     last = float(re.search(r"rank 0 step 29 loss ([0-9.]+)", out).group(1))
     assert last < 0.5 * first, out[-3000:]
     _groups(logs, nproc)
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launch", ["spawn-2", "torchrun-1", "torchrun-2"])
+def test_imagenet_trains_spawned_and_under_torchrun(tmp_path, emulator, launch):
+    work, _ = _rewrite(tmp_path, "imagenet_spawn")
+    logs = tmp_path / "collectives"
+    nproc = int(launch[-1])
+    if launch.startswith("spawn"):  # --multiprocessing-distributed: mp.spawn of one worker per device
+        env = dict(_env(logs), NM_EMULATOR_DEVICES=str(nproc))
+        proc = subprocess.run([sys.executable, "main.py", "--epochs", "2", "--multiprocessing-distributed", "--world-size",
+                               "1", "--rank", "0", "--dist-url", f"tcp://127.0.0.1:{_port()}"], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=400)
+    else:
+        proc = run_torchrun(["main.py", "--epochs", "2", "--dist-url", "env://"], nproc=nproc, cwd=work, env=_env(logs),
+                            timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    first = [float(m) for m in re.findall(r"epoch 0 loss ([0-9.]+)", out)]
+    last = [float(m) for m in re.findall(r"epoch 1 loss ([0-9.]+)", out)]
+    assert len(first) == len(last) == nproc and max(last) < min(first), out[-3000:]
+    if nproc > 1:  # one process: imagenet starts no process group (`args.distributed = args.world_size > 1 or ...`)
+        _groups(logs, nproc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_custom_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
+    work, _ = _rewrite(tmp_path, "custom_trainer")
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train.py", "--steps", "16"], nproc=nproc, cwd=work, env=_env(logs), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron final [0-9.]+ checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})",
+           nproc)
+    losses = [float(x) for x in re.findall(r"^step \d+ loss ([0-9.]+)", out, re.M)]
+    assert len(losses) == 4 and losses[-1] < losses[0], out[-3000:]
+    if nproc > 1:  # one process: the trainer wraps no DDP (`if world_size > 1`), so nothing is all-reduced
+        _groups(logs, nproc)

@@ -681,3 +681,57 @@ def test_nm105_and_nm406_follow_an_override_of_the_compiled_method_in_a_subclass
     fixed = _rewritten(root / "pkg/base.py")
     assert '+        self.compiled_step_fn = torch.compile(self.step_fn, backend="neuron")\n' in fixed, fixed
     assert '+        self.c2 = torch.compile(self.step_fn, fullgraph=False)' in fixed
+
+
+def test_a_module_only_xmp_spawn_programs_run_has_a_process_group(tmp_path, monkeypatch):
+    """xmp.spawn's rewrite starts the process group before it calls the worker: the functions of a module that only
+    such programs run are inside a group, so ranks and rank-0 guards are plain torch.distributed calls."""
+    lib = """\
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+
+        def shard(n):
+            xm.master_print("sharding")
+            return n // xr.world_size(), xr.global_ordinal()
+        """
+    entry = """\
+        import torch_xla.distributed.xla_multiprocessing as xmp
+        from lib import shard
+
+
+        def _mp_fn(index):
+            print(shard(64))
+
+
+        if __name__ == "__main__":
+            xmp.spawn(_mp_fn)
+        """
+    root = write(tmp_path / "r", {"pyproject.toml": "", "lib.py": lib, "train.py": entry})
+    assert RepositoryModel.build(str(root)).facts(str(root / "lib.py"))["group"] == 1
+    monkeypatch.chdir(root)
+    out = _rewritten(root / "lib.py")
+    assert "+    if dist.get_rank() == 0:\n+        print(\"sharding\")\n+    return n // dist.get_world_size(), dist.get_rank()" in out, out
+    # another program runs it without a launcher: no group there, so the module keeps its guarded forms
+    write(root, {"eval.py": "from lib import shard\n\nif __name__ == '__main__':\n    print(shard(8))\n"})
+    assert "group" not in RepositoryModel.build(str(root)).facts(str(root / "lib.py"))
+    assert "dist.get_rank() == 0:" not in _rewritten(root / "lib.py")
+
+
+def test_a_backend_passed_to_a_function_of_another_file_is_a_backend_value(tmp_path):
+    from neuron_migrate.repository.scan import call_attrs, sink_params
+
+    utils = (b"import torch.distributed as dist\n\n\ndef setup(rank, backend: str = 'gloo', *, world=None):\n"
+             b"    dist.init_process_group(backend=backend)\n\n\nclass Box:\n    def place(self, x, device):\n"
+             b"        return x.to(device)\n")
+    assert sink_params(utils) == {"setup": [[1, "backend"]], "place": [[1, "device"]]}
+    caller = b"setup(0, cfg.dist_backend)\nsetup(1, backend=args.pg)\nbox.place(t, self.dev)\nsetup(0, 'gloo')\n"
+    assert call_attrs(caller, sink_params(utils)) == {"dist_backend": 1, "pg": 2, "dev": 3}
+    root = write(tmp_path / "r", {
+        "pyproject.toml": "",
+        "lib/__init__.py": "",
+        "lib/config.py": "from dataclasses import dataclass\n\n\n@dataclass\nclass Cfg:\n    pg: str = \"nccl\"\n",
+        "lib/utils.py": "import torch.distributed as dist\n\n\ndef setup(backend):\n    dist.init_process_group(backend=backend)\n",
+        "train.py": "from lib.config import Cfg\nfrom lib.utils import setup\n\nif __name__ == '__main__':\n    cfg = Cfg()\n    setup(cfg.pg)\n",
+    })
+    assert RepositoryModel.build(str(root)).facts(str(root / "lib/config.py"))["sinks"] == {"pg": "train.py:6"}

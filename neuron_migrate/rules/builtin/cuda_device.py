@@ -94,6 +94,10 @@ def dispatch_guard(site, ctx):
 
     if cached(ctx.analysis, f"dispatch-first:{id(fn)}", first_cuda) is not node:
         return False
+    if cached(ctx.analysis, f"dispatch-neuron:{id(fn)}", lambda _a: _picks_neuron(fn, ctx)):
+        return False  # the choice already has its neuron branch (NM203's, on an earlier run or round): nothing to add
+    if not accelerator(ctx) and any(p.blocked is not None and p.fn is fn for p in cuda_picker.pickers(ctx)):
+        return False  # NM203 says at each picker why no neuron branch is added
     backends = sorted((flow.dispatch_backends(node) | (vs.kinds if vs is not None else set())) - {"cpu", "meta"})
     where = f"`{fn.name}()`" if fn is not None else "module-level code"
     return ctx.finding(
@@ -102,6 +106,19 @@ def dispatch_guard(site, ctx):
         note="TorchNeuron registers the neuron device with torch.accelerator: a branch such as "
              "`elif torch.accelerator.is_available(): return torch.accelerator.current_accelerator()` before the CPU "
              "fallback picks it up on a Trainium host (on a GPU host the CUDA branch still comes first).")
+
+
+def _picks_neuron(fn, ctx) -> bool:
+    """The function (or module) tests `torch.accelerator.current_accelerator().type == "neuron"` (the branch NM203
+    inserts into a device picker)."""
+    a = ctx.analysis
+    for n in ast.walk(fn if fn is not None else a.tree):
+        if isinstance(n, ast.Compare) and len(n.comparators) == 1 and isinstance(n.comparators[0], ast.Constant) \
+                and n.comparators[0].value == "neuron" and isinstance(n.left, ast.Attribute) and n.left.attr == "type" \
+                and isinstance(n.left.value, ast.Call) and isinstance(n.left.value.func, (ast.Name, ast.Attribute)) \
+                and a.resolve(n.left.value.func, a.module_scope, count_use=False) == "torch.accelerator.current_accelerator":
+            return True
+    return False
 
 
 def _beside_dispatcher(site, ctx, flow, member, vs):
@@ -119,6 +136,11 @@ def _beside_dispatcher(site, ctx, flow, member, vs):
         return None
     d = dispatchers[0]
     kinds = sorted(flow.dispatch_backends(d.body[0]) - {"cpu", "meta"})
+    picks = any(p.fn is d and p.blocked is None for p in cuda_picker.pickers(ctx)) or _picks_neuron(d, ctx)
+    if picks:  # NM203 adds (or added) the neuron branch to the picker: this test still asks about CUDA, and should
+        return ctx.finding(site, f"{ctx.src(member)} tests for CUDA beside `{d.name}()` (line {d.lineno}), which picks among "
+                                 f"{', '.join(kinds)} and, with NM203's branch, neuron: left unchanged, since a CUDA device "
+                                 "is what it asks about; add `neuron` here if the neuron device should take this path too")
     return ctx.finding(site, f"{ctx.src(member)} tests for CUDA beside `{d.name}()` (line {d.lineno}), which still picks among "
                              f"{', '.join(kinds)}: left unchanged so that the two agree; add a neuron branch to both")
 
@@ -544,7 +566,22 @@ def cuda_is_available(site, ctx):
     if names:
         return guard_finding(site, ctx, names, "torch.cuda.is_available()")
     picker = cuda_picker.picker_of(site, ctx) if device_flow.may_dispatch(ctx.analysis) else None
-    if picker is not None:
+    if picker is not None and picker.blocked is not None and not accelerator(ctx):
+        test = picker.blocked
+        if any(sub is site.node for sub in ast.walk(picker.branches[picker.cuda_index].test)):
+            if not any(b.test is test for b in picker.branches):
+                return ctx.finding(site, f"the device is picked among several backends, and the choice at line {test.lineno} in "
+                                         "the same function cannot get its neuron branch (see there): this one is left "
+                                         "unchanged too, so that the model and the data never end on different devices")
+            return ctx.finding(site, f"the device is picked among several backends, and the test at line {test.lineno} "
+                                     f"(`{ctx.src(test)}`) is true on a Neuron host: a neuron branch added here would never "
+                                     "run (the program would train on the host CPU), and the branches a Neuron host would "
+                                     "reach instead hold CUDA code outside a `torch.cuda.is_available()` block; the choice is "
+                                     "left unchanged: add the neuron case to that test and those branches by hand")
+    if picker is None and device_flow.may_dispatch(ctx.analysis) and not accelerator(ctx) and any(
+            p.reach is not None and p.blocked is None and site.node.lineno in p.lines for p in cuda_picker.pickers(ctx)):
+        return None  # the "no accelerator" test of a picker: its fix amends it, and says so at the CUDA branch
+    if picker is not None and picker.blocked is None:
         kinds = ", ".join(["cuda", picker.other_kind])
         fx = ctx.fixer()
         fx.scope = site.scope

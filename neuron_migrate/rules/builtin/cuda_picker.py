@@ -41,6 +41,11 @@ class Picker:
         self.cuda_index = cuda_index
         self.other_index = other_index
         self.other_kind = other_kind
+        # the test of an earlier branch that is true on a Neuron host (`not torch.cuda.is_available() and not
+        # torch.backends.mps.is_available()`, the "no accelerator" branch), in this chain or another picker of the
+        # same function: a neuron branch would never run, so none is added (NM203 says why at the line)
+        self.blocked = None
+        self.returns = False  # a chain of early returns (`if cuda: return ...` / `if mps: return ...` / `return cpu`)
 
 
 def _chain(top: ast.If):
@@ -144,10 +149,157 @@ def pickers(ctx) -> list:
                 for n in ast.walk(b.test):
                     if isinstance(n, ast.Name):
                         p.lines |= assigns.get(("lines", n.id), set())
+            p.fn = fn
+            p.reach = None
+            at = next((i for i, b in enumerate(branches) if _true_without_accelerator(b.test, fn, ctx, assigns)), None)
+            if at is not None:
+                # pytorch/examples' imagenet: `if not cuda and not mps: print("using CPU")` / `elif args.distributed:
+                # if torch.cuda.is_available(): ...DDP...` / `elif mps:` / `else:`. A Neuron host must not take the CPU
+                # branch, and in the branches it then reaches (tests that ask no backend) each CUDA-only block
+                # gets its neuron twin: without that, the neuron branch is dead code (or DDP is skipped)
+                p.reach = _reach(branches, at, kinds, fn, ctx, assigns)
+                if p.reach is None:
+                    p.blocked = branches[at].test
             out.append(p)
+        out.extend(_return_pickers(a, ctx, flow, names_of))
+        blocked = {id(p.fn): p.blocked for p in out if p.blocked is not None}
+        for p in out:
+            if p.blocked is None and id(p.fn) in blocked:
+                p.blocked = blocked[id(p.fn)]  # one half of the function's device choice alone: neither
         return out
 
     return cached(ctx.analysis, "device-pickers", build)
+
+
+def _return_pickers(a, ctx, flow, names_of) -> list:
+    """Pickers written as early returns (`if torch.cuda.is_available(): return torch.device("cuda")` / `if
+    torch.backends.mps.is_available(): return torch.device("mps")` / `return torch.device("cpu")`): the ifs, each with
+    one `return` and no else, right before the function's last return, the CPU fallback."""
+    out = []
+    for fn in ast.walk(a.tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        body = fn.body
+        last = body[-1]
+        if not isinstance(last, ast.Return) or len(body) < 3:
+            continue
+        ifs = []
+        for stmt in reversed(body[:-1]):
+            if not (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], ast.Return)):
+                break
+            ifs.insert(0, stmt)
+        if len(ifs) < 2:
+            continue
+        if id(fn) not in names_of:
+            names_of[id(fn)] = _availability_names(fn.body, ctx)
+        assigns = names_of[id(fn)]
+        kinds = [_backend_of_test(b.test, fn, ctx, assigns) for b in ifs]
+        if any("neuron" in k or "accelerator" in k for k in kinds):
+            continue
+        cuda = [i for i, k in enumerate(kinds) if k == {"cuda"}]
+        others = [i for i, k in enumerate(kinds) if len(k) == 1 and k != {"cuda"}]
+        if not cuda or not others:
+            continue
+        p = Picker(ifs[0], ifs, [last], cuda[0], others[0], next(iter(kinds[others[0]])))
+        p.returns = True
+        p.lines = set(range(ifs[0].lineno, last.end_lineno + 1))
+        p.fn = fn
+        p.reach = None
+        at = next((b.test for b in ifs if _true_without_accelerator(b.test, fn, ctx, assigns)), None)
+        p.blocked = at  # `if not cuda and not mps: return cpu` first: the neuron case would never be reached
+        out.append(p)
+    return out
+
+
+def _reach(branches, at, kinds, fn, ctx, assigns):
+    """(the test to amend, [(inner `if torch.cuda.is_available():` with no else, its neuron body)]) for a chain whose
+    branch `at` is true on a Neuron host; None when a branch a Neuron host would reach holds CUDA code that is not
+    such a block, or a block whose body cannot be translated."""
+    a = ctx.analysis
+    test = branches[at].test
+    if test.lineno != test.end_lineno:
+        return None
+    inner = []
+    for i, b in enumerate(branches):
+        if i <= at or kinds[i]:
+            continue  # before the test, or a branch that asks a backend (False on a Neuron host)
+        for stmt in b.body:
+            cuda_in = any(_is_cuda_node(n, a) for n in ast.walk(stmt))
+            if not cuda_in:
+                continue
+            if not (isinstance(stmt, ast.If) and not stmt.orelse and isinstance(stmt.test, ast.Call) and not stmt.test.args
+                    and isinstance(stmt.test.func, (ast.Name, ast.Attribute))
+                    and a.resolve(stmt.test.func, a.module_scope, count_use=False) == "torch.cuda.is_available"):
+                return None
+            body = _translate(stmt.body, ctx)
+            if body is None:
+                return None
+            inner.append((stmt, body))
+    return test, inner
+
+
+def _is_cuda_node(n, a) -> bool:
+    if isinstance(n, ast.Constant) and isinstance(n.value, str):
+        return n.value.split(":")[0] == "cuda"
+    if isinstance(n, ast.Attribute):
+        return n.attr == "cuda" or "cuda" in (a.resolve(n, a.module_scope, count_use=False) or "").split(".")
+    return False
+
+
+def _translate(body: list, ctx):
+    """The text of a CUDA block for the neuron device, relative to its indentation: `torch.cuda.set_device(i)` ->
+    `torch.accelerator.set_device_index(i)`, `x.cuda(i)` -> `x.to(torch.device("neuron", i))`, `x.cuda()` ->
+    `x.to("neuron")`, comments cut (they speak of GPUs); None when anything else in it names CUDA."""
+    a = ctx.analysis
+    edits = []  # (line, col, end line, end col, text)
+    handled: set = set()
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if not isinstance(n, ast.Call) or not isinstance(n.func, ast.Attribute):
+                continue
+            q = a.resolve(n.func, a.module_scope, count_use=False)
+            if q == "torch.cuda.set_device" and len(n.args) == 1 and not n.keywords:
+                text = f"{TORCH}.accelerator.set_device_index({a.source(n.args[0])})"
+            elif n.func.attr == "cuda" and not q and len(n.args) <= 1 and not n.keywords:
+                target = f'{TORCH}.device("neuron", {a.source(n.args[0])})' if n.args else '"neuron"'
+                text = f"{a.source(n.func.value)}.to({target})"
+                if any(_is_cuda_node(m, a) for m in ast.walk(n.func.value)):
+                    return None
+            else:
+                continue
+            handled.update(id(m) for m in ast.walk(n))
+            edits.append((n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, text))
+    for stmt in body:
+        if any(_is_cuda_node(n, a) and id(n) not in handled for n in ast.walk(stmt)):
+            return None
+    first, last = body[0].lineno, body[-1].end_lineno
+    lines = [a.lines[i - 1].rstrip("\r\n") for i in range(first, last + 1)]
+    for line, col, end_line, end_col, text in sorted(edits, reverse=True):
+        if line != end_line:
+            return None
+        raw = lines[line - first]
+        # ast columns are UTF-8 byte offsets
+        b = raw.encode("utf-8")
+        lines[line - first] = (b[:col].decode("utf-8") + text + b[end_col:].decode("utf-8"))
+    text = _without_comments("\n".join(lines))
+    if text is None:
+        return None
+    indent = len(a.lines[first - 1]) - len(a.lines[first - 1].lstrip(" "))
+    return "\n".join(ln[indent:] if ln.startswith(" " * indent) else ln for ln in text.split("\n"))
+
+
+def _true_without_accelerator(test, fn, ctx, assigns) -> bool:
+    """`not torch.cuda.is_available() and not torch.backends.mps.is_available()` (and `not use_cuda` for a name
+    assigned from one): every operand negates another backend's availability, so the test holds on a Neuron host."""
+    operands = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    for op in operands:
+        if not (isinstance(op, ast.UnaryOp) and isinstance(op.op, ast.Not)):
+            return False
+        kinds = _backend_of_test(op.operand, fn, ctx, assigns)
+        if not kinds or "neuron" in kinds or "accelerator" in kinds:
+            return False
+    return True
 
 
 def picker_of(site, ctx):
@@ -233,6 +385,8 @@ def insert_branch(p: Picker, ctx, fx) -> bool:
     """Add to `fx` the edit that inserts the neuron branch before the picker's final else; False when the chain's
     text cannot take it (no `else:` line found)."""
     a = ctx.analysis
+    if p.blocked is not None:
+        return False
     if isinstance(p.top, ast.IfExp):
         value = _neuron_value(p, ctx)
         if value is None:
@@ -245,6 +399,13 @@ def insert_branch(p: Picker, ctx, fx) -> bool:
         return False
     body, indent = made
     col = p.top.col_offset
+    if getattr(p, "returns", False):  # early returns: the neuron `if` goes right before the CPU fallback's return
+        torch = fx.ref("torch")
+        fallback = p.orelse[0]
+        pad = " " * (indent - col)
+        lines = [f"if {NEURON_TEST.format(torch=torch)}:"] + [(pad + ln if ln else ln) for ln in body.replace(TORCH, torch).split("\n")]
+        fx.replace(fallback, "\n".join([*lines, a.source(fallback)]))
+        return True
     first = p.orelse[0]
     else_line = None
     for ln in range(first.lineno - 1, p.branches[-1].body[-1].end_lineno, -1):
@@ -267,8 +428,23 @@ def insert_branch(p: Picker, ctx, fx) -> bool:
             return False  # a line left of the chain (inside a multi-line string): leave it
     at = else_line - p.top.lineno
     pad = " " * (indent - col)
-    new = [f"elif {NEURON_TEST.format(torch=torch)}:"] + [(pad + ln if ln else ln) for ln in body.replace(TORCH, torch).split("\n")]
-    fx.replace(p.top, "\n".join(rel[:at] + new + rel[at:]))
+    test = NEURON_TEST.format(torch=torch)
+    new = [f"elif {test}:"] + [(pad + ln if ln else ln) for ln in body.replace(TORCH, torch).split("\n")]
+    inserts = [(at, new)]
+    if p.reach is not None:
+        amend, inner = p.reach
+        for stmt, text in inner:
+            own = " " * (stmt.col_offset - col)
+            deeper = " " * (stmt.body[0].col_offset - col)
+            inserts.append((stmt.end_lineno - p.top.lineno + 1, [f"{own}elif {test}:"] + [
+                (deeper + ln if ln else ln) for ln in text.replace(TORCH, torch).split("\n")]))
+        k = amend.lineno - p.top.lineno
+        raw = rel[k].encode("utf-8")
+        start, end = amend.col_offset - col, amend.end_col_offset - col
+        rel[k] = (raw[:start] + f"{a.source(amend)} and not ({test})".encode("utf-8") + raw[end:]).decode("utf-8")
+    for where, lines in sorted(inserts, key=lambda x: x[0], reverse=True):
+        rel[where:where] = lines
+    fx.replace(p.top, "\n".join(rel))
     return True
 
 
@@ -295,6 +471,8 @@ def picker_lines(ctx) -> set:
     def build(_a):
         out: set = set()
         for p in pickers(ctx):
+            if p.blocked is not None:
+                continue
             fixable = _neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)
             if fixable is not None:
                 out |= p.lines

@@ -1,0 +1,81 @@
+"""torch_xla training programs as people write them, rewritten with the real CLI and trained on the emulated `neuron`
+device (`neuron_emulated/sitecustomize.py`) in one process and in two under torchrun.
+
+- `xla_programs/spawn_trainer/`: a reusable trainer package (`trainer/base.py`: `torch_xla.device()`, `xr.world_size()`,
+  `xr.global_ordinal()`, a DistributedSampler, `pl.MpDeviceLoader`, `xm.master_print`, `xm.save`, and
+  `self.compiled_step_fn = torch_xla.compile(self.step_fn, full_graph=True)` of an abstract `step_fn`), a task module
+  that subclasses it (`tasks/classify.py`: the training step, with `xm.optimizer_step`), and the entry script
+  (`train.py`: argparse, `xmp.spawn(_mp_fn, args=(flags,))`). Judged alone, base.py compiles a `step_fn` that only
+  raises, and does not know that a process group exists where its methods run; the repository model tells it that
+  the override is a training step (so `fullgraph` is left out: it would raise at the first step) and that every
+  program running it starts through xmp.spawn (so its ranks and rank-0 guards are plain `torch.distributed` calls,
+  not helpers that test for a group).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_cuda_programs import REPO, _cli, _env, _final, emulator  # noqa: F401 (a fixture)
+from torchrun_util import run_torchrun
+
+PROGRAMS = Path(__file__).resolve().parent / "xla_programs"
+
+
+def _rewrite(tmp_path: Path, name: str) -> tuple[Path, str]:
+    work = tmp_path / name
+    shutil.copytree(PROGRAMS / name, work, ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([*_cli(), "rewrite", str(work), "--write", "--unsafe-fixes", "--jobs", "1", "--no-cache"],
+                          capture_output=True, text=True, timeout=180, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1) and "internal error" not in out and "rewritten" in out, out
+    return work, out
+
+
+def test_spawn_trainer_rewrite(tmp_path):
+    work, out = _rewrite(tmp_path, "spawn_trainer")
+    base = (work / "trainer/base.py").read_text()
+    # the compiled method is the subclass's training step: fullgraph would refuse its backward()
+    assert 'self.compiled_step_fn = torch.compile(self.step_fn, backend="neuron")\n' in base
+    assert "`step_fn` (the override in tasks/classify.py) calls zero_grad()/backward()/step()" in out
+    # xmp.spawn's rewrite starts the group before the worker runs: the base module's methods run inside it
+    assert "self.world_size = dist.get_world_size()\n        self.rank = dist.get_rank()\n" in base
+    assert '                if dist.get_rank() == 0:\n                    print(f"epoch {epoch}' in base
+    assert "_neuron_rank" not in base and "_neuron_master_print" not in base and "_neuron_save" not in base
+    assert "torch_xla" not in base + (work / "tasks/classify.py").read_text() + (work / "train.py").read_text()
+    assert "manual migration" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_spawn_trainer_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa: F811
+    work, _ = _rewrite(tmp_path, "spawn_trainer")
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train.py", "--epochs", "2"], nproc=nproc, cwd=work, env=_env(logs), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    first = [float(x) for x in re.findall(r"rank \d epoch 0 mean loss ([0-9.]+)", out)]
+    last = [float(x) for x in re.findall(r"rank \d epoch 1 mean loss ([0-9.]+)", out)]
+    assert len(first) == len(last) == nproc and max(last) < min(first), out[-3000:]
+    assert out.count("saved out/model.pt") == 1 and (work / "out/model.pt").exists()  # rank 0 writes, once
+    logs_ = _groups_allreduce(logs, nproc)
+    assert all(g["counts"].get("barrier", 0) >= 1 for g in logs_)  # xm.save's wait for the writer
+
+
+def _groups_allreduce(log_dir: Path, nproc: int) -> list:
+    """One group of `nproc` ranks whose gradients were all-reduced (xm.optimizer_step's migration: per parameter)."""
+    import json
+
+    logs = [json.loads(p.read_text()) for p in sorted(log_dir.glob("rank*.json"))]
+    assert sorted(g["rank"] for g in logs) == list(range(nproc)), logs
+    assert all(g["world_size"] == nproc and g["members"] == logs[0]["members"] for g in logs), logs
+    assert all(g["counts"].get("all_reduce", 0) > 0 for g in logs), logs
+    return logs

@@ -1,0 +1,3 @@
+from .base import Trainer
+
+__all__ = ["Trainer"]
