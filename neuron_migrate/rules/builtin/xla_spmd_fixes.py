@@ -475,8 +475,8 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
         if q.startswith("torch.optim.") and q.count(".") == 2 and q.rpartition(".")[2][:1].isupper() and call.args:
             first = call.args[0]
             if (isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "parameters"
-                    and isinstance(first.func.value, ast.Name) and not first.args and not first.keywords):
-                found.append((call, first.func.value.id))
+                    and _key(first.func.value) and not first.args and not first.keywords):
+                found.append((call, _key(first.func.value)))
     why = ("the model whose gradients DDP must average was not found (one torch.optim optimizer built from "
            "`model.parameters()` in this file, after the mesh): wrap it in DistributedDataParallel(model, "
            "device_mesh=mesh[axis]) by hand")
