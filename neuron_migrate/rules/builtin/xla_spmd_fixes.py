@@ -1,24 +1,31 @@
-"""The fix of NM150 (xla_spmd.py): a data-parallel XLA SPMD program rewritten to one process per device (torchrun).
+"""The fix of NM150 (xla_spmd.py): an XLA SPMD program rewritten to one process per device (torchrun).
 
 XLA SPMD is single-controller: one process drives every device, computes on the *global* batch, and the compiler
-splits the work by the sharding annotations. The data-parallel shape of pytorch/xla's examples
-(train_resnet_spmd_data_parallel.py, the SPMD user guide) keeps its meaning with one process per device when:
+splits the work by the sharding annotations. The shapes of pytorch/xla's SPMD examples and user guide keep their
+meaning with one process per device when:
 
 - `xr.use_spmd()` -> `dist.init_process_group("neuron")` (torchrun starts the processes);
 - `xr.global_runtime_device_count()` -> `dist.get_world_size()`;
-- `mesh = xs.Mesh(ids, shape, names)` with ids in device order (`np.array(range(n))`, `np.arange(n)`, `range(n)`)
-  -> `init_device_mesh("neuron", shape, mesh_dim_names=names)` (ranks in the same order; an ids variable used only
-  there goes);
-- `xs.mark_sharding(batch, mesh, ("data", None, ...))` on a tensor of the training loop (batch dimension over one
-  mesh axis, nothing else sharded) -> `batch = batch.tensor_split(mesh["data"].size())[mesh["data"].get_local_rank()]`:
-  every rank loads the same global batch (same seeds, as the one controller did) and keeps its slice;
-- and, since each rank now computes the gradient of its slice, the model handed to the file's one optimizer is
-  wrapped in `DistributedDataParallel(model, device_mesh=mesh["data"])` just before it: DDP averages the gradients
-  during backward, which is the global batch's gradient when the loss is a mean and the slices are equal.
+- `mesh = xs.Mesh(ids, shape, names)` (or `self.mesh = ...`) with ids in device order (`np.array(range(n))`,
+  `np.arange(n)`, `range(n)`) -> `init_device_mesh("neuron", shape, mesh_dim_names=names)` (ranks in the same order;
+  an ids variable used only there goes);
+- data parallel: `xs.mark_sharding(batch, mesh, ("data", None, ...))` on a tensor of the training code ->
+  `batch = batch.tensor_split(mesh["data"].size())[mesh["data"].get_local_rank()]`, and a device loader's
+  `input_sharding=xs.ShardingSpec(mesh, ("data", None, ...))` -> the loader through `_BatchSlices` (every tensor of
+  each batch cut the same way): every rank loads the same global batch (same seeds, as the one controller did) and
+  keeps its slice; since each rank now computes the gradient of its slice, the model handed to the file's one
+  optimizer is wrapped in `DistributedDataParallel(model, device_mesh=mesh["data"])` just before it (DDP averages
+  the gradients in backward: the global batch's gradient when the loss is a mean and the slices are equal);
+- FSDPv2: `model = FSDPv2(model[, mesh][, auto_wrap_policy=<transformer_auto_wrap_policy of classes>])` (mesh from
+  `xs.set_global_mesh`, which goes) -> `fully_shard` on each module of those classes, then on the model, over
+  `mesh["fsdp"]` (FSDP2 averages the gradients: no DDP);
+- tensor parallel: `xs.mark_sharding(m.weight, mesh, ("model", None))` / `(None, "model")` ->
+  `parallelize_module(m, mesh["model"], ColwiseParallel(output_layouts=Replicate()))` /
+  `RowwiseParallel(input_layouts=Replicate())`: whole tensors in and out, as the annotation left the module's values.
 
-All of it is one fix, made at the file's first SPMD call, or nothing: a file with any other SPMD use (parameter or
-activation sharding, manual sharding, FSDPv2, a mesh built elsewhere...) keeps every finding, and the one that blocks
-says why. Never imports torch.
+All of it is one fix, made at the file's first SPMD call, or nothing: a file with any other SPMD use (manual or
+activation sharding, data and tensor parallelism at once, a mesh built elsewhere...) keeps every finding, and the one
+that blocks says why. Never imports torch.
 """
 from __future__ import annotations
 
@@ -284,8 +291,9 @@ def spmd_plan(ctx) -> Plan:
                 return _block(plan, call, why)
         else:
             return _block(plan, call, f"`{name}` has no rewrite that keeps the single-controller program's meaning "
-                                      "(rewritten: use_spmd, the device count, a Mesh in device order, mark_sharding of "
-                                      "input batches along their batch dimension or of nn.Linear weights over one axis)")
+                                      "(rewritten: use_spmd, the device count, a Mesh in device order, set_global_mesh, "
+                                      "FSDPv2, mark_sharding of batches along their batch dimension or of nn.Linear "
+                                      "weights over one axis, a device loader's input_sharding of the batch dimension)")
     batches = [(m[0], m[2], m[3]) for m in plan.marks] + plan.loaders  # (node, mesh key, axis)
     if plan.weights and (batches or plan.fsdp):
         return _block(plan, plan.weights[0][0], _BOTH)
@@ -493,8 +501,8 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
 
 
 def spmd_fix(site, ctx):
-    """(fix, note) at the file's first SPMD call when the whole program is the data-parallel shape; (None, reason)
-    at the call that blocks it; None elsewhere."""
+    """(fix, note) at the file's first SPMD call when the whole program has a shape this module rewrites; (None,
+    reason) at the call that blocks it; None elsewhere."""
     plan = spmd_plan(ctx)
     if plan.blocked is not None:
         node, why = plan.blocked
