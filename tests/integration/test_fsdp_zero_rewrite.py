@@ -32,6 +32,8 @@ pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fsdp_zero"
 SHIM = HERE / "neuron_on_cpu"
+EMULATED = HERE / "neuron_emulated"  # a real PrivateUse1 `neuron` device: DTensor checkpoints pickle there
+REPO = HERE.parents[1]
 LOSS_TOL = 1e-5
 PARAM_TOL = 1e-5
 
@@ -49,10 +51,11 @@ def migrated(tmp_path_factory) -> Path:
     return work
 
 
-def _run(work: Path, script: str, nproc: int, out: Path, extra_path: str = "") -> list[dict]:
+def _run(work: Path, script: str, nproc: int, out: Path, extra_path: str = "", shim: Path = SHIM) -> list[dict]:
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(PYTHONPATH=os.pathsep.join(x for x in (str(SHIM), extra_path) if x), OMP_NUM_THREADS="1", OUT_DIR=str(out))
+    env.update(PYTHONPATH=os.pathsep.join(x for x in (str(shim), extra_path, str(REPO)) if x), OMP_NUM_THREADS="1",
+               OUT_DIR=str(out))
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     p = run_torchrun([script], nproc=nproc, cwd=work, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -127,3 +130,24 @@ def test_nested_fsdp_units_become_fsdp2_and_two_processes_match_one(migrated, tm
     for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):
         assert abs((a + b) / 2 - ref) <= LOSS_TOL, (step, ref, a, b)
     assert one[0]["losses"][0] != one[0]["losses"][-1]
+
+
+def test_per_rank_sharded_checkpoints_stay_per_rank_shards_with_fsdp2(migrated, tmp_path):
+    """fsdp_decoder/train_ckpt.py saves each rank's shard as torch_xla's FSDP checkpoint test does
+    (`{"model": model.state_dict(), "optimizer": optimizer.state_dict()}`, `xm.save(..., master_only=False)`) and
+    loads it into a fresh model and optimizer. FSDP2's state dicts are this rank's DTensor shards, as XLA FSDP's were,
+    so the rewrite keeps those lines: with 1 and 2 processes (on the emulated device, where DTensors pickle) the
+    resumed run's losses equal the straight run's, and the 2 ranks' mean is the 1-process loss."""
+    text = (migrated / "fsdp_decoder" / "train_ckpt.py").read_text()
+    assert "fully_shard(model)" in text and "FSDP(" not in text and "import torch_xla" not in text, text
+    assert 'ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}' in text
+    assert 'model.load_state_dict(ckpt["model"])' in text
+    code = str(migrated / "fsdp_decoder")
+    one = _run(migrated, "fsdp_decoder/train_ckpt.py", 1, tmp_path / "one", code, EMULATED)
+    two = _run(migrated, "fsdp_decoder/train_ckpt.py", 2, tmp_path / "two", code, EMULATED)
+    assert two[0]["world"] == two[1]["world"] == 2
+    for run in (*one, *two):
+        assert len(run["resumed"]) == len(run["losses"]) == 5
+        assert max(abs(a - b) for a, b in zip(run["resumed"], run["losses"])) <= LOSS_TOL, run
+    for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):
+        assert abs((a + b) / 2 - ref) <= LOSS_TOL, (step, ref, a, b)

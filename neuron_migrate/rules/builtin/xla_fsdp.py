@@ -106,6 +106,8 @@ class Plan:
         self.fsdp2_mapped: list = []  # (node, why): keywords FSDP2 maps (mixed precision) and FSDP1 does not
         self.fsdp2 = False  # the fix writes FSDP2 fully_shard (else FSDP1 FullyShardedDataParallel)
         self.fsdp2_policy_kept = False  # FSDP2 with the policy kept (torch's), choosing the modules to shard
+        self.shard_state: list = []  # the blockers that are the wrapped model's state_dict()/load_state_dict() calls
+        self.checkpoint: list = []  # (node, what): the model's state_dict()/get_shard_metadata() calls, reported with CKPT_PLAN
 
     @property
     def active(self) -> bool:
@@ -175,10 +177,12 @@ def _build_plan(ctx) -> Plan:
             continue
         _classify_use(ctx, plan, fx, node, q, scopes[id(node)], names)
     _check_model_uses(ctx, plan)
-    if not plan.blockers:
+    if all(any(b is s for s in plan.shard_state) for b in plan.blockers):
+        # FSDP2's model.state_dict() is this rank's shard (DTensors), as XLA FSDP's was: those calls keep meaning
         plan.fix = _fsdp2_fix(ctx, plan)
         if plan.fix is not None:
             plan.fsdp2 = True
+            plan.blockers = []
             return plan
     plan.blockers += plan.fsdp2_mapped
     if plan.blockers:
@@ -609,8 +613,16 @@ def _check_model_uses(ctx, plan: Plan) -> None:
                 block((node, f"{who} {node.attr}(): XLA FSDP's state dict is this rank's shard, torch FSDP's default is "
                              "the full model, so what a checkpoint holds would change (use torch.distributed.checkpoint "
                              "or get_model_state_dict / set_model_state_dict by hand)"))
+                if name in models:
+                    plan.shard_state.append(plan.blockers[-1])
+                    plan.checkpoint.append((node, f"`{ctx.src(node)}()` of the XLA FSDP model is this rank's shard "
+                                                  "(flattened, with get_shard_metadata() to stitch it)"))
         elif after and node.attr in _MODEL_BLOCKERS:
             block((node, f"the FSDP-wrapped model's {node.attr}: {_MODEL_BLOCKERS[node.attr]}"))
+            if node.attr == "get_shard_metadata":
+                plan.checkpoint.append((node, f"`{ctx.src(node)}()` is XLA FSDP's shard layout, which "
+                                              "consolidate_sharded_model_checkpoints reads; FSDP2 needs none (its DTensors "
+                                              "carry their placement)"))
         elif after and node.attr == "parameters":
             call = a.parent_of.get(node)
             if not _feeds_elementwise_optimizer(ctx, call):
@@ -778,18 +790,50 @@ def xla_fsdp(site, ctx):
         if site.kind == "import" and not plan.active:
             return None
         reason = plan.why() if plan.blockers else "the file's use of XLA FSDP cannot be followed"
-        return ctx.finding(site, f"`{name}` is torch_xla FSDP and stays ({reason}): migrate it by hand to "
-                                 "torch.distributed.fsdp (FullyShardedDataParallel, or FSDP2 fully_shard on each block "
-                                 "then the model; compute_dtype/buffer_dtype -> MixedPrecisionPolicy(param_dtype=..., "
-                                 "reduce_dtype=...); checkpoint_module -> apply_activation_checkpointing) and save with "
-                                 "torch.distributed.checkpoint (consolidation: get_model_state_dict with "
-                                 "StateDictOptions(full_state_dict=True))")
+        if site.kind != "import" and name.rsplit(".", 1)[-1] in ("consolidate_sharded_model_checkpoints",
+                                                                 "consolidate_sharded_state_dicts"):
+            return ctx.finding(site, f"`{name}` stitches the per-rank shard checkpoints XLA FSDP saved, and stays with XLA "
+                                     f"FSDP ({reason}). {CKPT_PLAN}")
+        if site.kind == "call" and plan.wraps and site.node is plan.wraps[0] and plan.checkpoint:
+            # the checkpoint calls on the model are no trigger of their own: reported once, from the first wrap
+            extra = [ctx.finding(node, f"{what}: XLA FSDP stays in this file ({reason}). {CKPT_PLAN}")
+                     for node, what in plan.checkpoint]
+            return [_kept_finding(ctx, site, name, reason), *extra]
+        return _kept_finding(ctx, site, name, reason)
+    return _migrated_finding(ctx, site, plan, name)
+
+
+CKPT_PLAN = ("Native plan (with FSDP2 fully_shard): each rank's shard goes through torch.distributed.checkpoint, "
+             "dcp.save({'model': get_model_state_dict(model), 'optim': get_optimizer_state_dict(model, optimizer)}, "
+             "checkpoint_id=DIR), resumed with dcp.load of the same dict then set_model_state_dict / "
+             "set_optimizer_state_dict (torch.distributed.checkpoint.state_dict); the consolidated model that "
+             "consolidate_sharded_model_checkpoints wrote is get_model_state_dict(model, options=StateDictOptions("
+             "full_state_dict=True, cpu_offload=True)), called on every rank (a collective), saved with torch.save on "
+             "rank 0; get_shard_metadata() is not needed. XLA FSDP checkpoints of earlier runs do not load.")
+
+
+def _kept_finding(ctx, site, name, reason):
+    return ctx.finding(site, f"`{name}` is torch_xla FSDP and stays ({reason}): migrate it by hand to "
+                             "torch.distributed.fsdp (FullyShardedDataParallel, or FSDP2 fully_shard on each block "
+                             "then the model; compute_dtype/buffer_dtype -> MixedPrecisionPolicy(param_dtype=..., "
+                             "reduce_dtype=...); checkpoint_module -> apply_activation_checkpointing) and save with "
+                             "torch.distributed.checkpoint (consolidation: get_model_state_dict with "
+                             "StateDictOptions(full_state_dict=True, cpu_offload=True) on every rank, saved on rank 0)")
+
+
+def _migrated_finding(ctx, site, plan: Plan, name):
     if plan.fsdp2:
         if site.kind == "call" and site.node in plan.wraps:
             kws = {k.arg for k in site.node.keywords}
             note = ("FSDP2 shards each parameter on dim 0 (DTensor) and averages gradients by reduce-scatter as XLA FSDP "
                     "did; parameter names stay those of the unwrapped model; the optimizer must be built after "
                     "fully_shard (as XLA FSDP required). Checkpoints of XLA FSDP runs do not load.")
+            if plan.checkpoint:
+                note += (" The model's state_dict()/load_state_dict() (line " + ", ".join(
+                    str(n.lineno) for n, _ in plan.checkpoint) + ") stay this rank's shard: FSDP2's state dict holds "
+                         "this rank's DTensor shards (a checkpoint loads back at the same world size); the full model is "
+                         "get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)), "
+                         "called on every rank.")
             if "compute_dtype" in kws:
                 note += (" Mixed precision: MixedPrecisionPolicy casts the parameters and the floating inputs to param_dtype and "
                          "reduces gradients in it (reduce_dtype=torch.float32 for fp32_reduce_scatter=True); XLA FSDP also "
