@@ -18,3 +18,23 @@ def source_lines(text: str, keepends: bool = False) -> list[str]:
     if keepends:
         return lines
     return [ln[:-2] if ln.endswith("\r\n") else ln[:-1] if ln.endswith(("\n", "\r")) else ln for ln in lines]
+
+
+def statements_naming(tree, lines: list, names) -> list:
+    """The top-level statements of `tree` on whose lines (`lines`: its text's, source_lines) one of `names` is
+    written: the only ones a Name node of those names can be in (a Name's identifier is written on its statement's
+    lines, a decorator's on the lines above its def). The rest need no walk. (A substring test: a superset of the
+    statements that hold such a Name, never fewer; a line with non-ASCII characters counts, as an identifier may be
+    written in characters that normalise to the name.)"""
+    hit = [i + 1 for i, line in enumerate(lines) if any(name in line for name in names) or not line.isascii()]
+    if not hit:
+        return []
+    from bisect import bisect_left
+
+    out = []
+    for stmt in tree.body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        k = bisect_left(hit, first)
+        if k < len(hit) and hit[k] <= stmt.end_lineno:
+            out.append(stmt)
+    return out

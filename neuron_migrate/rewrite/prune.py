@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from typing import Optional
 
-from neuron_migrate.files.lines import source_lines
+from neuron_migrate.files.lines import source_lines, statements_naming
 from neuron_migrate.names.analysis import child_nodes
 from neuron_migrate.rules.model import Edit, Fix, FixSafety, Span
 
@@ -160,24 +160,6 @@ def _added_top_level_defs(before: str, after: str, before_tree=None, after_tree=
     return old, tree, added
 
 
-def _naming(tree, lines: list, names) -> list:
-    """The top-level statements of `tree` on whose lines (`lines`: its text's, source_lines) one of `names` is
-    written: the only ones a Name node of those names can be in (a Name's identifier is written on its statement's
-    lines, a decorator's on the lines above its def). The rest need no walk."""
-    hit = [i + 1 for i, line in enumerate(lines) if any(name in line for name in names)]
-    if not hit:
-        return []
-    from bisect import bisect_left
-
-    out = []
-    for stmt in tree.body:
-        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
-        k = bisect_left(hit, first)
-        if k < len(hit) and hit[k] <= stmt.end_lineno:
-            out.append(stmt)
-    return out
-
-
 def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, after_tree=None) -> str:
     """`after` without the inserted helpers nothing calls any more, and without the imports the rewrite added that
     nothing uses then.
@@ -203,7 +185,7 @@ def drop_dead_helpers(before: str, after: str, inserted=(), before_tree=None, af
     # loads of each helper name outside the helper's own definition, by the statement that holds them
     uses: dict = {name: set() for name in helpers}
     lines = source_lines(after, keepends=True)
-    for stmt in _naming(tree, lines, uses):
+    for stmt in statements_naming(tree, lines, uses):
         owner = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
         for n in ast.walk(stmt):
             if isinstance(n, ast.Name) and n.id in uses and n.id != owner:
@@ -388,7 +370,7 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
     named: dict = {name: [] for name in defs}  # helper name -> its Name nodes, in walk order
     lines = source_lines(after, keepends=True)
     # (the nodes of statements that never write a helper's name are neither uses nor above one: not walked)
-    for stmt in _naming(tree, lines, named):
+    for stmt in statements_naming(tree, lines, named):
         top = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
         for n in ast.walk(stmt):
             owner_of[n] = top

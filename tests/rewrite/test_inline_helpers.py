@@ -63,7 +63,7 @@ def test_the_one_liners_answer_as_the_helpers_did(ruleset, tmp_path):
 
 def test_a_use_in_a_decorator_counts(ruleset):
     """Uses are found in every statement that writes the helper's name, a decorator above its def included (only
-    those statements are walked: prune._naming)."""
+    those statements are walked: files.lines.statements_naming)."""
     body = ("def f():\n    return xm.get_ordinal(), xm.get_ordinal()\n\n\n"
             "@some_registry(\n    rank=xm.get_ordinal(),\n)\n"
             "def g():\n    return 0\n")
@@ -77,9 +77,11 @@ def test_statements_naming_a_helper():
     import ast
 
     from neuron_migrate.files.lines import source_lines
-    from neuron_migrate.rewrite.prune import _naming
+    from neuron_migrate.files.lines import statements_naming as _naming
 
     text = "x = 1\n\n@deco(\n    _h(),\n)\ndef f():\n    pass\n\n\ny = [\n    1,\n    _h,\n]\nz = 2\n"
     tree = ast.parse(text)
     assert [s.lineno for s in _naming(tree, source_lines(text, keepends=True), {"_h"})] == [6, 10]
     assert _naming(tree, source_lines(text, keepends=True), {"_other"}) == []
+    text = "x = 1\n\ny = ｈ\n"  # NFKC: the Name is `h`
+    assert [s.lineno for s in _naming(ast.parse(text), source_lines(text, keepends=True), {"h"})] == [3]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.files.lines import statements_naming
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg
 from neuron_migrate.rules.nxd_state import GRADS, MARK, MODULE, STATE_QUERIES
@@ -57,7 +58,7 @@ def _module_resolve(ctx, node) -> "str | None":
 def state_rewritable(ctx) -> bool:
     """Every use of NxD's parallel_state / grads in the file is a name the written module defines, called the way
     the module's function takes it. Decided once per file (each NxD import and mesh reference asks; the answer is
-    the file's, and the walk below visits every call of it)."""
+    the file's)."""
     return cached(ctx.analysis, "nxd-state-rewritable", _state_rewritable)
 
 
@@ -66,7 +67,17 @@ def _state_rewritable(analysis) -> bool:
         for mod, ok in ((PS, STATE_QUERIES), (GRADS_MOD, GRADS)):
             if q.startswith(mod + ".") and q[len(mod) + 1:] not in ok:
                 return False
-    for node in ast.walk(analysis.tree):
+    # a call resolves (from module scope) into either module only through a module-level name bound to one of them,
+    # to a module above them or to something inside them: only the top-level statements that write such a name
+    # can hold one, and only those are walked (none: no call to check)
+    roots = set()
+    scope = analysis.module_scope
+    while scope is not None:
+        roots.update(name for name, q in scope.bindings.items()
+                     if q and any(mod.startswith(q) or q.startswith(mod) for mod in (PS, GRADS_MOD)))
+        scope = scope.parent
+    for node in (n for stmt in statements_naming(analysis.tree, analysis.lines, roots) for n in ast.walk(stmt)) \
+            if roots else ():
         if not isinstance(node, ast.Call):
             continue
         q = analysis.resolve(node.func, analysis.module_scope, count_use=False) or ""
