@@ -22,7 +22,8 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   (args.gpu)`, `model.cuda(args.gpu)`, `DDP(device_ids=[args.gpu])`) or `--dist-url env://` under torchrun (`model.cuda()`,
   `DDP(model)`), and a placement chain whose first test, `not torch.cuda.is_available() and not
   torch.backends.mps.is_available()`, is true on a Neuron host (before: the neuron branch added to the chain was dead
-  code and the program trained on the host CPU, or not at all);
+  code and the program trained on the host CPU, or not at all), and imagenet's validate, which moves each batch in
+  independent `if <backend is available>:` blocks (before: left with a finding; the batches stayed on the CPU);
 - `custom_trainer/`: a trainer library without accelerate: a config dataclass whose argparse options are made from its
   fields (`mylib/config.py`: `dist_backend: str = "nccl"`, no literal on any command-line option), device and process
   group helpers in a utils module (`mylib/utils.py`: `get_device()` picks cuda, else mps, else cpu with early returns;
@@ -144,6 +145,10 @@ def test_imagenet_placement_chain_reaches_its_neuron_branches(tmp_path):
     assert ('            else:\n                model.to("neuron")\n'
             "                model = torch.nn.parallel.DistributedDataParallel(model)\n") in text
     assert text.count(f"elif {neuron}:") == 3  # the nested block, the placement chain, the device chain
+    # validate moves each batch in independent blocks per backend: the MPS one gets a neuron twin
+    assert (f"                    target = target.to('mps')\n                if {neuron}:\n"
+            "                    images = images.to('neuron')\n                    target = target.to('neuron')\n") in text
+    assert f'        elif {neuron}:\n            device = torch.device("neuron")' in (work / "lib/meters.py").read_text()
     # the CUDA branches stay for GPU hosts; nothing is left for a human, and a second run changes nothing
     assert "torch.cuda.set_device(args.gpu)" in text and "manual migration" not in out and "dispatches over" not in out
     again = subprocess.run([*_cli(), "rewrite", str(work), "--unsafe-fixes", "--no-cache"], capture_output=True, text=True,
@@ -352,6 +357,9 @@ def test_imagenet_trains_spawned_and_under_torchrun(tmp_path, emulator, launch):
     first = [float(m) for m in re.findall(r"epoch 0 loss ([0-9.]+)", out)]
     last = [float(m) for m in re.findall(r"epoch 1 loss ([0-9.]+)", out)]
     assert len(first) == len(last) == nproc and max(last) < min(first), out[-3000:]
+    val = [float(x) for x in re.findall(r"epoch 1 val acc1 ([0-9.]+)", out)]
+    # validate ran on the neuron device; with torchrun every rank prints the accuracy all-reduced over the ranks
+    assert len(val) == (nproc if launch.startswith("torchrun") else 1) and len(set(val)) == 1, out[-3000:]
     if nproc > 1:  # one process: imagenet starts no process group (`args.distributed = args.world_size > 1 or ...`)
         _groups(logs, nproc)
 

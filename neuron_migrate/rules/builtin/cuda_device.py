@@ -100,6 +100,19 @@ def dispatch_guard(site, ctx):
         return False  # NM203 says at each picker why no neuron branch is added
     backends = sorted((flow.dispatch_backends(node) | (vs.kinds if vs is not None else set())) - {"cpu", "meta"})
     where = f"`{fn.name}()`" if fn is not None else "module-level code"
+    found = cuda_picker.twins(ctx, fn) if not accelerator(ctx) else []
+    if found:
+        fx = ctx.fixer()
+        fx.scope = site.scope
+        torch = fx.ref("torch")
+        for block, text in found:
+            fx.replace(block, text.replace(cuda_picker.TORCH, torch))
+        kind = ", ".join(sorted({b for b in backends if b != "cuda"}))
+        return ctx.finding(site, f"{where} dispatches over several backends ({', '.join(backends)}): each block that moves "
+                                 f"data to {kind} when it is available gets a neuron twin after it; the CUDA code stays "
+                                 "for GPU hosts", fix=fx.build(),
+                           note="On a Trainium host the neuron block moves the data as the other backend's block does "
+                                "on its host (TorchNeuron registers the neuron device with torch.accelerator).")
     return ctx.finding(
         site, f"{where} dispatches over several backends ({', '.join(backends)}): the CUDA rules leave it unchanged; "
               "add a neuron branch beside the CUDA one",

@@ -212,6 +212,44 @@ def _return_pickers(a, ctx, flow, names_of) -> list:
     return out
 
 
+def twins(ctx, fn) -> list:
+    """[(if node, text)] for the `if <another backend is available>:` blocks of `fn` (no else, not an elif) whose body
+    only moves things to that backend (`if torch.backends.mps.is_available(): images = images.to('mps')`, imagenet's
+    validate): the text is the block followed by its neuron twin, relative to the block's column. A picker elsewhere
+    would give the model the neuron device while these batches stayed on the CPU."""
+    a = ctx.analysis
+    out = []
+    if fn is None:
+        return out
+    assigns = _availability_names(fn.body, ctx)
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.If) or node.orelse:
+            continue
+        parent = a.parent_of.get(node)
+        if isinstance(parent, ast.If) and parent.orelse == [node]:
+            continue  # an elif: part of a chain
+        kinds = _backend_of_test(node.test, fn, ctx, assigns)
+        if len(kinds) != 1 or kinds & {"cuda", "neuron", "accelerator"}:
+            continue
+        p = Picker(node, [node], [], -1, 0, next(iter(kinds)))
+        made = neuron_body(p, ctx)
+        if made is None or made[0].startswith(TORCH) or TORCH + ".device(\"neuron\")" == made[0].split(" = ")[-1]:
+            continue  # no body of its own to copy (neuron_body's fallback): nothing to twin
+        body, indent = made
+        col = node.col_offset
+        lines = []
+        for i, line in enumerate(a.lines[node.lineno - 1:node.end_lineno]):
+            line = line.rstrip("\r\n")
+            if i and line.strip() and not line.startswith(" " * col):
+                break
+            lines.append(line[col:])
+        else:
+            pad = " " * (indent - col)
+            out.append((node, "\n".join([*lines, f"if {NEURON_TEST.format(torch=TORCH)}:"] +
+                                         [(pad + ln if ln else ln) for ln in body.split("\n")])))
+    return out
+
+
 def _reach(branches, at, kinds, fn, ctx, assigns):
     """(the test to amend, [(inner `if torch.cuda.is_available():` with no else, its neuron body)]) for a chain whose
     branch `at` is true on a Neuron host; None when a branch a Neuron host would reach holds CUDA code that is not
