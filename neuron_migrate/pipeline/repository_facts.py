@@ -32,6 +32,7 @@ def roots_of(paths: list, run_paths: list = ()) -> dict:
 
     tops = [os.path.abspath(p) for p in run_paths if os.path.isdir(p)]
     by_folder: dict = {}
+    memo: dict = {}  # folder -> repository_root's answer, shared by the folders on the way up
     out: dict = {}
     for path in paths:
         if not path.endswith(_PYTHON):
@@ -40,7 +41,7 @@ def roots_of(paths: list, run_paths: list = ()) -> dict:
         folder = os.path.dirname(p)
         root = by_folder.get(folder)
         if root is None:
-            root = repository_root(p)
+            root = repository_root(p, memo)
             if root is None:
                 root = next((t for t in sorted(tops, key=len) if folder == t or folder.startswith(t + os.sep)), folder)
             by_folder[folder] = root

@@ -41,17 +41,31 @@ _PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
 _GROUP_LAUNCHES = {"xmp.spawn", "torch_xla.launch"}
 
 
-def repository_root(path: str) -> Optional[str]:
-    """The nearest folder at or above `path`'s folder that holds pyproject.toml, setup.py or .git (None: none)."""
+def repository_root(path: str, memo: Optional[dict] = None) -> Optional[str]:
+    """The nearest folder at or above `path`'s folder that holds pyproject.toml, setup.py or .git (None: none).
+    `memo` ({folder: its answer}, filled here): the folders of many files share the walk up (a run over a tree asks
+    for every folder of it, and each step stats three names)."""
     d = os.path.dirname(os.path.abspath(path)) if not os.path.isdir(path) else os.path.abspath(path)
+    below: list = []  # folders walked through without a marker: they share the answer found above them
+    found = None
     while True:
-        for marker in MARKERS:
-            if os.path.exists(os.path.join(d, marker)):
-                return d
+        if memo is not None and d in memo:
+            found = memo[d]
+            break
+        if any(os.path.exists(os.path.join(d, marker)) for marker in MARKERS):
+            found = d
+            break
+        below.append(d)
         parent = os.path.dirname(d)
         if parent == d:
-            return None
+            break
         d = parent
+    if memo is not None:
+        for folder in below:
+            memo[folder] = found
+        if found is not None:
+            memo[found] = found
+    return found
 
 
 def _kind(name: str) -> str:

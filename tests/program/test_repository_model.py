@@ -735,3 +735,21 @@ def test_a_backend_passed_to_a_function_of_another_file_is_a_backend_value(tmp_p
         "train.py": "from lib.config import Cfg\nfrom lib.utils import setup\n\nif __name__ == '__main__':\n    cfg = Cfg()\n    setup(cfg.pg)\n",
     })
     assert RepositoryModel.build(str(root)).facts(str(root / "lib/config.py"))["sinks"] == {"pg": "train.py:6"}
+
+
+def test_repository_root_memo_gives_each_folder_its_own_answer(tmp_path):
+    """The walk up from many folders is shared (`memo`), and every folder still gets the nearest marker above it: a
+    project nested in another, folders below each, asked in an order where the outer answer is known first."""
+    outer = tmp_path / "outer"
+    inner = outer / "libs" / "inner"
+    for d in (outer / "a" / "b", inner / "src" / "pkg", outer / "libs" / "other"):
+        d.mkdir(parents=True)
+    (outer / "pyproject.toml").write_text("")
+    (inner / "setup.py").write_text("")
+    files = [outer / "a" / "b" / "x.py", outer / "libs" / "other" / "y.py", inner / "src" / "pkg" / "z.py",
+             inner / "w.py", outer / "libs" / "v.py"]
+    memo: dict = {}
+    got = [repository_root(str(f), memo) for f in files]
+    assert got == [repository_root(str(f)) for f in files]
+    assert got == [str(outer), str(outer), str(inner), str(inner), str(outer)]
+    assert memo[str(outer / "libs")] == str(outer) and memo[str(inner / "src")] == str(inner)
