@@ -31,6 +31,9 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   autocast through the utils module, `torch.cuda.amp.GradScaler`), tied by `train.py`
   (`setup_distributed(cfg.dist_backend)`). Before: the early-return picker got no neuron branch (the program trained
   on the host CPU) and the backend field stayed 'nccl' without a finding (2 processes died for want of NCCL);
+- `word_lm/`: pytorch/examples' word_language_model (main.py, model.py, data.py): `--cuda` and `--mps` flags choose
+  the device (`if args.cuda: ... elif use_mps: ... else: cpu`), whole-model `torch.save`/`torch.load`. Before: left
+  with "dispatches over several backends" and trained on the host CPU. One process only: it has no distributed mode;
 - `ddp_spawn/`: the DDP tutorial's basic case: `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
   `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
   CPU inputs to the device.
@@ -170,6 +173,16 @@ def test_custom_trainer_picker_and_backend_through_a_parameter(tmp_path):
     assert "torch.cuda" not in (work / "mylib/trainer.py").read_text()
     assert "manual migration" not in out and (work / "train.py").read_bytes() == (
         PROGRAMS / "custom_trainer" / "train.py").read_bytes()
+
+
+def test_word_lm_flag_picker_gets_a_neuron_branch(tmp_path):
+    work, out = _rewrite(tmp_path, "word_lm")
+    text = (work / "main.py").read_text()
+    assert ('elif use_mps:\n    device = torch.device("mps")\n'
+            'elif torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "neuron":\n'
+            '    device = torch.device("neuron")\nelse:\n    device = torch.device("cpu")\n') in text
+    assert 'if args.cuda:\n    device = torch.device("cuda")' in text  # --cuda still asks for CUDA on a GPU host
+    assert "manual migration" not in out and "dispatches over" not in out
 
 
 def test_spawned_workers_keep_the_module_device_index(tmp_path):
@@ -378,3 +391,15 @@ def test_custom_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
     assert len(losses) == 4 and losses[-1] < losses[0], out[-3000:]
     if nproc > 1:  # one process: the trainer wraps no DDP (`if world_size > 1`), so nothing is all-reduced
         _groups(logs, nproc)
+
+
+@pytest.mark.slow
+def test_word_lm_trains_and_reloads_on_emulated_neuron(tmp_path, emulator):
+    work, _ = _rewrite(tmp_path, "word_lm")
+    proc = subprocess.run([sys.executable, "main.py", "--epochs", "2"], cwd=work, env=_env(), capture_output=True,
+                          text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    valid = [float(x) for x in re.findall(r"end of epoch +\d+ \| valid loss +([0-9.]+)", proc.stdout)]
+    assert len(valid) == 2 and valid[-1] < 1.0, proc.stdout  # a 20-word cycle: the loss falls far below log(20) = 3.0
+    # the best model was saved from the device and loaded back onto it
+    assert re.search(r"^device neuron best valid loss", proc.stdout, re.M), proc.stdout

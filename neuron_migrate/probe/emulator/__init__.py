@@ -162,6 +162,27 @@ def _device_module(torch) -> types.ModuleType:
         ops.set_device(0 if idx is None else int(idx))
 
     mod.set_device = set_device
+
+    class device:
+        """`with torch.neuron.device(i):` makes device i current inside, as torch.cuda.device does (torch.load of a
+        tensor saved on the device enters it: torch/_utils.py `_to`)."""
+
+        def __init__(self, dev):
+            self.idx = _index(torch, dev) if dev is not None else None
+            self.prev = None
+
+        def __enter__(self):
+            if self.idx is not None and self.idx >= 0:
+                self.prev = int(ops.current_device())
+                ops.set_device(int(self.idx))
+            return self
+
+        def __exit__(self, *exc):
+            if self.prev is not None:
+                ops.set_device(self.prev)
+            return False
+
+    mod.device = device
     mod.synchronize = lambda device=None: None
     mod.empty_cache = lambda: None
     # memory: the device allocator's statistics (as torch.cuda.memory_*; the emulated device's memory is host

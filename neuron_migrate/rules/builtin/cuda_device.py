@@ -84,6 +84,17 @@ def dispatch_guard(site, ctx):
     fn = flow.function_of(node)
 
     covered = cuda_picker.picker_lines(ctx) if not accelerator(ctx) else set()
+    if node.lineno in covered:
+        for p in cuda_picker.pickers(ctx):
+            if p.flag and p.blocked is None and cuda_picker.flag_site(p, ctx) is node:
+                fx = ctx.fixer()
+                fx.scope = site.scope
+                if cuda_picker.insert_branch(p, ctx, fx):
+                    return ctx.finding(site, f"the device is picked among several backends (cuda when asked for, "
+                                             f"{p.other_kind}, else cpu): a neuron branch is added before the CPU fallback; "
+                                             "the CUDA branch stays for GPU hosts", fix=fx.build(),
+                                       note="On a Trainium host the new branch picks `neuron` (TorchNeuron registers it "
+                                            "with torch.accelerator); on a GPU or Mac the earlier branches still come first.")
     if node.lineno in covered and not (site.kind == "call" and site.key == "torch.cuda.is_available"):
         return False  # a device picker: NM203 adds its neuron branch and says so
 
@@ -98,6 +109,11 @@ def dispatch_guard(site, ctx):
         return False  # the choice already has its neuron branch (NM203's, on an earlier run or round): nothing to add
     if not accelerator(ctx) and any(p.blocked is not None and p.fn is fn for p in cuda_picker.pickers(ctx)):
         return False  # NM203 says at each picker why no neuron branch is added
+    parent = ctx.analysis.parent_of.get(node)
+    if (not accelerator(ctx) and isinstance(parent, ast.If) and parent.test is node and not parent.orelse
+            and not any(_torch_cuda_node(n, ctx) for stmt in parent.body for n in ast.walk(stmt))
+            and any(p.blocked is None and p.fn is fn for p in cuda_picker.pickers(ctx))):
+        return False  # `if torch.cuda.is_available(): print("...run with --cuda")` beside a picker that gets its branch
     backends = sorted((flow.dispatch_backends(node) | (vs.kinds if vs is not None else set())) - {"cpu", "meta"})
     where = f"`{fn.name}()`" if fn is not None else "module-level code"
     found = cuda_picker.twins(ctx, fn) if not accelerator(ctx) else []
@@ -119,6 +135,16 @@ def dispatch_guard(site, ctx):
         note="TorchNeuron registers the neuron device with torch.accelerator: a branch such as "
              "`elif torch.accelerator.is_available(): return torch.accelerator.current_accelerator()` before the CPU "
              "fallback picks it up on a Trainium host (on a GPU host the CUDA branch still comes first).")
+
+
+def _torch_cuda_node(n, ctx) -> bool:
+    """A 'cuda' device string or a name of torch.cuda (not a flag such as `args.cuda`)."""
+    if isinstance(n, ast.Constant) and isinstance(n.value, str):
+        return n.value.split(":")[0] == "cuda"
+    if isinstance(n, (ast.Attribute, ast.Name)):
+        q = ctx.analysis.resolve(n, ctx.analysis.module_scope, count_use=False) or ""
+        return q.startswith(("torch.cuda", "torch.backends.cudnn", "torch.backends.cuda"))
+    return False
 
 
 def _picks_neuron(fn, ctx) -> bool:

@@ -45,6 +45,7 @@ class Picker:
         # torch.backends.mps.is_available()`, the "no accelerator" branch), in this chain or another picker of the
         # same function: a neuron branch would never run, so none is added (NM203 says why at the line)
         self.blocked = None
+        self.flag = False  # the CUDA branch is chosen by a flag (`if args.cuda:`), not an availability test
         self.returns = False  # a chain of early returns (`if cuda: return ...` / `if mps: return ...` / `return cpu`)
 
 
@@ -139,10 +140,17 @@ def pickers(ctx) -> list:
                 continue  # it already has a neuron (or device-agnostic) branch
             cuda = [i for i, k in enumerate(kinds) if k == {"cuda"}]
             others = [i for i, k in enumerate(kinds) if len(k) == 1 and k != {"cuda"}]
+            flag = not cuda
+            if not cuda and others:
+                # `if args.cuda: device = torch.device("cuda")` (word_language_model's --cuda flag): the user's request
+                # for CUDA is the CUDA branch; on a Trainium host the new branch comes before the CPU fallback
+                cuda = [i for i, b in enumerate(branches) if not kinds[i] and isinstance(b, ast.If)
+                        and _names_cuda(b.test) and _sets_cuda_device(b.body)]
             if not cuda or not others:
                 continue
             other = others[0]
             p = Picker(node, branches, orelse, cuda[0], other, next(iter(kinds[other])))
+            p.flag = flag
             # the lines the picker decides from: its own and those of the availability names its tests read
             p.lines = set(range(node.lineno, node.end_lineno + 1))
             for b in branches:
@@ -169,6 +177,29 @@ def pickers(ctx) -> list:
         return out
 
     return cached(ctx.analysis, "device-pickers", build)
+
+
+def flag_site(p: Picker, ctx):
+    """The first 'cuda' string of a flag picker's CUDA branch: where NM201 reports the picker and its fix."""
+    for stmt in p.branches[p.cuda_index].body:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "cuda":
+                return n
+    return None
+
+
+def _names_cuda(test) -> bool:
+    """The test reads a flag named for CUDA (`args.cuda`, `use_cuda`, `not args.no_cuda and ...` excluded)."""
+    for n in ast.walk(test):
+        word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        if word.lower() in ("cuda", "use_cuda", "use_gpu", "gpu"):
+            return True
+    return False
+
+
+def _sets_cuda_device(body) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "cuda"
+               for stmt in body for n in ast.walk(stmt))
 
 
 def _return_pickers(a, ctx, flow, names_of) -> list:
