@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.program import cached
 from neuron_migrate.rules.api import has_star_args, kwarg
 from neuron_migrate.rules.helpers import HELPERS, Helper
 
@@ -503,7 +504,7 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
 def spmd_fix(site, ctx):
     """(fix, note) at the file's first SPMD call when the whole program has a shape this module rewrites; (None,
     reason) at the call that blocks it; None elsewhere."""
-    plan = spmd_plan(ctx)
+    plan = cached(ctx.analysis, "nm150_plan", lambda _a: spmd_plan(ctx))  # one plan per file, not per site
     if plan.blocked is not None:
         node, why = plan.blocked
         return (None, why) if node is site.node else None
