@@ -415,9 +415,11 @@ class RepositoryModel:
         if modes:
             out["modes"] = sorted(modes)
             entries = self.programs.get(rel, ())
-            if rel not in entries and all(set(self.program_modes[e]) & _GROUP_LAUNCHES for e in entries):
+            if rel not in entries and all(set(self.program_modes[e]) & _GROUP_LAUNCHES for e in entries) \
+                    and self._only_program_importers(rel):
                 # every program that runs this module starts through xmp.spawn or torch_xla.launch, whose rewrite starts
-                # the process group before it calls the worker: the module's functions run inside a group
+                # the process group before it calls the worker, and no other file (a test, a notebook helper) imports
+                # it: the module's functions run inside a group
                 out["group"] = 1
         if self.py[rel].get("k"):
             training = self._imported_training(rel)
@@ -446,6 +448,16 @@ class RepositoryModel:
         if got:
             out.update(got)
         return out or None
+
+    def _only_program_importers(self, rel: str) -> bool:
+        """Every file that imports `rel` runs in some program (a test module or a script outside every program does
+        not: it may call the module's functions without a process group)."""
+        if self._importers_of is None:
+            self._importers_of = {}
+            for f, to in self.edges.items():
+                for t in to:
+                    self._importers_of.setdefault(t, []).append(f)
+        return all(f in self.programs for f in self._importers_of.get(rel, ()))
 
     def _exec_configs(self) -> dict:
         """nanoGPT's configuration (`exec(open('configurator.py').read())` in train.py, and in configurator.py

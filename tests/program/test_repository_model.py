@@ -753,3 +753,16 @@ def test_repository_root_memo_gives_each_folder_its_own_answer(tmp_path):
     assert got == [repository_root(str(f)) for f in files]
     assert got == [str(outer), str(outer), str(inner), str(inner), str(outer)]
     assert memo[str(outer / "libs")] == str(outer) and memo[str(inner / "src")] == str(inner)
+
+
+def test_a_test_module_that_imports_it_keeps_the_guarded_forms(tmp_path):
+    """A test file is no program: it may call the module's functions without a process group."""
+    root = write(tmp_path / "r", {
+        "pyproject.toml": "",
+        "lib.py": "import torch_xla.runtime as xr\n\n\ndef world():\n    return xr.world_size()\n",
+        "train.py": "import torch_xla.distributed.xla_multiprocessing as xmp\nfrom lib import world\n\n\n"
+                    "def _mp_fn(i):\n    print(world())\n\n\nif __name__ == '__main__':\n    xmp.spawn(_mp_fn)\n",
+    })
+    assert RepositoryModel.build(str(root)).facts(str(root / "lib.py"))["group"] == 1
+    write(root, {"tests/test_lib.py": "from lib import world\n\n\ndef test_world():\n    assert world() == 1\n"})
+    assert "group" not in RepositoryModel.build(str(root)).facts(str(root / "lib.py"))
