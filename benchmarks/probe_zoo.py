@@ -68,6 +68,9 @@ OVERRIDES = {
     "lfm2_moe": {"layer_types": ["full_attention", "conv"]},
     "zaya": {"num_experts_per_tok": 1},
     "diffllama": {"num_key_value_heads": 2},
+    "bailing_hybrid": {"num_expert_group": 1, "num_experts_per_token": 2, "linear_num_heads": 2, "linear_head_dim": 16,
+                       "layer_group_size": 2},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "kimi_linear": {"num_experts_per_token": 2},
     "gemma4_assistant": {"hidden_size_per_layer_input": 0},
     **{t: {"num_kv_shared_layers": 0, "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 8}
@@ -77,6 +80,7 @@ OVERRIDES = {
     "mobilebert": {"embedding_size": 32, "intra_bottleneck_size": 32},
     "squeezebert": {"embedding_size": 32},
     "layoutlmv3": {"coordinate_size": 6, "shape_size": 4},
+    "lilt": {"hidden_size": 48},  # six box embeddings of hidden_size // 6 each
     "luke": {"entity_vocab_size": 16, "entity_emb_size": 16},
     "perceiver": {"num_latents": 16, "d_latents": 32, "num_self_attends_per_block": 2, "num_self_attention_heads": 2,
                   "num_cross_attention_heads": 2, "max_position_embeddings": SEQ},  # the MLM decodes every position
@@ -216,6 +220,11 @@ def build(head: str, model_type: str):
     n = sum(p.numel() for p in model.parameters())
     if n > MAX_PARAMS:
         raise ValueError(f"not tiny with the generic shrink ({n} parameters)")
+    if head == "image_cls" and model.main_input_name == "input_ids":  # ImageGPT: images as colour-cluster ids
+        g = torch.Generator().manual_seed(0)
+        n = cfg.n_positions if hasattr(cfg, "n_positions") else SEQ
+        return model, {"input_ids": torch.randint(0, cfg.vocab_size - 1, (BATCH, n), generator=g),
+                       "labels": torch.randint(0, cfg.num_labels, (BATCH,), generator=g)}
     if head == "image_cls":
         g = torch.Generator().manual_seed(0)
         channels, size = _vision_value(cfg, "num_channels", 3), _vision_value(cfg, "image_size", IMAGE)
