@@ -226,7 +226,9 @@ class Recorder:
             return
         for name, kind in (("all_reduce", "all_reduce"), ("all_gather", "all_gather"),
                            ("all_gather_into_tensor", "all_gather"), ("all_gather_object", "all_gather"),
+                           ("all_gather_single", "all_gather"),  # torch 2.13's tensor forms (FSDP1, FSDP2 call them)
                            ("reduce_scatter", "reduce_scatter"), ("reduce_scatter_tensor", "reduce_scatter"),
+                           ("reduce_scatter_single", "reduce_scatter"),
                            ("broadcast", "broadcast"), ("broadcast_object_list", "broadcast"), ("barrier", "barrier"),
                            ("all_to_all", "all_to_all"), ("all_to_all_single", "all_to_all"), ("reduce", "reduce"),
                            ("gather", "gather"), ("scatter", "scatter")):
