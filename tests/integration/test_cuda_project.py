@@ -7,8 +7,8 @@ host to check the device result, and a multi-backend device-utility module (cuda
 
 Asserted: the device choice and the `--device` choices migrate together, the GradScaler is removed and its uses
 unwrapped, the device-side float64 becomes float32 while the host reference stays float64, the dispatching module
-is left byte-identical with a finding; then the rewritten script trains (loss falls) and passes its own float64
-reference check, in both device styles (neuron style with the test-only CPU stand-in for the `neuron` device;
+keeps its dispatch code with a finding (neuron style adds one neuron branch to its device picker); then the
+rewritten script trains (loss falls) and passes its own float64 reference check, in both device styles (neuron style with the test-only CPU stand-in for the `neuron` device;
 accelerator style with no stand-in at all).
 """
 from __future__ import annotations
@@ -42,9 +42,19 @@ def _rewrite(tmp_path: Path, style: str) -> tuple[str, str]:
     proc = subprocess.run([*_cli(), "rewrite", str(work), "--write", "--unsafe-fixes", "--device-style", style, "--jobs", "1",
                            "--no-cache"], capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
-    assert proc.returncode in (0, 1) and "1 of 2 files rewritten" in out, out
-    # the multi-backend module is device-dispatching code: unchanged, with a finding that says so
-    assert (work / "devices.py").read_bytes() == (PROJECT / "devices.py").read_bytes()
+    assert proc.returncode in (0, 1), out
+    original, migrated = (PROJECT / "devices.py").read_text(), (work / "devices.py").read_text()
+    if style == "neuron":
+        # the device picker gains one neuron branch before its CPU fallback; every other line is byte-identical
+        assert "2 of 2 files rewritten" in out, out
+        branch = ('    if torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "neuron":\n'
+                  '        return torch.device("neuron")\n')
+        assert migrated.replace(branch, "", 1) == original and branch in migrated, migrated
+        assert migrated.index(branch) < migrated.index('    return torch.device("cpu")')
+    else:
+        # accelerator style: the dispatching module is left unchanged, with a finding that says so
+        assert "1 of 2 files rewritten" in out, out
+        assert (work / "devices.py").read_bytes() == (PROJECT / "devices.py").read_bytes()
     audit = subprocess.run([*_cli(), "audit", str(work / "devices.py"), "--no-cache"], capture_output=True, text=True, timeout=120)
     assert "dispatches over several backends" in audit.stdout, audit.stdout + audit.stderr
     return (work / "train.py").read_text(), out
