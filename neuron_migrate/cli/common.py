@@ -350,7 +350,7 @@ def add_repository_facts(run: Run, no_cache: bool, jobs: int | None = 1) -> None
         from neuron_migrate.pipeline.parallel import default_jobs
 
         jobs = default_jobs()
-    outside = repository_facts(paths, run.paths, folder, jobs=jobs)
+    outside = repository_facts(paths, run.paths, folder, jobs=jobs, lazy=True)
     for g in run.groups:
         if outside:
             g.settings_kw["outside"] = outside

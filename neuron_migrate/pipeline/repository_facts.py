@@ -64,14 +64,57 @@ def _load(path: "Path") -> "Optional[dict]":
     return data if isinstance(data, dict) else None
 
 
-def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0, jobs: int = 1) -> "Optional[dict]":
+class ModelFacts:
+    """A model's answers, each file's computed when first asked (`get(rel)`, as `RepositoryModel.all_facts()[rel]`):
+    a run without a cache folder saves none, so the workers of a run compute those of their own files (forked after
+    the model is built, they share it) instead of this process computing every file's before any check starts."""
+
+    def __init__(self, model):
+        self.model = model
+        self._got: dict = {}
+
+    def get(self, rel: str, default=None):
+        got = self._got.get(rel, self)
+        if got is self:
+            got = self._got[rel] = self.model.facts(os.path.join(self.model.root, rel)) or None
+        return default if got is None else got
+
+
+class LazyOutside:
+    """{absolute path: facts} of a run's files, as `repository_facts` gives it, each file's facts computed when first
+    asked (ModelFacts). Pickled (the spawned workers of a platform without fork), it is that dict."""
+
+    def __init__(self, entries: dict):
+        self._entries = entries  # absolute path -> (ModelFacts or dict, path relative to its root) or (None, facts)
+
+    def get(self, path: str, default=None):
+        e = self._entries.get(path)
+        if e is None:
+            return default
+        source, rel = e
+        got = rel if source is None else source.get(rel)
+        return got if got else default
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def materialize(self) -> dict:
+        return {p: f for p in self._entries for f in (self.get(p),) if f}
+
+    def __reduce__(self):
+        return dict, (self.materialize(),)
+
+
+def root_facts(root: str, cache_folder: "Optional[Path]" = None, max_age: float = 0.0, jobs: int = 1,
+               lazy: bool = False) -> "Optional[dict]":
     """{path relative to `root`: facts} for the repository at `root` (None when the tree is too large to model).
 
     A run walks the tree (one stat per file): when no file was added, removed or changed since the facts were last
     computed (here, or by a run that left them in `cache_folder`), they are read back as they are; else the model is
     built again, reading only the files whose size or mtime changed. With `max_age`, facts this process computed
     less than that many seconds ago are reused without a walk (the editor server, at every keystroke). With `jobs` > 1
-the files to scan are shared with a second process when there are many."""
+the files to scan are shared with a second process when there are many. With `lazy` and no `cache_folder`, the
+answers are a ModelFacts (each file's computed when first asked)."""
     import time
 
     from neuron_migrate.repository.model import RECORDS, RepositoryModel, listing_key, walk
@@ -109,7 +152,12 @@ the files to scan are shared with a second process when there are many."""
 
         map_chunks = fork_map
     model = RepositoryModel.build(root, cached if isinstance(cached, dict) else None, listing, map_chunks)
-    facts = model.all_facts() if model is not None else {}
+    if model is None:
+        facts = {}
+    elif lazy and facts_file is None:
+        facts = ModelFacts(model)
+    else:
+        facts = model.all_facts()
     TIMINGS[root] = time.monotonic() - now
     _KNOWN[root] = [key, facts, model, now]
     if model is not None and facts_file is not None:
@@ -137,23 +185,34 @@ def _save(target: "Path", data: dict) -> None:
 
 
 def repository_facts(paths: list, run_paths: list = (), cache_folder: "Optional[Path]" = None,
-                     max_age: float = 0.0, jobs: int = 1) -> dict:
-    """{absolute path: facts} for the Python files among `paths` that the repository model knows something about."""
+                     max_age: float = 0.0, jobs: int = 1, lazy: bool = False) -> dict:
+    """{absolute path: facts} for the Python files among `paths` that the repository model knows something about.
+    With `lazy`, a LazyOutside that computes each file's facts when first asked, where no cache keeps them."""
     import time
 
     started = time.monotonic()
     out: dict = {}
+    entries: dict = {}
     for root, files in roots_of(paths, run_paths).items():
-        facts = root_facts(root, cache_folder, max_age, jobs)
+        facts = root_facts(root, cache_folder, max_age, jobs, lazy)
         if facts is None:  # too large to model: no file of it is known to be single-process
             for p in files:
                 out[p] = UNKNOWN
+                entries[p] = (None, UNKNOWN)
             continue
         prefix = root.rstrip(os.sep) + os.sep
+        if isinstance(facts, ModelFacts):
+            for p in files:
+                if p.startswith(prefix):
+                    entries[p] = (facts, p[len(prefix):].replace(os.sep, "/"))
+            continue
         for p in files:
             f = facts.get(p[len(prefix):].replace(os.sep, "/")) if p.startswith(prefix) else None
             if f:
                 out[p] = f
+                entries[p] = (None, f)
+    if lazy:
+        out = LazyOutside(entries)
     if os.environ.get("NEURON_MIGRATE_MODEL_TIME"):  # the model's own cost, for measurements
         import sys
 

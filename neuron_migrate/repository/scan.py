@@ -80,6 +80,23 @@ def _line_starts(data: bytes, needle: bytes) -> list:
     return out
 
 
+class _Lines:
+    """Line numbers of byte offsets asked in increasing order (each count starts where the last ended: a file with
+    many hits is not counted from its start for each)."""
+
+    __slots__ = ("data", "at", "line")
+
+    def __init__(self, data: bytes):
+        self.data, self.at, self.line = data, 0, 1
+
+    def of(self, pos: int) -> int:
+        if pos < self.at:
+            self.at, self.line = 0, 1
+        self.line += self.data.count(b"\n", self.at, pos)
+        self.at = pos
+        return self.line
+
+
 def _names(text: str) -> list:
     """`a, b as c` (or the same in brackets) -> [(a, a), (b, c)]: (imported name, local name)."""
     text = text.strip()
@@ -278,8 +295,9 @@ def config_names(data: bytes) -> list:
 def top_names(data: bytes) -> dict:
     """{name: line} of the names a file assigns at column 0 (its module globals, as a configurator overrides them)."""
     out: dict = {}
+    lines = _Lines(data)
     for m in _TOP_ASSIGN.finditer(data):
-        out.setdefault(m.group(1).decode(), data.count(b"\n", 0, m.start()) + 1)
+        out.setdefault(m.group(1).decode(), lines.of(m.start()))
     return out
 
 
@@ -287,6 +305,7 @@ def sink_names(data: bytes) -> dict:
     """{name: first line} of the plain names (not attributes) a backend or device position reads: `backend=backend`,
     `.to(device)`, `torch.device(device)` (what a config file's global of that name becomes in the program)."""
     out: dict = {}
+    lines = _Lines(data)
     for start in sorted({s for needle in _SINK_NEEDLES for s in _line_starts(data, needle)}):
         end = data.find(b"\n", start)
         line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
@@ -294,7 +313,7 @@ def sink_names(data: bytes) -> dict:
             continue
         for m in _SINK_ATTR.finditer(line):
             if not m.group(1):
-                out.setdefault(m.group(2), data.count(b"\n", 0, start) + 1)
+                out.setdefault(m.group(2), lines.of(start))
     return out
 
 
@@ -302,6 +321,7 @@ def _value_attrs(data: bytes) -> dict:
     """{name: line} of fields, globals and command-line options whose default names a backend or a device."""
     starts = sorted({s for word in _VALUE_WORDS for s in _line_starts(data, word)})
     out: dict = {}
+    lines = _Lines(data)
     for start in starts:
         end = data.find(b"\n", start)
         line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
@@ -316,7 +336,7 @@ def _value_attrs(data: bytes) -> dict:
                 dest = _DEST.search(line)
                 name = dest.group(1) if dest else opt.group(1).replace("-", "_")
         if name is not None:
-            out.setdefault(name, data.count(b"\n", 0, start) + 1)
+            out.setdefault(name, lines.of(start))
     return out
 
 
@@ -329,12 +349,13 @@ def _sink_attrs(data: bytes) -> dict:
         return {}
     out: dict = {}
     names: dict = {}  # plain names in sink positions -> line
+    lines = _Lines(data)
     for start in starts:
         end = data.find(b"\n", start)
         line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
         if line.lstrip().startswith("#"):
             continue
-        lineno = data.count(b"\n", 0, start) + 1
+        lineno = lines.of(start)
         for m in _SINK_ATTR.finditer(line):
             if m.group(1) == "torch.":
                 continue  # torch.float32, torch.device: not a value of the program's
@@ -382,24 +403,37 @@ def sink_params(data: bytes) -> dict:
     names = sink_names(data)
     if not names:
         return {}
-    defs = []
+    import bisect
+
+    starts, found = [], []  # each def's line, and its match
+    lines = _Lines(data)
     for m in _SIGNATURE.finditer(data):
-        params = []
-        for piece in _split_args(_call_argument(data, m.end()).decode("utf-8", "replace")):
-            pm = _PARAM.match(piece)
-            if pm and not piece.startswith("*"):
-                params.append(pm.group(1))
-        if params and params[0] in ("self", "cls"):
-            params = params[1:]
-        defs.append((data.count(b"\n", 0, m.start()) + 1, m.group(1).decode(), params))
+        starts.append(lines.of(m.start()))
+        found.append(m)
+    params_of: dict = {}  # def index -> its parameters, parsed for the defs that own a name only
+
+    def params(k: int) -> list:
+        got = params_of.get(k)
+        if got is None:
+            m = found[k]
+            got = []
+            for piece in _split_args(_call_argument(data, m.end()).decode("utf-8", "replace")):
+                pm = _PARAM.match(piece)
+                if pm and not piece.startswith("*"):
+                    got.append(pm.group(1))
+            if got and got[0] in ("self", "cls"):
+                got = got[1:]
+            params_of[k] = got
+        return got
+
     out: dict = {}
     for name, line in names.items():
-        owner = None
-        for start, fn, params in defs:  # the nearest def above the line (a scan: nesting is not followed)
-            if start <= line:
-                owner = (fn, params)
-        if owner and name in owner[1]:
-            out.setdefault(owner[0], []).append([owner[1].index(name), name])
+        k = bisect.bisect_right(starts, line) - 1  # the nearest def above the line (a scan: nesting is not followed)
+        if k < 0:
+            continue
+        owner = params(k)
+        if name in owner:
+            out.setdefault(found[k].group(1).decode(), []).append([owner.index(name), name])
     return out
 
 

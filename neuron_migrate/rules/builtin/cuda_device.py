@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, device_flow, values
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
@@ -111,7 +112,7 @@ def dispatch_guard(site, ctx):
         return False  # NM203 says at each picker why no neuron branch is added
     parent = ctx.analysis.parent_of.get(node)
     if (not accelerator(ctx) and isinstance(parent, ast.If) and parent.test is node and not parent.orelse
-            and not any(_torch_cuda_node(n, ctx) for stmt in parent.body for n in ast.walk(stmt))
+            and not any(_torch_cuda_node(n, ctx) for stmt in parent.body for n in walk(stmt))
             and any(p.blocked is None and p.fn is fn for p in cuda_picker.pickers(ctx))):
         return False  # `if torch.cuda.is_available(): print("...run with --cuda")` beside a picker that gets its branch
     backends = sorted((flow.dispatch_backends(node) | (vs.kinds if vs is not None else set())) - {"cpu", "meta"})
@@ -151,7 +152,7 @@ def _picks_neuron(fn, ctx) -> bool:
     """The function (or module) tests `torch.accelerator.current_accelerator().type == "neuron"` (the branch NM203
     inserts into a device picker)."""
     a = ctx.analysis
-    for n in ast.walk(fn if fn is not None else a.tree):
+    for n in walk(fn if fn is not None else a.tree):
         if isinstance(n, ast.Compare) and len(n.comparators) == 1 and isinstance(n.comparators[0], ast.Constant) \
                 and n.comparators[0].value == "neuron" and isinstance(n.left, ast.Attribute) and n.left.attr == "type" \
                 and isinstance(n.left.value, ast.Call) and isinstance(n.left.value.func, (ast.Name, ast.Attribute)) \
@@ -237,7 +238,7 @@ def cuda_only_names(stmts, ctx, scope) -> list:
     """The CUDA-only names (no rule migrates them) used in `stmts`, in source order, each once."""
     found: list = []
     for stmt in stmts:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if not isinstance(node, ast.Attribute):
                 continue
             q = ctx.analysis.resolve(node, scope, count_use=False)
@@ -666,7 +667,7 @@ def cuda_is_available(site, ctx):
     picker = cuda_picker.picker_of(site, ctx) if device_flow.may_dispatch(ctx.analysis) else None
     if picker is not None and picker.blocked is not None and not accelerator(ctx):
         test = picker.blocked
-        if any(sub is site.node for sub in ast.walk(picker.branches[picker.cuda_index].test)):
+        if any(sub is site.node for sub in walk(picker.branches[picker.cuda_index].test)):
             if not any(b.test is test for b in picker.branches):
                 return ctx.finding(site, f"the device is picked among several backends, and the choice at line {test.lineno} in "
                                          "the same function cannot get its neuron branch (see there): this one is left "

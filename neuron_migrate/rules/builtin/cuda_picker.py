@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, device_flow
 
 TORCH = "\x00torch\x00"  # where the fix writes the module's name for torch
@@ -76,7 +77,7 @@ def _backend_of_test(test, fn, ctx, assigns) -> set:
     """Backends whose availability the test asks about: availability calls in it, or names assigned from them."""
     out: set = set()
     a = ctx.analysis
-    for node in ast.walk(test):
+    for node in walk(test):
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
             q = a.resolve(node.func, a.module_scope, count_use=False)
             kind = device_flow._AVAILABILITY.get(q or "")
@@ -95,10 +96,10 @@ def _availability_names(fn_body, ctx) -> dict:
     out: dict = {}
     a = ctx.analysis
     for stmt in fn_body:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 kinds = set()
-                for sub in ast.walk(node.value):
+                for sub in walk(node.value):
                     if isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)):
                         kind = device_flow._AVAILABILITY.get(a.resolve(sub.func, a.module_scope, count_use=False) or "")
                         if kind:
@@ -122,7 +123,7 @@ def pickers(ctx) -> list:
         flow = device_flow.facts(a)
         names_of: dict = {}
         inner: set = set()
-        for node in ast.walk(a.tree):
+        for node in walk(a.tree):
             if not isinstance(node, (ast.If, ast.IfExp)) or id(node) in inner:
                 continue
             branches, orelse = _chain(node) if isinstance(node, ast.If) else _expr_chain(node)
@@ -154,7 +155,7 @@ def pickers(ctx) -> list:
             # the lines the picker decides from: its own and those of the availability names its tests read
             p.lines = set(range(node.lineno, node.end_lineno + 1))
             for b in branches:
-                for n in ast.walk(b.test):
+                for n in walk(b.test):
                     if isinstance(n, ast.Name):
                         p.lines |= assigns.get(("lines", n.id), set())
             p.fn = fn
@@ -182,7 +183,7 @@ def pickers(ctx) -> list:
 def flag_site(p: Picker, ctx):
     """The first 'cuda' string of a flag picker's CUDA branch: where NM201 reports the picker and its fix."""
     for stmt in p.branches[p.cuda_index].body:
-        for n in ast.walk(stmt):
+        for n in walk(stmt):
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "cuda":
                 return n
     return None
@@ -190,7 +191,7 @@ def flag_site(p: Picker, ctx):
 
 def _names_cuda(test) -> bool:
     """The test reads a flag named for CUDA (`args.cuda`, `use_cuda`, `not args.no_cuda and ...` excluded)."""
-    for n in ast.walk(test):
+    for n in walk(test):
         word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
         if word.lower() in ("cuda", "use_cuda", "use_gpu", "gpu"):
             return True
@@ -199,7 +200,7 @@ def _names_cuda(test) -> bool:
 
 def _sets_cuda_device(body) -> bool:
     return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "cuda"
-               for stmt in body for n in ast.walk(stmt))
+               for stmt in body for n in walk(stmt))
 
 
 def _return_pickers(a, ctx, flow, names_of) -> list:
@@ -207,7 +208,7 @@ def _return_pickers(a, ctx, flow, names_of) -> list:
     torch.backends.mps.is_available(): return torch.device("mps")` / `return torch.device("cpu")`): the ifs, each with
     one `return` and no else, right before the function's last return, the CPU fallback."""
     out = []
-    for fn in ast.walk(a.tree):
+    for fn in walk(a.tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         body = fn.body
@@ -253,7 +254,7 @@ def twins(ctx, fn) -> list:
     if fn is None:
         return out
     assigns = _availability_names(fn.body, ctx)
-    for node in ast.walk(fn):
+    for node in walk(fn):
         if not isinstance(node, ast.If) or node.orelse:
             continue
         parent = a.parent_of.get(node)
@@ -294,7 +295,7 @@ def _reach(branches, at, kinds, fn, ctx, assigns):
         if i <= at or kinds[i]:
             continue  # before the test, or a branch that asks a backend (False on a Neuron host)
         for stmt in b.body:
-            cuda_in = any(_is_cuda_node(n, a) for n in ast.walk(stmt))
+            cuda_in = any(_is_cuda_node(n, a) for n in walk(stmt))
             if not cuda_in:
                 continue
             if not (isinstance(stmt, ast.If) and not stmt.orelse and isinstance(stmt.test, ast.Call) and not stmt.test.args
@@ -324,7 +325,7 @@ def _translate(body: list, ctx):
     edits = []  # (line, col, end line, end col, text)
     handled: set = set()
     for stmt in body:
-        for n in ast.walk(stmt):
+        for n in walk(stmt):
             if not isinstance(n, ast.Call) or not isinstance(n.func, ast.Attribute):
                 continue
             q = a.resolve(n.func, a.module_scope, count_use=False)
@@ -333,14 +334,14 @@ def _translate(body: list, ctx):
             elif n.func.attr == "cuda" and not q and len(n.args) <= 1 and not n.keywords:
                 target = f'{TORCH}.device("neuron", {a.source(n.args[0])})' if n.args else '"neuron"'
                 text = f"{a.source(n.func.value)}.to({target})"
-                if any(_is_cuda_node(m, a) for m in ast.walk(n.func.value)):
+                if any(_is_cuda_node(m, a) for m in walk(n.func.value)):
                     return None
             else:
                 continue
-            handled.update(id(m) for m in ast.walk(n))
+            handled.update(id(m) for m in walk(n))
             edits.append((n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, text))
     for stmt in body:
-        if any(_is_cuda_node(n, a) and id(n) not in handled for n in ast.walk(stmt)):
+        if any(_is_cuda_node(n, a) and id(n) not in handled for n in walk(stmt)):
             return None
     first, last = body[0].lineno, body[-1].end_lineno
     lines = [a.lines[i - 1].rstrip("\r\n") for i in range(first, last + 1)]
@@ -378,9 +379,9 @@ def picker_of(site, ctx):
     a = ctx.analysis
     for p in pickers(ctx):
         test = p.branches[p.cuda_index].test
-        if any(sub is node for sub in ast.walk(test)):
+        if any(sub is node for sub in walk(test)):
             return p
-        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        names = {n.id for n in walk(test) if isinstance(n, ast.Name)}
         up = a.parent_of.get(node)
         while up is not None and not isinstance(up, ast.stmt):
             up = a.parent_of.get(up)
@@ -417,7 +418,7 @@ def neuron_body(p: Picker, ctx):
     strings = []
     plain = True
     for stmt in branch.body:
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(":")[0] == kind:
                 strings.append(node)
             elif isinstance(node, (ast.Name, ast.Attribute)):

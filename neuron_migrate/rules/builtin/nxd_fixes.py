@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.files.lines import statements_naming
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg
 from neuron_migrate.rules.nxd_state import GRADS, MARK, MODULE, STATE_QUERIES
@@ -76,7 +77,7 @@ def _state_rewritable(analysis) -> bool:
         roots.update(name for name, q in scope.bindings.items()
                      if q and any(mod.startswith(q) or q.startswith(mod) for mod in (PS, GRADS_MOD)))
         scope = scope.parent
-    for node in (n for stmt in statements_naming(analysis.tree, analysis.lines, roots) for n in ast.walk(stmt)) \
+    for node in (n for stmt in statements_naming(analysis.tree, analysis.lines, roots) for n in walk(stmt)) \
             if roots else ():
         if not isinstance(node, ast.Call):
             continue
@@ -348,7 +349,7 @@ def trainer_fix(site, ctx):
         return None
     cfg_name = stmt.targets[0].id
     body = _scope_body(ctx, stmt)
-    uses = [n for n in ast.walk(body) if isinstance(n, ast.Name) and n.id == cfg_name and n is not stmt.targets[0]]
+    uses = [n for n in walk(body) if isinstance(n, ast.Name) and n.id == cfg_name and n is not stmt.targets[0]]
     users = []
     for n in uses:
         user = ctx.analysis.parent_of.get(n)

@@ -574,9 +574,9 @@ def _local_values(ctx, name: ast.Name):
                 elif (isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(t.elts) == len(node.value.elts)
                       and not any(isinstance(e, ast.Starred) for e in [*t.elts, *node.value.elts])):
                     values.extend(v for e, v in zip(t.elts, node.value.elts) if isinstance(e, ast.Name) and e.id == name.id)
-                    if any(not isinstance(e, ast.Name) and any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(e)) for e in t.elts):
+                    if any(not isinstance(e, ast.Name) and any(isinstance(n, ast.Name) and n.id == name.id for n in walk(e)) for e in t.elts):
                         return None
-                elif any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(t)):
+                elif any(isinstance(n, ast.Name) and n.id == name.id for n in walk(t)):
                     return None  # unpacked or subscript-stored: values not visible
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) and node.target.id == name.id:
             if node.value is not None:

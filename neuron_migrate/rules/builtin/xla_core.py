@@ -67,7 +67,7 @@ def string_annotation_uses(ctx, name: str) -> list[int]:
                     inner = ast.parse(c.value.strip(), mode="eval")
                 except (SyntaxError, ValueError, RecursionError):
                     continue
-                for n in ast.walk(inner):
+                for n in walk(inner):
                     if isinstance(n, ast.Name):
                         cache.setdefault(n.id, []).append(c.lineno)
         ctx.analysis._nm_string_annotations = cache
@@ -188,7 +188,7 @@ def _probe_for_guarded_code(site, ctx):
     for stmt in [*try_stmt.body, *try_stmt.orelse]:
         if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
             continue
-        for node in ast.walk(stmt):
+        for node in walk(stmt):
             if isinstance(node, ast.Call):
                 q = a.resolve(node.func, site.scope, count_use=False)
                 if q not in _PORTABLE_CALLS and not _inserted_helper(node.func):

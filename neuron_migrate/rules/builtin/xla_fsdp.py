@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from neuron_migrate.names.analysis import child_nodes
+from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached
 from neuron_migrate.program import device_flow
 from neuron_migrate.program.distributed import Group
@@ -498,7 +498,7 @@ def _fsdp2_fix(ctx, plan: Plan) -> Optional[Fix]:
     for node, _q in plan.uses:
         if not isinstance(node, ast.ImportFrom) and id(node) not in allowed:
             return None  # isinstance tests, policies elsewhere: FSDP1 keeps those
-    for node in ast.walk(a.tree):  # FSDP2 has no .module and no clip_grad_norm_ method
+    for node in walk(a.tree):  # FSDP2 has no .module and no clip_grad_norm_ method
         if (isinstance(node, ast.Attribute) and node.attr in ("module", "clip_grad_norm_")
                 and isinstance(node.value, (ast.Name, ast.Attribute)) and _terminal(node.value) in targets):
             return None
@@ -538,7 +538,7 @@ def _layer_policy(ctx, expr, call):
     a = ctx.analysis
     assign = None
     if isinstance(expr, ast.Name):
-        loads = [n for n in ast.walk(a.tree) if isinstance(n, ast.Name) and n.id == expr.id]
+        loads = [n for n in walk(a.tree) if isinstance(n, ast.Name) and n.id == expr.id]
         stores = [n for n in loads if not isinstance(n.ctx, ast.Load)]
         if len(loads) != 2 or len(stores) != 1:
             return None
@@ -595,7 +595,7 @@ def _check_model_uses(ctx, plan: Plan) -> None:
     facts = distributed_facts(a)
     _follow_into_local_functions(a, facts, models, where)
     not_models = _non_model_names(ctx)
-    for node in ast.walk(a.tree):
+    for node in walk(a.tree):
         if isinstance(node, ast.Return) and node.value is not None and not facts.entry_point:
             values = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) else [node.value]
             if any(isinstance(n, (ast.Name, ast.Attribute)) and _terminal(n) in models for n in values):
@@ -634,7 +634,7 @@ def _check_model_uses(ctx, plan: Plan) -> None:
             call = a.parent_of.get(node)
             if isinstance(call, ast.Call) and (len(call.args) > 2 or any(k.arg == "groups" for k in call.keywords) or has_star_args(call)):
                 block((node, "clip_grad_norm_(groups=...) reduced the norm over replica groups; torch FSDP's has no groups"))
-    for call_node in ast.walk(a.tree):
+    for call_node in walk(a.tree):
         if not isinstance(call_node, ast.Call):
             continue
         args = [*call_node.args, *[k.value for k in call_node.keywords]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.xla_distributed import XM, atom
 
@@ -48,7 +49,7 @@ def xla_fetch_gradients(site, ctx):
     optimizer = kwarg(call, "optimizer", 0)
     if optimizer is None or has_star_args(call) or len(call.args) + len(call.keywords) != 1:
         return ctx.finding(site, "xm._fetch_gradients without one plain optimizer argument: migrate by hand")
-    names = {n.id for n in ast.walk(optimizer) if isinstance(n, ast.Name)}
+    names = {n.id for n in walk(optimizer) if isinstance(n, ast.Name)}
     p = next(x for x in ("p", "param", "_p") if x not in names)
     group = next(x for x in ("group", "param_group", "_group") if x not in names)
     fx = ctx.fixer()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import kwarg, rule
 from neuron_migrate.rules.builtin.xla_spmd_fixes import spmd_fix
 
@@ -53,7 +54,7 @@ def _mesh_names(call: ast.Call, ctx) -> tuple | None:
     if not isinstance(mesh, ast.Name):
         return None
     found = []
-    for node in ast.walk(ctx.analysis.tree):
+    for node in walk(ctx.analysis.tree):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == mesh.id for t in node.targets):
             found.append(node.value)
     if len(found) != 1 or not isinstance(found[0], ast.Call):

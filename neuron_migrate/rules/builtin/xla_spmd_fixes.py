@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import has_star_args, kwarg
 from neuron_migrate.rules.helpers import HELPERS, Helper
@@ -154,11 +155,11 @@ def _visible(ctx, entry, node) -> bool:
 def _single_assign(ctx, scope, name: str):
     """The one `name = value` statement in `scope`'s own body (not nested functions), or None."""
     found = []
-    for node in ast.walk(scope):
+    for node in walk(scope):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             found.append(node)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)) and name in {
-                n.id for n in ast.walk(getattr(node, "target", node)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}:
+                n.id for n in walk(getattr(node, "target", node)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}:
             return None
     if len(found) != 1 or len(found[0].targets) != 1 or not isinstance(found[0].targets[0], ast.Name):
         return None
@@ -244,7 +245,7 @@ def spmd_plan(ctx) -> Plan:
         drop = None
         if isinstance(ids, ast.Name):
             assign = _single_assign(ctx, scope, ids.id)
-            uses = [n for n in ast.walk(a.tree) if isinstance(n, ast.Name) and n.id == ids.id and isinstance(n.ctx, ast.Load)]
+            uses = [n for n in walk(a.tree) if isinstance(n, ast.Name) and n.id == ids.id and isinstance(n.ctx, ast.Load)]
             if assign is None or not _range_ids(ctx, assign.value, q_of):
                 return _block(plan, call, "the device ids are not in device order (range / np.arange): build "
                                           "DeviceMesh(\"neuron\", torch.tensor(device_ids).reshape(mesh_shape), mesh_dim_names=...)")
@@ -254,7 +255,7 @@ def spmd_plan(ctx) -> Plan:
             return _block(plan, call, "the device ids are not in device order (range / np.arange): build "
                                       "DeviceMesh(\"neuron\", torch.tensor(device_ids).reshape(mesh_shape), mesh_dim_names=...)")
         mesh_name = _key(parent.targets[0])
-        stores = [n for n in ast.walk(a.tree) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
+        stores = [n for n in walk(a.tree) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
                   and _key(n) == mesh_name]
         if mesh_name in plan.meshes or len(stores) != 1:
             return _block(plan, call, f"`{mesh_name}` is assigned more than once")
@@ -331,7 +332,7 @@ def _policy_classes(ctx, policy, call):
     if isinstance(policy, ast.Name):
         scope, _ = _enclosing(ctx, call)
         drop = _single_assign(ctx, scope, policy.id)
-        uses = [n for n in ast.walk(a.tree) if isinstance(n, ast.Name) and n.id == policy.id and isinstance(n.ctx, ast.Load)]
+        uses = [n for n in walk(a.tree) if isinstance(n, ast.Name) and n.id == policy.id and isinstance(n.ctx, ast.Load)]
         if drop is None or len(uses) != 1:
             return None
         policy = drop.value
@@ -465,8 +466,8 @@ def _mark(ctx, plan: Plan, call, parent) -> str:
     if any(v is not None for v in value[1:]) or value[0] is None:
         return ("a partition spec that shards more than the batch dimension (tensor or sequence parallelism): "
                 "distribute_tensor with the placements above, by hand")
-    for node in ast.walk(scope):  # a name bound by a loop over parameters is a weight, not a batch
-        if isinstance(node, ast.For) and t.id in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}:
+    for node in walk(scope):  # a name bound by a loop over parameters is a weight, not a batch
+        if isinstance(node, ast.For) and t.id in {n.id for n in walk(node.target) if isinstance(n, ast.Name)}:
             it = ast.unparse(node.iter)
             if any(f".{p}(" in it for p in _PARAMS):
                 return ("parameters are sharded (FSDP / tensor parallelism over the mesh): fully_shard or "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 
+from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import Group
 from neuron_migrate.program.distributed import facts as distributed_facts
@@ -197,7 +198,7 @@ def _check_optimizer_uses(ctx, plan: Plan) -> None:
         return
     # every value assigned to one of these names is a ZeRO construction (else a step of another optimizer would be
     # averaged too), and the clipping is the same for all of them
-    for node in ast.walk(a.tree):
+    for node in walk(a.tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -210,7 +211,7 @@ def _check_optimizer_uses(ctx, plan: Plan) -> None:
             block((calls[-1], f"`{name}` is built with different clipping settings on different paths"))
         clip_of[name] = next(iter(clips))
     facts = distributed_facts(a)
-    for node in ast.walk(a.tree):
+    for node in walk(a.tree):
         if isinstance(node, ast.Return) and node.value is not None:
             values = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) else [node.value]
             if any(isinstance(v, (ast.Name, ast.Attribute)) and _terminal(v) in names for v in values):
