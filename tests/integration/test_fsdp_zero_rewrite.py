@@ -151,3 +151,38 @@ def test_per_rank_sharded_checkpoints_stay_per_rank_shards_with_fsdp2(migrated, 
         assert max(abs(a - b) for a, b in zip(run["resumed"], run["losses"])) <= LOSS_TOL, run
     for step, (ref, a, b) in enumerate(zip(one[0]["losses"], two[0]["losses"], two[1]["losses"])):
         assert abs((a + b) / 2 - ref) <= LOSS_TOL, (step, ref, a, b)
+
+
+def test_consolidated_checkpoint_is_the_full_model_with_fsdp2(migrated, tmp_path):
+    """fsdp_decoder/train_consolidate.py (torch_xla's FSDP checkpoint test: each rank saves its shard with its shard
+    metadata, then the master runs consolidate_sharded_model_checkpoints) becomes per-rank FSDP2 shards without the
+    metadata and get_model_state_dict(full_state_dict=True, cpu_offload=True) on every rank, saved by rank 0 where XLA
+    saved. With 1 and 2 processes (emulated device) the consolidated file holds the unwrapped model's names and full
+    shapes as plain tensors, and the 2-process file equals the 1-process one (float32 after 3 AdamW steps: within
+    1e-4 of each tensor's largest value); tests/verify/test_xla_slow.py compares it with torch_xla's own file."""
+    import torch
+
+    text = (migrated / "fsdp_decoder" / "train_consolidate.py").read_text()
+    assert "get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))" in text, text
+    assert "get_shard_metadata" not in text and "consolidate_sharded" not in text
+    code = str(migrated / "fsdp_decoder")
+    sys.path.insert(0, code)
+    try:
+        from model import Decoder
+    finally:
+        sys.path.remove(code)
+    shapes = {k: v.shape for k, v in Decoder().state_dict().items()}
+    files = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"n{nproc}"
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+        out.mkdir()
+        env.update(PYTHONPATH=os.pathsep.join((str(EMULATED), code, str(REPO))), OMP_NUM_THREADS="1", OUT_DIR=str(out))
+        p = run_torchrun(["fsdp_decoder/train_consolidate.py"], nproc=nproc, cwd=migrated, env=env, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert len(list(out.glob("ckpt_rank-*-of-*.pth"))) == nproc
+        files[nproc] = torch.load(out / "ckpt_consolidated.pth", map_location="cpu")["model"]
+        assert {k: v.shape for k, v in files[nproc].items()} == shapes
+        assert all(type(v) is torch.Tensor for v in files[nproc].values())
+    for k, ref in files[1].items():
+        assert (files[2][k] - ref).abs().max() <= 1e-4 * ref.abs().max(), k

@@ -15,6 +15,7 @@ from neuron_migrate.program.distributed import Group
 from neuron_migrate.program.distributed import facts as distributed_facts
 from neuron_migrate.program.distributed import function_of, scope_at
 from neuron_migrate.rules.api import has_star_args, rule
+from neuron_migrate.rules.builtin.xla_fsdp_checkpoint import consolidation_edits
 from neuron_migrate.rules.model import Fix
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
@@ -106,7 +107,11 @@ class Plan:
         self.fsdp2_mapped: list = []  # (node, why): keywords FSDP2 maps (mixed precision) and FSDP1 does not
         self.fsdp2 = False  # the fix writes FSDP2 fully_shard (else FSDP1 FullyShardedDataParallel)
         self.fsdp2_policy_kept = False  # FSDP2 with the policy kept (torch's), choosing the modules to shard
-        self.shard_state: list = []  # the blockers that are the wrapped model's state_dict()/load_state_dict() calls
+        # the blockers FSDP2 may lift: the wrapped model's state_dict()/load_state_dict() calls (FSDP2's state dict is
+        # this rank's shard too), get_shard_metadata() and consolidate_sharded_model_checkpoints (xla_fsdp_checkpoint)
+        self.shard_state: list = []
+        self.metadata_uses: list = []
+        self.consolidate_uses: list = []
         self.checkpoint: list = []  # (node, what): the model's state_dict()/get_shard_metadata() calls, reported with CKPT_PLAN
 
     @property
@@ -278,6 +283,9 @@ def _classify_use(ctx, plan: Plan, fx, node, q: str, scope, names: dict) -> None
     why = _XLA_ONLY_APIS.get(last)
     if why:
         plan.blockers.append((node, f"`{short}` is XLA FSDP only: it {why}"))
+        if last == "consolidate_sharded_model_checkpoints":  # FSDP2 may write it natively (xla_fsdp_checkpoint)
+            plan.consolidate_uses.append(node)
+            plan.shard_state.append(plan.blockers[-1])
     elif q == PKG or q in (_WRAP, f"{PKG}.xla_fully_sharded_data_parallel"):
         plan.blockers.append((node, f"the module `{short}` is used as a value"))
     else:
@@ -495,6 +503,9 @@ def _fsdp2_fix(ctx, plan: Plan) -> Optional[Fix]:
         targets.add(_terminal(stmt.targets[0]))
     if plan.fsdp2_policy_kept and not _point_policies_to_torch(ctx, plan, fx, allowed):
         return None
+    if plan.metadata_uses or plan.consolidate_uses:
+        if len(plan.wraps) != 1 or not consolidation_edits(ctx, plan, fx, ctx.src(a.parent_of[plan.wraps[0]].targets[0]), allowed):
+            return None
     for node, _q in plan.uses:
         if not isinstance(node, ast.ImportFrom) and id(node) not in allowed:
             return None  # isinstance tests, policies elsewhere: FSDP1 keeps those
@@ -620,6 +631,8 @@ def _check_model_uses(ctx, plan: Plan) -> None:
         elif after and node.attr in _MODEL_BLOCKERS:
             block((node, f"the FSDP-wrapped model's {node.attr}: {_MODEL_BLOCKERS[node.attr]}"))
             if node.attr == "get_shard_metadata":
+                plan.metadata_uses.append(node)
+                plan.shard_state.append(plan.blockers[-1])
                 plan.checkpoint.append((node, f"`{ctx.src(node)}()` is XLA FSDP's shard layout, which "
                                               "consolidate_sharded_model_checkpoints reads; FSDP2 needs none (its DTensors "
                                               "carry their placement)"))
@@ -742,7 +755,8 @@ _PREFIXES = [f"{PKG}.xla_fully_sharded_data_parallel.*", f"{PKG}.state_dict_util
         - The module is on the device when wrapped (XLA FSDP moved it to the XLA device; torch FSDP keeps it
           where it is) and a process group exists on every path to the wrap (torch FSDP needs one).
         - No XLA-FSDP-only API is used in the file: `consolidate_sharded_model_checkpoints`,
-          `consolidate_sharded_state_dicts`, `checkpoint_module`, `recursive_wrap`, `get_shard_metadata()`.
+          `consolidate_sharded_state_dicts`, `checkpoint_module`, `recursive_wrap`, `get_shard_metadata()`
+          (FSDP2 rewrites one checkpoint shape of the first and the last, below).
         - The wrapped model's `state_dict()`/`load_state_dict()` is not called (nor that of anything in the file
           that may be it): XLA FSDP's state dict is this rank's shard, torch FSDP's default is the full model,
           so what a checkpoint holds would change. Save with `torch.distributed.checkpoint` or
@@ -774,7 +788,16 @@ _PREFIXES = [f"{PKG}.xla_fully_sharded_data_parallel.*", f"{PKG}.state_dict_util
         returns the modules XLA's recursive wrap chose (the policy asked about each module with its subtree's
         parameters, then with those its wrapped children left, with `nonwrapped_numel=` for XLA's
         `unwrapped_params=`); checked against torch_xla 2.9's own wrapping on a decoder (slow suite). FSDP2 leaves buffers in their dtype (XLA FSDP cast
-        floating buffers to `buffer_dtype`, default `compute_dtype`: the finding says so). Checked by running
+        floating buffers to `buffer_dtype`, default `compute_dtype`: the finding says so). The checkpoint shape of
+        torch_xla's test_train_mp_mnist_fsdp_with_ckpt.py migrates with FSDP2: `xm.save(D, f"{{prefix}}...",
+        master_only=False)` of a dict literal `D` holding `"model": model.state_dict()` and `"shard_metadata":
+        model.get_shard_metadata()`, then (only barriers and prints between) `if xm.is_master_ordinal(local=False):
+        consolidate_sharded_model_checkpoints(prefix, suffix)` whose `prefix + suffix` pattern matches the saved
+        file: the `shard_metadata` entry goes (FSDP2 needs none), and the consolidation becomes
+        `get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))` on every
+        rank (a collective, so before the `if`) and `torch.save({{"model": ...}}, path)` inside it, at XLA's path.
+        Shards saved for a consolidation elsewhere, a consolidation later in training, on each host's first rank
+        (`local=True`) or of other files keep XLA FSDP and the finding. Checked by running
         (tests/integration/test_fsdp_zero_rewrite.py): a decoder program rewritten this way gives, with 2
         processes, the 1-process loss within 1e-5 at every step.
     """,
@@ -828,6 +851,13 @@ def _migrated_finding(ctx, site, plan: Plan, name):
             note = ("FSDP2 shards each parameter on dim 0 (DTensor) and averages gradients by reduce-scatter as XLA FSDP "
                     "did; parameter names stay those of the unwrapped model; the optimizer must be built after "
                     "fully_shard (as XLA FSDP required). Checkpoints of XLA FSDP runs do not load.")
+            if plan.consolidate_uses:
+                note += (" consolidate_sharded_model_checkpoints (line " + ", ".join(str(n.lineno) for n in plan.consolidate_uses)
+                         + ") becomes get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, "
+                         "cpu_offload=True)) on every rank (a collective: before the master's `if`), saved by the master as "
+                         "{'model': ...} at XLA's path (the model is as it was saved: only barriers and prints lie between); "
+                         "the 'shard_metadata' entry (get_shard_metadata(), read only by the consolidation) leaves the "
+                         "per-rank checkpoint.")
             if plan.checkpoint:
                 note += (" The model's state_dict()/load_state_dict() (line " + ", ".join(
                     str(n.lineno) for n, _ in plan.checkpoint) + ") stay this rank's shard: FSDP2's state dict holds "
