@@ -33,7 +33,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 6  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 7  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -136,6 +136,7 @@ def _read(path: str) -> Optional[bytes]:
         return None
 
 
+MAX_FLOW_FILES = 300  # a loader module used by more files than this is not followed (NM130 keeps its wrapper)
 MAP_MIN_FILES = 200  # fewer files to scan: one process (a fork and the records' way back cost more)
 
 
@@ -431,6 +432,8 @@ class RepositoryModel:
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
+        if self.py[rel].get("ml") or self.py[rel].get("rt"):
+            out.update(self._loader_flows(rel))
         if self.py[rel].get("rt"):
             if self._trackers is None:
                 self._trackers = [f for f, rec in self.py.items() if rec.get("rt")]
@@ -687,12 +690,7 @@ class RepositoryModel:
         classes = self.py[rel].get("c")
         if not classes:
             return {}
-        if self._subclasses is None:
-            self._subclasses = {}
-            for other, rec in self.py.items():
-                for sub, bases in (rec.get("c") or {}).items():
-                    for base in bases:
-                        self._subclasses.setdefault(base.rpartition(".")[2], []).append((other, sub))
+        self._subclass_index()
         out: dict = {}
         for name in classes:
             todo, seen = [(rel, name)], set()
@@ -707,6 +705,112 @@ class RepositoryModel:
                     for key, calls in self._training(other).items():
                         if key.startswith(prefix):
                             out.setdefault(f"{name}.{key[len(prefix):]}", {"c": calls, "in": other})
+        return out
+
+    def _subclass_index(self) -> dict:
+        """class name -> [(file, class)] of the classes that name it as a base (by its last dotted part)."""
+        if self._subclasses is None:
+            self._subclasses = {}
+            for other, rec in self.py.items():
+                for sub, bases in (rec.get("c") or {}).items():
+                    for base in bases:
+                        self._subclasses.setdefault(base.rpartition(".")[2], []).append((other, sub))
+        return self._subclasses
+
+    def _users(self, rel: str) -> list:
+        """The files that may handle `rel`'s objects: those that import it (directly or through other files) and
+        the files of the programs that run it (an object may be handed to a module that never imports `rel`)."""
+        if self._importers_of is None:
+            self._importers_of = {}
+            for f, to in self.edges.items():
+                for t in to:
+                    self._importers_of.setdefault(t, []).append(f)
+        seen = {rel: None}
+        todo = [rel]
+        while todo:
+            for f in self._importers_of.get(todo.pop(), ()):
+                if f not in seen:
+                    seen[f] = None
+                    todo.append(f)
+        for entry in self.programs.get(rel, ()):
+            for f in self.closures.get(entry, ()):
+                seen.setdefault(f, None)
+        return [f for f in seen if f != rel]
+
+    def _loader_flows(self, rel: str) -> dict:
+        """What NM130 needs to give a device loader that leaves its method the plain DataLoader (flows.py), and NM144
+        a tracker handed to another method:
+        "loaders": {"Class.method": [[other method, argument index]]} for the methods of `rel` that return a device
+        loader, where every call of them in the files that may hold the object hands the result only to those
+        methods of the same object (None: somewhere it goes elsewhere); "foreign": {Class: {"defs": the methods
+        its subclasses in any file define, "read"/"set": the attributes of `rel`'s own that other such files read or
+        store}} for `rel`'s classes that other files import. Nothing when too many files would have to be read."""
+        from neuron_migrate.repository import flows
+
+        data = _read(os.path.join(self.root, rel))
+        tree = flows.parse(data) if data else None
+        if tree is None:
+            return {}
+        users = self._users(rel)
+        if len(users) > MAX_FLOW_FILES:
+            return {}
+        trees: dict = {rel: (data, tree)}
+
+        def read(f):
+            if f not in trees:
+                raw = _read(os.path.join(self.root, f)) or b""
+                trees[f] = (raw, flows.parse(raw))
+            return trees[f]
+
+        out: dict = {}
+        loaders: dict = {}
+        for key, (_cls, method) in flows.loader_methods(tree).items():
+            uses: list = []
+            for f in [rel, *users]:
+                raw, t = read(f)
+                if method.encode() not in raw:
+                    continue
+                got = flows.result_uses(t, method) if t is not None else None
+                if got is None:
+                    uses = None
+                    break
+                uses += [u for u in got if u not in uses]
+            loaders[key] = uses
+        if loaders:
+            out["loaders"] = loaders
+        closed = set(self._closed_classes(rel))
+        own = {n.attr for n in flows.ast.walk(tree) if isinstance(n, flows.ast.Attribute)}
+        foreign: dict = {}
+        for cls in self.py[rel].get("c", {}):
+            if cls in closed:
+                continue
+            subs, todo = set(), [cls]
+            while todo and len(subs) < 50:
+                for pair in self._subclass_index().get(todo.pop(), ()):
+                    if pair not in subs:
+                        subs.add(pair)
+                        todo.append(pair[1])
+            defs: set = set()
+            for f in {f for f, _s in subs}:
+                t = read(f)[1]
+                if t is None:
+                    defs.add("*")
+                    continue
+                defs |= flows.class_methods(t, {s for g, s in subs if g == f})
+            seen_read, seen_set = set(), set()
+            for f in {*users, *(f for f, _s in subs if f != rel)}:
+                t = read(f)[1]
+                if t is None:
+                    seen_read.add("*")
+                    seen_set.add("*")
+                    continue
+                r, s = flows.attribute_names(t)
+                seen_read |= r
+                seen_set |= s
+            foreign[cls] = {"defs": sorted(defs), "read": sorted(seen_read & (own | {"*"})),
+                            "set": sorted(seen_set & (own | {"*"}))}
+        if foreign:
+            out["foreign"] = foreign
         return out
 
     def _reaches(self, rel: str, target: str) -> bool:

@@ -177,6 +177,7 @@ def scan_python(data: bytes) -> dict:
     - "k": 1 when the file calls something named `compile(`,
     - "v": fields, globals and command-line options whose default names a backend or a device, {name: line},
     - "rt": 1 when the file names `RateTracker` (NM144 gives every tracker of a repository the same form),
+    - "ml": 1 when the file names `MpDeviceLoader` or `per_device_loader` (NM130 follows its loaders: flows.py),
     - "x": the files it runs with `exec(open("literal").read())`, "*" for a file named by a variable (nanoGPT's
       configurator runs the config files of the command line so),
     - "cf": the names a file of top-level assignments only assigns (a config file such a configurator may run).
@@ -254,6 +255,8 @@ def scan_python(data: bytes) -> dict:
         rec["v"] = values
     if b"RateTracker" in data:
         rec["rt"] = 1
+    if b"MpDeviceLoader" in data or b"per_device_loader" in data:
+        rec["ml"] = 1
     if b"exec(" in data:
         ran = [m.group(1).decode("utf-8", "replace") if m.group(1) else "*" for m in _EXEC.finditer(data)]
         if ran:

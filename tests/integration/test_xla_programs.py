@@ -28,9 +28,14 @@ from torchrun_util import run_torchrun
 PROGRAMS = Path(__file__).resolve().parent / "xla_programs"
 
 
-def _rewrite(tmp_path: Path, name: str) -> tuple[Path, str]:
+def _rewrite(tmp_path: Path, name: str, edits: dict = None) -> tuple[Path, str]:
+    """The program copied and rewritten; `edits`: {file: (old text, new text)} applied to the copy first."""
     work = tmp_path / name
     shutil.copytree(PROGRAMS / name, work, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, (old, new) in (edits or {}).items():
+        text = (work / rel).read_text()
+        assert old in text
+        (work / rel).write_text(text.replace(old, new))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([*_cli(), "rewrite", str(work), "--write", "--unsafe-fixes", "--jobs", "1", "--no-cache"],
                           capture_output=True, text=True, timeout=180, env=env)
@@ -51,6 +56,30 @@ def test_spawn_trainer_rewrite(tmp_path):
     assert "_neuron_rank" not in base and "_neuron_master_print" not in base and "_neuron_save" not in base
     assert "torch_xla" not in base + (work / "tasks/classify.py").read_text() + (work / "train.py").read_text()
     assert "manual migration" not in out
+    # make_loader's MpDeviceLoader reaches only train_epoch (train.py: `trainer.train_epoch(loader, epoch)`): the
+    # plain DataLoader is returned and the batch is moved where train_epoch unpacks it, with no inserted helper
+    assert "        return loader\n" in base
+    assert ("        for step, (data, target) in enumerate(loader):\n"
+            "            data, target = data.to(self.device), target.to(self.device)\n") in base
+    assert "_DeviceLoader" not in base and "_batch_to_device" not in base
+
+
+LOOP_IN_ENTRY = ("        trainer.train_epoch(loader, epoch)\n",
+                 "        trainer.train_epoch(loader, epoch)\n        for data, _target in loader:\n"
+                 "            assert data.device == trainer.device\n")
+
+
+@pytest.mark.parametrize("edits", [
+    {"train.py": LOOP_IN_ENTRY},  # the entry script iterates the returned loader itself
+    {"tasks/classify.py": ("    def step_fn(", "    def train_epoch(self, loader, epoch):\n"
+                                               "        return super().train_epoch(loader, epoch)\n\n    def step_fn(")}])
+def test_spawn_trainer_loader_the_rewrite_cannot_follow_keeps_its_wrapper(tmp_path, edits):
+    """Where the returned loader is iterated outside the class, or a subclass overrides the method that iterates it,
+    the batches must still arrive on the device: make_loader returns `_DeviceLoader(loader, self.device)`."""
+    work, _ = _rewrite(tmp_path, "spawn_trainer", edits)
+    base = (work / "trainer/base.py").read_text()
+    assert "        return _DeviceLoader(loader, self.device)\n" in base, base
+    assert "data.to(self.device)" not in base
 
 
 @pytest.mark.slow

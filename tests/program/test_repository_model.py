@@ -766,3 +766,43 @@ def test_a_test_module_that_imports_it_keeps_the_guarded_forms(tmp_path):
     assert RepositoryModel.build(str(root)).facts(str(root / "lib.py"))["group"] == 1
     write(root, {"tests/test_lib.py": "from lib import world\n\n\ndef test_world():\n    assert world() == 1\n"})
     assert "group" not in RepositoryModel.build(str(root)).facts(str(root / "lib.py"))
+
+
+LOADER_BASE = """\
+    import torch_xla.distributed.parallel_loader as pl
+
+
+    class Trainer:
+        def __init__(self, device):
+            self.device = device
+
+        def make_loader(self, loader):
+            return pl.MpDeviceLoader(loader, self.device)
+
+        def train_epoch(self, loader, epoch):
+            for data, target in loader:
+                pass
+"""
+
+
+@pytest.mark.parametrize("entry, via", [
+    ("loader = t.make_loader(data)\nprint(len(loader))\nfor e in range(2):\n    t.train_epoch(loader, e)", [["train_epoch", 0]]),
+    ("t.train_epoch(t.make_loader(data), 0)", [["train_epoch", 0]]),
+    ("loader = t.make_loader(data)\nfor x, y in loader:\n    pass", None),  # iterated outside the class
+    ("loader = t.make_loader(data)\nother.train_epoch(loader, 0)", None),  # handed to another object
+    ("make = t.make_loader\nmake(data)", None),  # the method goes on as a value
+    ("loader = t.make_loader(data)\nreturn loader", None),
+])
+def test_where_a_returned_device_loader_goes(tmp_path, entry, via):
+    """NM130's repository facts: every call of a method that returns a device loader, in any file of the programs that
+    may hold the object, and where its result goes (only into methods of the same object, or None)."""
+    body = textwrap.indent(entry, "    ")
+    root = write(tmp_path / "proj", {
+        "pyproject.toml": "", "trainer.py": LOADER_BASE,
+        "sub.py": "from trainer import Trainer\n\n\nclass Quiet(Trainer):\n    def build(self):\n        self.device = 'cpu'\n",
+        "train.py": f"from sub import Quiet\n\n\ndef main(data, other):\n    t = Quiet('xla')\n{body}\n\n\n"
+                    "if __name__ == '__main__':\n    main([], None)\n"})
+    facts = RepositoryModel.build(str(root)).facts(str(root / "trainer.py"))
+    assert facts["loaders"] == {"Trainer.make_loader": via}
+    # the subclass in sub.py: its methods, and the attributes of trainer.py's that other files store
+    assert facts["foreign"]["Trainer"]["defs"] == ["build"] and "device" in facts["foreign"]["Trainer"]["set"]

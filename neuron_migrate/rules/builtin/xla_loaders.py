@@ -248,17 +248,14 @@ def _function_around(node, a):
     return up if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
-def closed_class_of(method, ctx):
-    """The class that `method` (a def directly in its body) belongs to, when no subclass of it can exist: the
-    repository model says no other file imports it and no class of this file derives from it. Else None."""
+def _class_of_method(method, ctx):
+    """The top-level class that `method` (a plain def directly in its body, with a `self`) belongs to, else None."""
     a = ctx.analysis
     cls = a.parent_of.get(method)
     if not (isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(cls, ast.ClassDef)
-            and method.args.args and not method.decorator_list):
+            and a.parent_of.get(cls) is a.tree and method.args.args and not method.decorator_list):
         return None
-    if cls.name not in (getattr(a, "outside", None) or {}).get("closed", ()):
-        return None
-    for n in walk(a.tree):
+    for n in walk(a.tree):  # a subclass in this same file: not followed
         if isinstance(n, ast.ClassDef) and n is not cls and any(
                 (isinstance(b, ast.Name) and b.id == cls.name) or (isinstance(b, ast.Attribute) and b.attr == cls.name)
                 for b in n.bases):
@@ -266,18 +263,80 @@ def closed_class_of(method, ctx):
     return cls
 
 
+def _sealed(cls, ctx, methods, reads=(), stores=()) -> bool:
+    """Code in other files cannot change what `methods` of `cls` do with the loader: the class is closed (no other
+    repository file imports it, the model's "closed"; `_class_of_method` checks this file), or the repository model says that no subclass in any file defines one of `methods`, and that
+    no other file that may hold its objects reads one of the attributes `reads` or stores one of `stores`."""
+    outside = getattr(ctx.analysis, "outside", None) or {}
+    if cls.name in outside.get("closed", ()):
+        return True
+    foreign = (outside.get("foreign") or {}).get(cls.name)
+    if foreign is None:
+        return False
+    for key, names in (("defs", methods), ("read", reads), ("set", stores)):
+        seen = set(foreign.get(key, ("*",)))
+        if "*" in seen or seen & set(names):
+            return False
+    return True
+
+
+def _returned_loader_loops(target, site, ctx, device):
+    """`return pl.MpDeviceLoader(loader, self.device)` in a method of a top-level class, where the repository model
+    says every caller, in any file, hands the result only to other methods of the same object
+    (`loader = trainer.make_loader(ds)`, then `trainer.train_epoch(loader, epoch)`), each defined in this class,
+    not overridden by a subclass, and only iterating that parameter: those loops (the batch is moved to
+    `self.device`, which the class sets once and no other file sets). Else None."""
+    a = ctx.analysis
+    ret = a.parent_of.get(target)
+    fn = site.scope.node
+    cls = _class_of_method(fn, ctx) if isinstance(ret, ast.Return) and ret.value is target else None
+    if cls is None:
+        return None
+    me = fn.args.args[0].arg
+    if not (isinstance(device, ast.Attribute) and isinstance(device.value, ast.Name) and device.value.id == me):
+        return None
+    via = ((getattr(a, "outside", None) or {}).get("loaders") or {}).get(f"{cls.name}.{fn.name}")
+    if not via:
+        return None
+    methods: dict = {}
+    for n in cls.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if n.name in methods:
+                return None
+            methods[n.name] = n
+    if sum(1 for n in walk(a.tree) if isinstance(n, ast.Attribute) and n.attr == device.attr
+           and not isinstance(n.ctx, ast.Load)) != 1:
+        return None
+    loops = []
+    for name, index in via:
+        callee = methods.get(name)
+        if callee is None:
+            return None
+        params = [*callee.args.posonlyargs, *callee.args.args]
+        if callee.decorator_list or index + 1 >= len(params) or params[0].arg != me:
+            return None
+        inner = _param_uses(callee, params[index + 1].arg, site, ctx)
+        if inner is None:
+            return None
+        loops.extend(inner)
+    if not loops or not _sealed(cls, ctx, {fn.name, *(name for name, _i in via)}, stores={device.attr}):
+        return None
+    return loops
+
+
 def _attribute_loader_loops(target, site, ctx, device):
-    """`self.loader = pl.MpDeviceLoader(loader, self.device)` in a method of a class no subclass can extend, where
-    every use of `self.loader` is a loop's iterable, len(), or an argument of another method of the class that only
-    iterates that parameter: the loops, where the batch is moved to `self.device` (which the class sets once).
-    Else None (the loader keeps a wrapper object)."""
+    """`self.loader = pl.MpDeviceLoader(loader, self.device)` in a method of a top-level class, where every use of
+    `self.loader` is a loop's iterable, len(), or an argument of another method of the class that only iterates that
+    parameter: the loops, where the batch is moved to `self.device` (which the class sets once). The class must be
+    sealed for them (`_sealed`): no subclass overrides a method that uses the loader, and no other file reads the
+    attribute or stores it or the device. Else None (the loader keeps a wrapper object)."""
     a = ctx.analysis
     assign = a.parent_of.get(target)
     if not (isinstance(assign, ast.Assign) and assign.value is target and len(assign.targets) == 1
             and isinstance(assign.targets[0], ast.Attribute) and isinstance(assign.targets[0].value, ast.Name)):
         return None
     attr = assign.targets[0]
-    cls = closed_class_of(site.scope.node, ctx)
+    cls = _class_of_method(site.scope.node, ctx)
     me = attr.value.id
     if cls is None or site.scope.node.args.args[0].arg != me:
         return None
@@ -289,7 +348,7 @@ def _attribute_loader_loops(target, site, ctx, device):
             if n.name in methods:
                 return None
             methods[n.name] = n
-    device_stores, loops = 0, []
+    device_stores, loops, touched = 0, [], set()
     for n in walk(a.tree):
         if isinstance(n, ast.Attribute) and n.attr == device.attr and not isinstance(n.ctx, ast.Load):
             device_stores += 1
@@ -299,6 +358,7 @@ def _attribute_loader_loops(target, site, ctx, device):
         if not (isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == me and fn is not None
                 and a.parent_of.get(fn) is cls and fn.args.args and fn.args.args[0].arg == me):
             return None
+        touched.add(fn.name)
         loop = _loop_over(n, site, ctx)
         if loop is not None:
             loops.append(loop)
@@ -318,8 +378,11 @@ def _attribute_loader_loops(target, site, ctx, device):
         inner = _param_uses(callee, params[index].arg, site, ctx)
         if inner is None:
             return None
+        touched.add(callee.name)
         loops.extend(inner)
-    return loops if loops and device_stores == 1 else None
+    if not (loops and device_stores == 1 and _sealed(cls, ctx, touched, {attr.attr}, {attr.attr, device.attr})):
+        return None
+    return loops
 
 
 def _named_parallel_loader(call, site, ctx):
@@ -473,8 +536,15 @@ def _dropped_options(call, ctx) -> list[str]:
         pl.MpDeviceLoader(loader, self.device)` in `__init__`) and handed to another method that iterates it
         (`self.train_loop_fn(self.train_device_loader, epoch)`, also through `itertools.islice`) becomes the plain
         loader too, with the batch moved to `self.device` where that method unpacks it, when no subclass can
-        override those methods: the repository model says no other file imports the class, and no class of the file
-        derives from it. The unpacked names are assumed to be tensors, as in
+        change what those methods do: the repository model says no other file imports the class, or that no
+        subclass in any file overrides the methods that use the loader and no other file reads or stores the
+        loader's attribute or stores the device's (a subclass that only extends `__init__`, as pytorch/xla's
+        `train_resnet_ddp.py` does, changes nothing); no class of the file derives from it. A loader a method
+        returns (`return pl.MpDeviceLoader(loader, self.device)` in `make_loader`) becomes the plain loader when
+        the repository model finds every call of that method, in any file, handing the result only to methods
+        of the same object (`loader = trainer.make_loader(ds)`, then `trainer.train_epoch(loader, epoch)`), each a
+        method of this class that no subclass overrides and that only iterates the loader (or measures it with
+        `len()`): the batch is moved where those loops unpack it. The unpacked names are assumed to be tensors, as in
         `(data, target)` batches. Also named: `para = pl.ParallelLoader(loader, [device])` with
         `para.per_device_loader(device)` called later (each call becomes the plain loader), and a loop in a local
         `train_loop_fn(loader)` the loader is handed to. A loader that escapes (returned, passed on, stored on
@@ -540,6 +610,8 @@ def mp_device_loader(site, ctx):
     loops = _loader_loops(target, site, ctx, device)
     if loops is None:
         loops = _attribute_loader_loops(target, site, ctx, device)
+    if loops is None:
+        loops = _returned_loader_loops(target, site, ctx, device)
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):

@@ -5,7 +5,7 @@ import ast
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.xla_loaders import closed_class_of
+from neuron_migrate.rules.builtin.xla_loaders import _class_of_method, _sealed
 from neuron_migrate.rules.builtin.xla_misc import XM, _isinstance_or_base, _nested_mentions, _scope_body_nodes
 from neuron_migrate.rules.helpers import HELPERS, Helper
 
@@ -288,10 +288,11 @@ def _plain_tracker_fix(site, ctx):
 
 def _passed_to_method(use, ctx, scope):
     """(method def, parameter index) when `use` is passed, positionally, to `self.method(...)` (directly or through
-    `xm.add_step_closure(self.method, args=(...))`) from a method of a class no subclass can extend, and that is the
-    only mention of `.method` in the file. Else None."""
+    `xm.add_step_closure(self.method, args=(...))`) from a method of a class sealed for both methods (no subclass
+    overrides them, no other file names `.method`: `_sealed`), and that is the only mention of `.method` in the
+    file. Else None."""
     a = ctx.analysis
-    cls = closed_class_of(scope.node, ctx)
+    cls = _class_of_method(scope.node, ctx)
     if cls is None:
         return None
     me = scope.node.args.args[0].arg
@@ -311,6 +312,8 @@ def _passed_to_method(use, ctx, scope):
         return None
     defs = [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func.attr]
     if len(defs) != 1 or defs[0].decorator_list or not defs[0].args.args or defs[0].args.args[0].arg != me:
+        return None
+    if not _sealed(cls, ctx, {scope.node.name, func.attr}, {func.attr}):
         return None
     if sum(1 for n in walk(a.tree) if isinstance(n, ast.Attribute) and n.attr == func.attr) != 1:
         return None  # the method is named elsewhere too: every caller would have to pass this tracker
@@ -371,7 +374,9 @@ def _only_called_with(fname: str, index: int, name: str, scope, ctx) -> bool:
         file is `tracker.add(n)` as a statement, `tracker.rate()` or `tracker.global_rate()`, in that function
         or in a function of this file that it is passed to (directly or through `xm.add_step_closure(fn,
         args=(..., tracker, ...))`), or in a method of its class called as `self.method(...)` when no subclass can
-        override it (the repository model says no other file imports the class), and that uses the parameter only that way, the tracker becomes
+        override it (the repository model says no other file imports the class, or that no subclass in any file
+        overrides that method or the one holding the tracker and no other file names the method), and that uses the
+        parameter only that way, the tracker becomes
         `SimpleNamespace(start=time.time(), seen=0)`, `add(n)` becomes `tracker.seen += n`, and both rates become
         `tracker.seen / (time.time() - tracker.start)`. That is torch_xla's `global_rate()` (except that an
         elapsed time of exactly zero divides by zero where torch_xla returned 0.0); `rate()` loses its smoothing

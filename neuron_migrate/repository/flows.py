@@ -1,0 +1,176 @@
+"""Where a device loader goes once it leaves the method that builds it, across the files of a repository (NM130).
+
+`Trainer.make_loader` returns `pl.MpDeviceLoader(loader, self.device)` in trainer/base.py and train.py does
+`loader = trainer.make_loader(ds)` then `trainer.train_epoch(loader, epoch)`: the loader only reaches a method of the
+same object, whose loop can move the batch where it unpacks it, so the plain DataLoader can be returned. These
+functions answer that from the files' trees; the model (model.py) asks them only for the few files that wrap a
+device loader (scan record "ml") and for the files that import those, so the parse costs nothing elsewhere.
+
+Every answer errs on the side of "cannot follow" (None): then NM130 keeps its `_DeviceLoader` object.
+"""
+from __future__ import annotations
+
+import ast
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def parse(data: bytes) -> Optional[ast.Module]:
+    try:
+        return ast.parse(data)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _body_nodes(scope):
+    """The nodes of one scope, nested functions, lambdas and classes yielded but not entered."""
+    stack = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, _SCOPES):
+            stack.extend(ast.iter_child_nodes(n))
+
+
+def _is_device_loader(node) -> bool:
+    """`pl.MpDeviceLoader(...)`, `MpDeviceLoader(...)` or `<x>.per_device_loader(...)` (by name: the rule decides)."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("MpDeviceLoader", "per_device_loader")
+
+
+def loader_methods(tree: ast.Module) -> dict:
+    """{"Class.method": (class, method)} for the methods of top-level classes that `return` a device loader call."""
+    out: dict = {}
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for fn in cls.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(n, ast.Return) and _is_device_loader(n.value) for n in _body_nodes(fn)):
+                out[f"{cls.name}.{fn.name}"] = (cls.name, fn.name)
+    return out
+
+
+def class_methods(tree: ast.Module, names: set) -> set:
+    """The names of the defs in the bodies of the classes named `names` (anywhere in the file)."""
+    out: set = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ClassDef) and n.name in names:
+            out.update(d.name for d in n.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return out
+
+
+def attribute_names(tree: ast.Module) -> tuple:
+    """({attribute names read}, {attribute names stored}) in a file; "*" in both when it calls setattr/getattr or
+    reads `__dict__`/`vars()` (any attribute may then be meant)."""
+    read, stored = set(), set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute):
+            (read if isinstance(n.ctx, ast.Load) else stored).add(n.attr)
+            if n.attr == "__dict__":
+                read.add("*")
+                stored.add("*")
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "getattr", "vars"):
+            read.add("*")
+            stored.add("*")
+    return read, stored
+
+
+def _stores(scope, name: str) -> int:
+    count = 0
+    for n in _body_nodes(scope):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return 99
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            count += 1
+        elif isinstance(n, _SCOPES) and any(isinstance(m, ast.Name) and m.id == name for m in ast.walk(n)):
+            return 99  # a nested scope sees it too
+    return count
+
+
+def _params(fn) -> list:
+    a = fn.args
+    return [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if p is not None]
+
+
+def _passed_to_method(node, parent, receiver: str) -> Optional[list]:
+    """[method, index] when `node` is positional argument `index` of `receiver.method(...)` (no * or **)."""
+    if not (isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Attribute)
+            and isinstance(parent.func.value, ast.Name) and parent.func.value.id == receiver):
+        return None
+    if any(isinstance(x, ast.Starred) for x in parent.args) or any(k.arg is None for k in parent.keywords):
+        return None
+    return [parent.func.attr, parent.args.index(node)]
+
+
+def result_uses(tree: ast.Module, method: str) -> Optional[list]:
+    """Where the results of the calls `<name>.method(...)` in a file go: [[other method, argument index]] of the
+    calls `<same name>.other(result, ...)` they are handed to, in the function that makes them (bound to a local
+    name that function only passes so or measures with len(), or passed directly). None when some result, or the
+    method itself, goes anywhere else (iterated here, returned, stored, passed to anything else), or when the method
+    is named other than as such a call."""
+    parents: dict = {}
+    for n in ast.walk(tree):
+        for c in ast.iter_child_nodes(n):
+            parents[c] = n
+    scopes: dict = {}  # node -> the function (or module) whose body holds it
+
+    def scope_of(node):
+        up = parents.get(node)
+        while up is not None and not isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+            up = parents.get(up)
+        return up
+
+    out: list = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.FunctionDef) and n.name == method:
+            continue  # its own def (or another class's method of that name, called so: its calls are looked at)
+        if isinstance(n, ast.Name) and n.id == method:
+            return None  # the bare name: imported, aliased, passed around
+        if isinstance(n, ast.Constant) and n.value == method:
+            return None  # getattr(obj, "method")
+        if not (isinstance(n, ast.Attribute) and n.attr == method):
+            continue
+        call = parents.get(n)
+        if not (isinstance(call, ast.Call) and call.func is n and isinstance(n.value, ast.Name)):
+            return None  # `f = obj.method`, `super().method(...)`: not followed
+        receiver = n.value.id
+        scope = scopes.get(call)
+        if scope is None:
+            scope = scopes[call] = scope_of(call)
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        if _stores(scope, receiver) != (0 if receiver in _params(scope) else 1):
+            return None  # the object the result is handed back to must be the one that made it
+        parent = parents.get(call)
+        if isinstance(parent, ast.Expr):
+            continue  # the result is dropped
+        direct = _passed_to_method(call, parent, receiver)
+        if direct is not None:
+            out.append(direct)
+            continue
+        if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1
+                and isinstance(parent.targets[0], ast.Name)):
+            return None
+        name = parent.targets[0].id
+        if name in _params(scope) or _stores(scope, name) != 1:
+            return None
+        for m in _body_nodes(scope):
+            if not (isinstance(m, ast.Name) and m.id == name and isinstance(m.ctx, ast.Load)):
+                continue
+            user = parents.get(m)
+            if (isinstance(user, ast.Call) and isinstance(user.func, ast.Name) and user.func.id == "len"
+                    and user.args == [m] and not user.keywords):
+                continue
+            passed = _passed_to_method(m, user, receiver)
+            if passed is None:
+                return None
+            out.append(passed)
+    return [list(x) for x in dict.fromkeys(tuple(x) for x in out)]
