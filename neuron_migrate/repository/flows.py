@@ -11,6 +11,7 @@ Every answer errs on the side of "cannot follow" (None): then NM130 keeps its `_
 from __future__ import annotations
 
 import ast
+import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,20 +68,63 @@ def class_methods(tree: ast.Module, names: set) -> set:
     return out
 
 
-def attribute_names(tree: ast.Module) -> tuple:
-    """({attribute names read}, {attribute names stored}) in a file; "*" in both when it calls setattr/getattr or
-    reads `__dict__`/`vars()` (any attribute may then be meant)."""
+_SELF = re.compile(rb"self\.([A-Za-z_]\w*)")
+# after `.name`: `x.a = ...`, `x.a += ...`, `x.a[i] = ...`, and `x.a, y = ...` (a scan: a keyword argument after
+# `x.a,` counts too, which only ever reports a store that is not one)
+_STORE_AFTER = rb"[ \t]*(?:\[[^\]\n]*\][ \t]*)?(?:(?:[-+*/%@&|^]|//|\*\*|>>|<<)?=(?!=)|,[^\n=]*(?<![=!<>])=(?!=))"
+_ANY = (b"setattr(", b"getattr(", b"__dict__", b"vars(")
+
+
+_DEF_NAME = re.compile(rb"def[ \t]+([A-Za-z_]\w*)")
+
+
+def own_attributes(data: bytes) -> set:
+    """The attribute names of a file that NM130 and NM144 may ask other files about: those used on `self` on the
+    lines that build a device loader (the attribute that holds it, the device; a call may run over 3 more lines),
+    and, in a file that names RateTracker, the names of its defs (the methods a tracker may be handed to)."""
+    out: set = set()
+    for needle in (b"MpDeviceLoader", b"per_device_loader"):
+        i = data.find(needle)
+        while i >= 0:
+            start = data.rfind(b"\n", 0, i) + 1
+            end = i
+            for _ in range(4):
+                nxt = data.find(b"\n", end + 1)
+                end = len(data) if nxt < 0 else nxt
+            out.update(m.decode() for m in _SELF.findall(data, start, end))
+            i = data.find(needle, i + 1)
+    if b"RateTracker" in data:
+        out.update(m.decode() for m in _DEF_NAME.findall(data))
+    return out
+
+
+def attribute_names(data: bytes, names: set) -> tuple:
+    """({names of `names` a file mentions after a dot}, {those it may store}), from a scan that may over-report
+    either (`.device` also matches `.device_count`); "*" in both when the file calls setattr/getattr or reads
+    `__dict__`/`vars()` (any attribute may then be meant)."""
     read, stored = set(), set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Attribute):
-            (read if isinstance(n.ctx, ast.Load) else stored).add(n.attr)
-            if n.attr == "__dict__":
-                read.add("*")
-                stored.add("*")
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "getattr", "vars"):
-            read.add("*")
-            stored.add("*")
+    for name in names:
+        needle = b"." + name.encode()
+        if needle in data:
+            read.add(name)
+            if re.search(re.escape(needle) + _STORE_AFTER, data):
+                stored.add(name)
+    if any(n in data for n in _ANY):
+        read.add("*")
+        stored.add("*")
     return read, stored
+
+
+def returns_loader(data: bytes) -> bool:
+    """Some line returns a device loader call (loader_methods then finds which method, from the tree)."""
+    for needle in (b"MpDeviceLoader", b"per_device_loader"):
+        i = data.find(needle)
+        while i >= 0:
+            start = data.rfind(b"\n", 0, i) + 1
+            if data[start:i].lstrip().startswith(b"return"):
+                return True
+            i = data.find(needle, i + 1)
+    return False
 
 
 def _stores(scope, name: str) -> int:

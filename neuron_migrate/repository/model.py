@@ -744,44 +744,51 @@ class RepositoryModel:
         loader, where every call of them in the files that may hold the object hands the result only to those
         methods of the same object (None: somewhere it goes elsewhere); "foreign": {Class: {"defs": the methods
         its subclasses in any file define, "read"/"set": the attributes of `rel`'s own that other such files read or
-        store}} for `rel`'s classes that other files import. Nothing when too many files would have to be read."""
+        store (of those `rel` uses on `self`)}} for `rel`'s classes that other files import. Nothing when too many files would have to be read."""
         from neuron_migrate.repository import flows
 
+        classes = self.py[rel].get("c")
+        if not classes:
+            return {}  # no class: no method returns a loader, no attribute holds one
         data = _read(os.path.join(self.root, rel))
-        tree = flows.parse(data) if data else None
-        if tree is None:
+        if not data:
             return {}
         users = self._users(rel)
         if len(users) > MAX_FLOW_FILES:
             return {}
-        trees: dict = {rel: (data, tree)}
+        raws: dict = {rel: data}
+        trees: dict = {}
 
-        def read(f):
+        def raw(f):
+            if f not in raws:
+                raws[f] = _read(os.path.join(self.root, f)) or b""
+            return raws[f]
+
+        def tree(f):  # parsed only where a method name or a subclass is found
             if f not in trees:
-                raw = _read(os.path.join(self.root, f)) or b""
-                trees[f] = (raw, flows.parse(raw))
+                trees[f] = flows.parse(raw(f))
             return trees[f]
 
         out: dict = {}
         loaders: dict = {}
-        for key, (_cls, method) in flows.loader_methods(tree).items():
-            uses: list = []
-            for f in [rel, *users]:
-                raw, t = read(f)
-                if method.encode() not in raw:
-                    continue
-                got = flows.result_uses(t, method) if t is not None else None
-                if got is None:
-                    uses = None
-                    break
-                uses += [u for u in got if u not in uses]
-            loaders[key] = uses
+        if flows.returns_loader(data) and tree(rel) is not None:
+            for key, (_cls, method) in flows.loader_methods(tree(rel)).items():
+                uses: list = []
+                for f in [rel, *users]:
+                    if method.encode() not in raw(f):
+                        continue
+                    got = flows.result_uses(tree(f), method) if tree(f) is not None else None
+                    if got is None:
+                        uses = None
+                        break
+                    uses += [u for u in got if u not in uses]
+                loaders[key] = uses
         if loaders:
             out["loaders"] = loaders
         closed = set(self._closed_classes(rel))
-        own = {n.attr for n in flows.ast.walk(tree) if isinstance(n, flows.ast.Attribute)}
+        own = None
         foreign: dict = {}
-        for cls in self.py[rel].get("c", {}):
+        for cls in classes:
             if cls in closed:
                 continue
             subs, todo = set(), [cls]
@@ -790,25 +797,22 @@ class RepositoryModel:
                     if pair not in subs:
                         subs.add(pair)
                         todo.append(pair[1])
-            defs: set = set()
+            defs: set = {"*"} if todo else set()  # too many subclasses to look at
             for f in {f for f, _s in subs}:
-                t = read(f)[1]
+                t = tree(f)
                 if t is None:
                     defs.add("*")
                     continue
                 defs |= flows.class_methods(t, {s for g, s in subs if g == f})
+            others = {*users, *(f for f, _s in subs if f != rel)}
+            if own is None and others:
+                own = flows.own_attributes(data)
             seen_read, seen_set = set(), set()
-            for f in {*users, *(f for f, _s in subs if f != rel)}:
-                t = read(f)[1]
-                if t is None:
-                    seen_read.add("*")
-                    seen_set.add("*")
-                    continue
-                r, s = flows.attribute_names(t)
+            for f in others:
+                r, s = flows.attribute_names(raw(f), own)
                 seen_read |= r
                 seen_set |= s
-            foreign[cls] = {"defs": sorted(defs), "read": sorted(seen_read & (own | {"*"})),
-                            "set": sorted(seen_set & (own | {"*"}))}
+            foreign[cls] = {"defs": sorted(defs), "read": sorted(seen_read), "set": sorted(seen_set)}
         if foreign:
             out["foreign"] = foreign
         return out
