@@ -333,9 +333,11 @@ def open_cache(group: Group, fix: bool, no_cache: bool, root_config=None):
     return ResultCache(cache_folder(src), cache_key(group.ruleset.spec, group.settings_kw, fix))
 
 
-def add_repository_facts(run: Run, no_cache: bool, jobs: int | None = 1) -> None:
+def add_repository_facts(run: Run, no_cache: bool, jobs: int | None = 1, lazy: bool = True) -> None:
     """Build the repository model of the run's files once, and give every group what it says about its files
-    (`outside` in the settings: pipeline/repository_facts.py)."""
+    (`outside` in the settings: pipeline/repository_facts.py). `lazy=False` (a run that writes its files): every
+    file's answers are computed before the first file is written, since some answers read other files' text (a
+    file's answers computed after another was rewritten would describe the rewritten program)."""
     from neuron_migrate.pipeline.repository_facts import repository_facts
 
     folder = None
@@ -350,7 +352,7 @@ def add_repository_facts(run: Run, no_cache: bool, jobs: int | None = 1) -> None
         from neuron_migrate.pipeline.parallel import default_jobs
 
         jobs = default_jobs()
-    outside = repository_facts(paths, run.paths, folder, jobs=jobs, lazy=True)
+    outside = repository_facts(paths, run.paths, folder, jobs=jobs, lazy=lazy)
     for g in run.groups:
         if outside:
             g.settings_kw["outside"] = outside
@@ -363,7 +365,7 @@ def iterate(run: Run, fix: bool, write: bool, jobs, no_cache: bool, err, show_pr
     from neuron_migrate.pipeline.parallel import run_files
     from neuron_migrate.report.text import labelled
 
-    add_repository_facts(run, no_cache, jobs)
+    add_repository_facts(run, no_cache, jobs, lazy=not write)
 
     total = len(run.items)
     progress = None

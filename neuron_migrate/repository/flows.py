@@ -98,21 +98,32 @@ def own_attributes(data: bytes) -> set:
     return out
 
 
+_LOADER_VALUE = rb"[ \t]*=[ \t]*[\w.]*(?:MpDeviceLoader|\.per_device_loader)[ \t]*\("
+
+
 def attribute_names(data: bytes, names: set) -> tuple:
-    """({names of `names` a file mentions after a dot}, {those it may store}), from a scan that may over-report
-    either (`.device` also matches `.device_count`); "*" in both when the file calls setattr/getattr or reads
+    """({names of `names` a file reads after a dot}, {those it may store}, {those it only ever stores a device loader
+    call in: `self.train_device_loader = pl.MpDeviceLoader(...)`}), from a scan that may over-report reads and stores
+    (`.device` also matches `.device_count`); "*" in the first two when the file calls setattr/getattr or reads
     `__dict__`/`vars()` (any attribute may then be meant)."""
-    read, stored = set(), set()
+    read, stored, loaders = set(), set(), set()
     for name in names:
         needle = b"." + name.encode()
-        if needle in data:
+        mentions = data.count(needle)
+        if not mentions:
+            continue
+        stores = len(re.findall(re.escape(needle) + _STORE_AFTER, data))
+        if mentions > stores:
             read.add(name)
-            if re.search(re.escape(needle) + _STORE_AFTER, data):
+        if stores:
+            if len(re.findall(re.escape(needle) + _LOADER_VALUE, data)) == stores:
+                loaders.add(name)
+            else:
                 stored.add(name)
     if any(n in data for n in _ANY):
         read.add("*")
         stored.add("*")
-    return read, stored
+    return read, stored, loaders
 
 
 def returns_loader(data: bytes) -> bool:

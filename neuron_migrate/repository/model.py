@@ -744,7 +744,8 @@ class RepositoryModel:
         loader, where every call of them in the files that may hold the object hands the result only to those
         methods of the same object (None: somewhere it goes elsewhere); "foreign": {Class: {"defs": the methods
         its subclasses in any file define, "read"/"set": the attributes of `rel`'s own that other such files read or
-        store (of those `rel` uses on `self`)}} for `rel`'s classes that other files import. Nothing when too many files would have to be read."""
+        store (of those `rel` uses on `self`), "set_loader": those stored only with a device loader call}} for `rel`'s
+        classes that other files import. Nothing when too many files would have to be read."""
         from neuron_migrate.repository import flows
 
         classes = self.py[rel].get("c")
@@ -807,12 +808,14 @@ class RepositoryModel:
             others = {*users, *(f for f, _s in subs if f != rel)}
             if own is None and others:
                 own = flows.own_attributes(data)
-            seen_read, seen_set = set(), set()
+            seen_read, seen_set, seen_loaders = set(), set(), set()
             for f in others:
-                r, s = flows.attribute_names(raw(f), own)
+                r, s, loaders_set = flows.attribute_names(raw(f), own)
                 seen_read |= r
                 seen_set |= s
-            foreign[cls] = {"defs": sorted(defs), "read": sorted(seen_read), "set": sorted(seen_set)}
+                seen_loaders |= loaders_set
+            foreign[cls] = {"defs": sorted(defs), "read": sorted(seen_read), "set": sorted(seen_set),
+                            "set_loader": sorted(seen_loaders - seen_set)}
         if foreign:
             out["foreign"] = foreign
         return out

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from neuron_migrate.cli.app import app
+from test_cuda_programs import _env, emulator  # noqa: F401 (a fixture)
 
 SHIM = Path(__file__).resolve().parent / "neuron_on_cpu"
 
@@ -105,6 +106,29 @@ if __name__ == "__main__":
   TunedTrainer().start_training()
 '''
 
+# pytorch/xla's examples/fsdp/train_decoder_only_fsdp_v2.py: the subclass gives the attribute another device loader
+STORES_LOADER = '''\
+import torch
+import torch_xla.distributed.parallel_loader as pl
+import torch_xla.utils.utils as xu
+
+from trainer import Trainer
+
+
+class SmallBatchTrainer(Trainer):
+
+  def __init__(self):
+    super().__init__()
+    self.batch_size = 4
+    x = torch.randn(self.batch_size, 4)
+    small = xu.SampleGenerator(data=(x, (x.sum(-1) > 0).long()), sample_count=40)
+    self.train_device_loader = pl.MpDeviceLoader(small, self.device)
+
+
+if __name__ == "__main__":
+  SmallBatchTrainer().start_training()
+'''
+
 READS_LOADER = '''\
 from trainer import Trainer
 
@@ -159,6 +183,23 @@ def test_subclass_that_only_extends_init_gets_no_helpers_and_trains(tmp_path):
         p = subprocess.run([sys.executable, script], cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
         assert "batches: 40" in p.stdout and "rate:" in p.stdout
+
+
+def test_subclass_that_stores_another_device_loader_leaves_the_base_plain(tmp_path, emulator):  # noqa: F811
+    """The subclass's own MpDeviceLoader keeps its wrapper in its file (its batches arrive on the device), the base's
+    loop moves each batch again (a no-op there) and its own loader is the plain one: the base module gets no helper.
+    Both programs train on the emulated `neuron` device, where a batch left on the CPU would fail the step."""
+    root = _repo(tmp_path, {"trainer.py": TRAINER, "small.py": STORES_LOADER})
+    _rewrite(root)
+    out = (root / "trainer.py").read_text()
+    for helper in ("_batch_to_device", "_DeviceLoader"):
+        assert helper not in out, out
+    assert "self.train_device_loader = train_loader" in out
+    assert "self.train_device_loader = _DeviceLoader(small, self.device)" in (root / "small.py").read_text()
+    for script in ("trainer.py", "small.py"):
+        p = subprocess.run([sys.executable, script], cwd=root, env=_env(), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "batches: 40" in p.stdout
 
 
 @pytest.mark.parametrize("other", [SUBCLASS, READS_LOADER], ids=["overrides-loop", "reads-loader"])

@@ -263,17 +263,21 @@ def _class_of_method(method, ctx):
     return cls
 
 
-def _sealed(cls, ctx, methods, reads=(), stores=()) -> bool:
+def _sealed(cls, ctx, methods, reads=(), stores=(), loader_stores=()) -> bool:
     """Code in other files cannot change what `methods` of `cls` do with the loader: the class is closed (no other
-    repository file imports it, the model's "closed"; `_class_of_method` checks this file), or the repository model says that no subclass in any file defines one of `methods`, and that
-    no other file that may hold its objects reads one of the attributes `reads` or stores one of `stores`."""
+    repository file imports it, the model's "closed"; `_class_of_method` checks this file), or the repository model
+    says that no subclass in any file defines one of `methods`, and that no other file that may hold its objects
+    reads one of the attributes `reads` or stores one of `stores`, except that those of `loader_stores` may be given
+    another device loader (a subclass's `self.train_device_loader = pl.MpDeviceLoader(...)`: its batches arrive on
+    the device already, and moving them again where the loop unpacks them changes nothing)."""
     outside = getattr(ctx.analysis, "outside", None) or {}
     if cls.name in outside.get("closed", ()):
         return True
     foreign = (outside.get("foreign") or {}).get(cls.name)
     if foreign is None:
         return False
-    for key, names in (("defs", methods), ("read", reads), ("set", stores)):
+    for key, names in (("defs", methods), ("read", reads), ("set", stores),
+                       ("set_loader", set(stores) - set(loader_stores))):
         seen = set(foreign.get(key, ("*",)))
         if "*" in seen or seen & set(names):
             return False
@@ -380,7 +384,8 @@ def _attribute_loader_loops(target, site, ctx, device):
             return None
         touched.add(callee.name)
         loops.extend(inner)
-    if not (loops and device_stores == 1 and _sealed(cls, ctx, touched, {attr.attr}, {attr.attr, device.attr})):
+    if not (loops and device_stores == 1
+            and _sealed(cls, ctx, touched, {attr.attr}, {attr.attr, device.attr}, loader_stores={attr.attr})):
         return None
     return loops
 
@@ -538,8 +543,9 @@ def _dropped_options(call, ctx) -> list[str]:
         loader too, with the batch moved to `self.device` where that method unpacks it, when no subclass can
         change what those methods do: the repository model says no other file imports the class, or that no
         subclass in any file overrides the methods that use the loader and no other file reads or stores the
-        loader's attribute or stores the device's (a subclass that only extends `__init__`, as pytorch/xla's
-        `train_resnet_ddp.py` does, changes nothing); no class of the file derives from it. A loader a method
+        loader's attribute (except to give it another device loader, whose batches arrive on the device already) or
+        stores the device's (a subclass that only extends `__init__`, as pytorch/xla's `train_resnet_ddp.py` does,
+        changes nothing); no class of the file derives from it. A loader a method
         returns (`return pl.MpDeviceLoader(loader, self.device)` in `make_loader`) becomes the plain loader when
         the repository model finds every call of that method, in any file, handing the result only to methods
         of the same object (`loader = trainer.make_loader(ds)`, then `trainer.train_epoch(loader, epoch)`), each a
