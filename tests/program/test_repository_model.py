@@ -792,6 +792,7 @@ LOADER_BASE = """\
     ("loader = t.make_loader(data)\nother.train_epoch(loader, 0)", None),  # handed to another object
     ("make = t.make_loader\nmake(data)", None),  # the method goes on as a value
     ("loader = t.make_loader(data)\nreturn loader", None),
+    ("loader = t.make_loader(data)\nloader._loader.sampler.set_epoch(0)\nt.train_epoch(loader, 0)", None),  # MpDeviceLoader's own attribute
 ])
 def test_where_a_returned_device_loader_goes(tmp_path, entry, via):
     """NM130's repository facts: every call of a method that returns a device loader, in any file of the programs that
