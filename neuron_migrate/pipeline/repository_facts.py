@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing import Optional
 
 _PYTHON = (".py", ".pyi")
-FACTS = 5  # the layout of a facts cache file (2: "closed" classes, 3: "sinks", 4: "rate_trackers", 5: "loaders", "foreign")
+FACTS = 6  # the layout of a facts cache file (2: "closed" classes, 3: "sinks", 4: "rate_trackers", 5: "loaders", "foreign", 6: "spmd_bases")
 UNKNOWN = {"modes": ["unknown"]}  # a file of a repository too large to model: its programs are not known
 # root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
 _KNOWN: dict = {}

@@ -11,8 +11,9 @@ the changed ones). What it answers, per module: the launch modes of every progra
   imports, and `importlib.import_module("literal")`; the packages above an imported module come with it.
 - Its *modes*: "torchrun" when a launcher starts it with torchrun (or `accelerate launch`), and what starts
   processes or a process group anywhere in its closure: "xmp.spawn", "torch_xla.launch", "mp.spawn",
-  "process group" (init_process_group, DDP/FSDP, torchrun's environment variables). What another module does
-  only under its own `__main__` guard does not count for a program that imports it. No mode: "single".
+  "process group" (init_process_group, DDP/FSDP, torchrun's environment variables, xr.use_spmd(), which NM150
+  rewrites to one process per device). What another module does only under its own `__main__` guard does not count
+  for a program that imports it. No mode: "single".
 
 A module's *closed* classes are those no other repository file imports (by name, by star, or through the whole
 module): no subclass elsewhere can override their methods, so a rewrite may follow a value from one method into
@@ -33,12 +34,17 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 7  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 8  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
 _PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
 _GROUP_LAUNCHES = {"xmp.spawn", "torch_xla.launch"}
+_SPMD_IMPORTS = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
+# what a model module may import and still be known to hold no BatchNorm (another library's models may)
+_PLAIN_LIBRARIES = {"torch", "math", "functools", "itertools", "collections", "dataclasses", "typing", "os", "sys", "abc",
+                    "enum", "copy", "warnings", "numpy", "__future__", "json", "re", "time", "logging", "inspect",
+                    "types", "operator"}
 
 
 def repository_root(path: str, memo: Optional[dict] = None) -> Optional[str]:
@@ -186,6 +192,7 @@ class RepositoryModel:
         self._bases: dict = {}  # file -> the folders its absolute imports are looked up in, in order
         self._folders = self._global_folders()
         self._training_of: dict = {}
+        self._inits_of: dict = {}  # file -> scan.class_inits, read when first asked
         self._names_of: dict = {}  # (entry, record key) -> `_program_names`
         self._importers_of = None  # file -> the files that import it, made when first asked
         self._trackers = None  # the files that name RateTracker
@@ -407,7 +414,8 @@ class RepositoryModel:
         calls of those defs and of the methods of those classes (their bases' included), keyed "name" and
         "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step);
         "closed": the file's top-level classes that no other repository file imports (NM130, NM144);
-        "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144)."""
+        "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144);
+        "spmd_bases": see `_spmd_bases` (NM150)."""
         rel = self.rel(path)
         if rel is None or rel not in self.py:
             return None
@@ -429,6 +437,9 @@ class RepositoryModel:
             overrides = self._overrides(rel)
             if overrides:
                 out["overrides"] = overrides
+        bases = self._spmd_bases(rel)
+        if bases:
+            out["spmd_bases"] = bases
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
@@ -451,6 +462,97 @@ class RepositoryModel:
         if got:
             out.update(got)
         return out or None
+
+    def _spmd_bases(self, rel: str) -> dict:
+        """{Class: what the `__init__` of its one base class, a class of another repository file, does (scan.class_inits:
+        "o", "c"; with one optimizer, "a": [line, text] of the model attribute's assignment, "r": the lines that
+        read it), with "in" (that file), "class" (its name there), "bases" (its own bases) and "bn" (0 when the model
+        the optimizer trains is a class of this repository that holds no BatchNorm, else why it may)} for the classes of a file that imports torch_xla's SPMD (NM150: pytorch/xla's
+        train_resnet_spmd_data_parallel.py subclasses a trainer whose base class builds the model and its optimizer)."""
+        rec = self.py[rel]
+        if not rec.get("c") or not any(imp[1].startswith(_SPMD_IMPORTS) or (imp[1] == "torch_xla.distributed" and any(
+                n == "spmd" for n, _l in imp[2] or ())) for imp in rec.get("i", ())):
+            return {}
+        out: dict = {}
+        for cls, bases in rec["c"].items():
+            if len(bases) != 1 or bases[0] in rec["c"]:
+                continue
+            found = self._class_file(rel, bases[0], 0)
+            if found is None:
+                continue
+            where, name = found
+            entry = {"in": where, "class": name, "bases": self.py[where]["c"][name]}
+            init = self._inits(where).get(name)
+            if init:
+                entry.update(o=init["o"], c=init["c"])
+                if len(init["o"]) == 1:
+                    model = init["o"][0][1]
+                    entry["r"] = [line for attr, line in init["r"] if attr == model]  # reads of self.<model>
+                    if model in init["a"]:
+                        entry["a"] = init["a"][model]
+                        entry["bn"] = self._batch_norm(where, init["a"][model][1])
+            out[cls] = entry
+        return out
+
+    def _class_file(self, rel: str, name: str, depth: int) -> "Optional[tuple]":
+        """(file, class name) of the class `name` (or `module.Class`) means in `rel`, when it is a class of another
+        repository file; else None."""
+        if depth > 4:
+            return None
+        head, _, attr = name.partition(".")
+        for imp in self.py.get(rel, {}).get("i", ()):
+            if attr:  # `module.Class`: `import module [as alias]` or `from package import module`
+                bound = imp[3] if len(imp) > 3 else imp[1] if imp[2] is None else None
+                if imp[2] is None and bound == head and "." not in attr:
+                    files = self.resolve(rel, imp[0], imp[1])
+                elif imp[2] is not None and "." not in attr and any(local == head for _n, local in imp[2]):
+                    n = next(n for n, local in imp[2] if local == head)
+                    files = self.resolve(rel, imp[0], f"{imp[1]}.{n}" if imp[1] else n)
+                else:
+                    continue
+                if files and attr in self.py[files[-1]].get("c", {}):
+                    return files[-1], attr
+                return None
+            for imported, local in imp[2] or ():
+                if local == name:
+                    files = self.resolve(rel, imp[0], imp[1])
+                    if not files:
+                        return None
+                    if imported in self.py[files[-1]].get("c", {}):
+                        return files[-1], imported
+                    return self._class_file(files[-1], imported, depth + 1)  # re-exported (a package's __init__.py)
+        return None
+
+    def _inits(self, rel: str) -> dict:
+        got = self._inits_of.get(rel)
+        if got is None:
+            from neuron_migrate.repository.scan import class_inits
+
+            data = _read(os.path.join(self.root, rel))
+            got = self._inits_of[rel] = class_inits(data) if data is not None else {}
+        return got
+
+    def _batch_norm(self, rel: str, built: str):
+        """0 when `built` (the text assigned to the model attribute: `Net(...).to(device)`) makes a class of this
+        repository whose module, and every repository module that one imports, holds no BatchNorm and imports
+        nothing beyond torch and the standard library; else why the model may hold BatchNorm layers."""
+        import re
+
+        m = re.match(r"([A-Za-z_][\w.]*)\(", built)
+        found = self._class_file(rel, m.group(1), 0) if m else None
+        if found is None and m and m.group(1) in self.py[rel].get("c", {}):
+            found = (rel, m.group(1))
+        if found is None:
+            return f"{m.group(1) if m else built} is not a model class of this repository"
+        for f in self.closure(found[0]):
+            data = _read(os.path.join(self.root, f)) or b""
+            if b"BatchNorm" in data or b"batch_norm" in data or b"torch.hub" in data:
+                return f"{f} uses BatchNorm"
+            for imp in self.py[f].get("i", ()):
+                top = imp[1].partition(".")[0]
+                if not imp[0] and top and top not in self.names and top not in _PLAIN_LIBRARIES:
+                    return f"{f} imports {imp[1]}, whose modules may hold BatchNorm"
+        return 0
 
     def _only_program_importers(self, rel: str) -> bool:
         """Every file that imports `rel` runs in some program (a test module or a script outside every program does

@@ -479,7 +479,9 @@ def _signals(data: bytes, imports: list) -> list:
     group = []
     if b"DataParallel" in data:  # DistributedDataParallel, FullyShardedDataParallel
         group += _positions(data, b"DistributedDataParallel") + _positions(data, b"FullyShardedDataParallel")
-    for needle in (b"init_process_group", b"fully_shard("):
+    # xr.use_spmd(): NM150 rewrites a single-controller SPMD program to one process per device, so the files it runs
+    # may run in a process group (their guarded forms keep meaning in one process too)
+    for needle in (b"init_process_group", b"fully_shard(", b"use_spmd("):
         group += _positions(data, needle)
     if b"RANK" in data or b"WORLD_SIZE" in data:
         group += [i for n in _ENV for i in _positions(data, n)]
@@ -539,6 +541,71 @@ def training_defs(data: bytes) -> dict:
             name = "step" if c.group(2) else c.group(1)
             if name not in calls:
                 calls.append(name)
+    return out
+
+
+_SELF_ATTR = re.compile(r"\bself\.(\w+)")
+_SELF_ASSIGN = re.compile(r"self\.(\w+)[ \t]*=(?!=)[ \t]*(.*)", re.S)
+_OPTIMIZER = re.compile(r"self\.(\w+)[ \t]*=[ \t]*[\w.]+\(\s*self\.(\w+)\.parameters\(\s*\)", re.S)
+_SELF_CALL = re.compile(r"\bself\.(\w+)[ \t]*\(|\bgetattr\([ \t]*self\b|\bvars\([ \t]*self\b|[(,][ \t]*self[ \t]*[,)]")
+
+
+def class_inits(data: bytes) -> dict:
+    """What the `__init__` of each top-level class does with the attributes it sets, for NM150's data-parallel
+    rewrite of a subclass in another file (pytorch/xla's train_resnet_spmd_data_parallel.py: the base class builds
+    `self.model` and `self.optimizer = optim.SGD(self.model.parameters(), ...)`):
+    {Class: {"o": [[optimizer attribute, model attribute, line]] (an attribute assigned a call whose first argument
+    is `self.<model>.parameters()`), "a": {attribute: [line, assigned text]} (the last assignment of each),
+    "r": [[attribute, line]] (every other statement that reads `self.<attribute>`), "c": [line, ...] (statements
+    that call a method of self, or hand `self` on: code a subclass may override runs there)}}. Statements are joined across brackets; a string or comment holding such text reads as a use (which
+    only ever blocks the rewrite)."""
+    out: dict = {}
+    lines = data.decode("utf-8", "replace").splitlines()
+    cls = None
+    init_indent = None
+    stmt, start, depth = "", 0, 0
+    statements: list = []  # (class, first line, text)
+    for no, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if depth == 0 and not stmt:
+            if indent == 0:
+                m = _DEF.match(line)
+                cls = m.group(3) if m and m.group(2) == "class" else None
+                init_indent = None
+                continue
+            if cls is not None and init_indent is not None and indent <= init_indent:
+                init_indent = None
+            if cls is not None and init_indent is None:
+                m = _DEF.match(line)
+                if m and m.group(2) == "def" and m.group(3) == "__init__":
+                    init_indent = indent
+                continue
+            if init_indent is None:
+                continue
+            start = no
+        stmt += line.split("#", 1)[0] if "'" not in line and '"' not in line else line
+        stmt += "\n"
+        depth = max(0, depth + sum(line.count(o) - line.count(c) for o, c in (("(", ")"), ("[", "]"), ("{", "}"))))
+        if depth == 0 and not line.rstrip().endswith("\\"):
+            statements.append((cls, start, stmt.strip()))
+            stmt = ""
+    for name, no, text in statements:
+        rec = out.setdefault(name, {"o": [], "a": {}, "r": [], "c": []})
+        if _SELF_CALL.search(text.replace("super().__init__(", "")):
+            rec["c"].append(no)
+        opt = _OPTIMIZER.match(text)
+        if opt:
+            rec["o"].append([opt.group(1), opt.group(2), no])
+        assign = _SELF_ASSIGN.match(text)
+        reads = [m.group(1) for m in _SELF_ATTR.finditer(text)]
+        if assign:
+            rec["a"][assign.group(1)] = [no, assign.group(2).strip()]
+            reads = reads[1:]
+        for attr in dict.fromkeys(reads):
+            rec["r"].append([attr, no])
     return out
 
 

@@ -807,3 +807,106 @@ def test_where_a_returned_device_loader_goes(tmp_path, entry, via):
     assert facts["loaders"] == {"Trainer.make_loader": via}
     # the subclass in sub.py: its methods, and the attributes of trainer.py's that other files store
     assert facts["foreign"]["Trainer"]["defs"] == ["build"] and "device" in facts["foreign"]["Trainer"]["set"]
+
+
+SPMD_SUBCLASS = """\
+    import os
+    import sys
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0]))))
+    from train_base import TrainBase
+
+    import numpy as np
+    import torch_xla.distributed.parallel_loader as pl
+    import torch_xla.distributed.spmd as xs
+    from torch_xla import runtime as xr
+
+    xr.use_spmd()
+
+
+    class TrainSpmdDDP(TrainBase):
+
+        def __init__(self):
+            super().__init__()
+            num_devices = xr.global_runtime_device_count()
+            mesh = xs.Mesh(np.arange(num_devices), (num_devices,), ('data',))
+            self.batch_size *= num_devices
+            self.loader = pl.MpDeviceLoader(self.make(), self.device, input_sharding=xs.ShardingSpec(mesh, ('data', None)))
+
+
+    if __name__ == '__main__':
+        TrainSpmdDDP().start_training()
+    """
+
+
+def _spmd_base(model_line: str, extra: str = "") -> str:
+    return f"""\
+    import torch
+    import torch_xla
+    import torchvision
+
+    from net import Net
+
+
+    class TrainBase():
+
+        def __init__(self):
+            self.batch_size = 4
+            self.device = torch_xla.device()
+            {model_line}
+            self.optimizer = torch.optim.SGD(
+                self.model.parameters(), lr=0.1)
+            {extra}
+
+        def make(self):
+            return [(torch.zeros(self.batch_size, 4),)] * 3
+
+        def start_training(self):
+            for (x,) in self.loader:
+                self.optimizer.zero_grad()
+                self.model(x).sum().backward()
+                self.optimizer.step()
+    """
+
+
+@pytest.mark.parametrize(("model_line", "extra", "expect"), [
+    ("self.model = Net().to(self.device)", "", None),
+    ("self.model = torchvision.models.resnet50().to(self.device)", "",
+     "may hold BatchNorm layers (torchvision.models.resnet50 is not a model class of this repository)"),
+    ("self.model = Net(norm=True).to(self.device)", "", "may hold BatchNorm layers (examples/net.py uses BatchNorm)"),
+    ("self.model = Net().to(self.device)", "self.step = torch.compile(self.model)",
+     "TrainBase.__init__ (examples/train_base.py): line 16 reads or sets `self.model` (a reference kept there would bypass the wrap)"),
+    ("self.model = Net().to(self.device)", "self.loader = self.make()",
+     "TrainBase.__init__ (examples/train_base.py): line 16 calls a method of self or hands self on"),
+])
+def test_nm150_wraps_the_model_a_base_class_in_another_file_builds(tmp_path, monkeypatch, model_line, extra, expect):
+    """pytorch/xla's examples/data_parallel/train_resnet_spmd_data_parallel.py: the SPMD subclass (data_parallel/)
+    imports its base class from the parent folder (sys.path), whose __init__ builds self.model and the optimizer on
+    its parameters. DDP wraps self.model right after the mesh (the optimizer keeps the same parameter objects) when
+    the repository model shows that base: one optimizer, the model read nowhere else in that __init__, no method of
+    self called there, and a model class of this repository without BatchNorm (SPMD normalised over the global batch).
+    Otherwise the finding at the loader's sharding says what to write."""
+    net = "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self, norm=False):\n        super().__init__()\n" \
+          "        self.fc = nn.Linear(4, 2)\n        self.norm = nn.BatchNorm1d(2) if norm else nn.Identity()\n\n" \
+          "    def forward(self, x):\n        return self.norm(self.fc(x))\n"
+    if "norm=True" not in model_line:
+        net = net.replace("nn.BatchNorm1d(2) if norm else ", "")
+    root = write(tmp_path / "r", {"pyproject.toml": "", "examples/net.py": net,
+                                  "examples/train_base.py": _spmd_base(model_line, extra),
+                                  "examples/data_parallel/train_spmd.py": SPMD_SUBCLASS})
+    monkeypatch.chdir(root)
+    out = _audit(root / "examples/data_parallel/train_spmd.py")
+    fixed = _rewritten(root / "examples/data_parallel/train_spmd.py")
+    if expect is None:
+        assert ("+        mesh = init_device_mesh(\"neuron\", (num_devices,), mesh_dim_names=('data',))\n"
+                "+        self.model = DistributedDataParallel(self.model, device_mesh=mesh[\"data\"])\n"
+                "         self.batch_size *= num_devices\n") in fixed, fixed
+        assert '_BatchSlices(self.make(), mesh["data"])' in fixed
+        assert not [line for line in fixed.splitlines() if line.startswith("+") and "xs." in line]
+        return
+    assert expect in out, out
+    assert "DistributedDataParallel(" not in fixed and "init_device_mesh" not in fixed
+    if "BatchNorm" in expect:
+        assert ("Write `self.model = DistributedDataParallel(nn.SyncBatchNorm.convert_sync_batchnorm(self.model, "
+                "mesh['data'].get_group()), device_mesh=mesh['data'])` right after the mesh") in out
+    else:
+        assert "write `self.model = DistributedDataParallel(self.model, device_mesh=mesh['data'])` right after the mesh" in out

@@ -177,15 +177,25 @@ def _mesh_plan(call: ast.Call, ctx) -> str:
         `xs.mark_sharding(m.weight, mesh, ("model", None))` / `(None, "model")` -> `parallelize_module(m,
         mesh["model"], ColwiseParallel(output_layouts=Replicate()))` / `RowwiseParallel(input_layouts=Replicate())`
         (whole tensors in and out, as the annotation kept them: same values), with the optimizer built after.
+        The layout of pytorch/xla's examples/data_parallel/train_resnet_spmd_data_parallel.py, where the mesh is
+        built in a subclass's `__init__` after `super().__init__()` and the base class, in another file of the
+        repository (found through the imports and `sys.path`), builds `self.model` and `self.optimizer =
+        optim.X(self.model.parameters(), ...)`: `self.model = DistributedDataParallel(self.model,
+        device_mesh=mesh["data"])` right after the mesh. DDP trains the parameter objects of the module it wraps, so
+        the optimizer built before the wrap stays valid. Only when that `__init__` builds one such optimizer, reads
+        `self.model` nowhere else, calls no method of self, and the model is a class of the repository whose modules
+        hold no BatchNorm and import nothing but torch and the standard library (SPMD normalised over the global
+        batch; the finding gives the `nn.SyncBatchNorm.convert_sync_batchnorm` form otherwise).
         What changes: a rank's loss is its slice's (the global loss is the mean over ranks); DDP's state_dict keys
         gain `module.`; FSDP2 and tensor-parallel parameters are DTensors; the launcher must start `torchrun
         --nproc_per_node=N` (N devices). Left as findings, and the whole file with them (the finding at the use says
         why): manual sharding, activation sharding inside the model, data and tensor parallelism on one mesh,
         FSDPv2 with `shard_output` or another wrap policy, an `input_sharding=` beyond the batch dimension, a mesh in
-        another order or built in another file, a data-parallel model whose optimizer is not in the file (DDP needs
-        it), an optimizer built before the sharding. Checked by running
+        another order or built in another file, a data-parallel model whose optimizer is neither in the file nor in
+        a base class's `__init__` as above (DDP needs it), an optimizer built before the sharding. Checked by running
         (tests/integration/test_spmd_rewrite.py): data-parallel, tensor-parallel (Llama-like decoder) and FSDPv2
-        programs (one in the layout of pytorch/xla's train_decoder_only_fsdp_v2.py) train under torchrun with 2
+        programs (one in the layout of pytorch/xla's train_decoder_only_fsdp_v2.py, one in that of
+        train_resnet_spmd_data_parallel.py with a small CNN) train under torchrun with 2
         processes and match the 1-process loss within 1e-5 per step (CPU with gloo), and the loss torch_xla 2.9 SPMD
         computes for the untouched originals on 2 XLA CPU devices; unverified on a Trainium host.
     """,

@@ -15,7 +15,9 @@ meaning with one process per device when:
   each batch cut the same way): every rank loads the same global batch (same seeds, as the one controller did) and
   keeps its slice; since each rank now computes the gradient of its slice, the model handed to the file's one
   optimizer is wrapped in `DistributedDataParallel(model, device_mesh=mesh["data"])` just before it (DDP averages
-  the gradients in backward: the global batch's gradient when the loss is a mean and the slices are equal);
+  the gradients in backward: the global batch's gradient when the loss is a mean and the slices are equal); where
+  a base class in another file builds `self.model` and its optimizer (the repository model's "spmd_bases"), the
+  wrap follows the mesh in the subclass's `__init__` (DDP keeps the parameter objects the optimizer holds);
 - FSDPv2: `model = FSDPv2(model[, mesh][, auto_wrap_policy=<transformer_auto_wrap_policy of classes>])` (mesh from
   `xs.set_global_mesh`, which goes) -> `fully_shard` on each module of those classes, then on the model, over
   `mesh["fsdp"]` (FSDP2 averages the gradients: no DDP);
@@ -191,9 +193,9 @@ class Plan:
         self.meshes: dict = {}  # mesh name -> (call, ids assignment to delete or None, axis names, enclosing scope)
         self.marks: list = []  # (statement, tensor name, mesh name, axis name)
         self.weights: list = []  # (statement, module expression, mesh name, axis name, "colwise" / "rowwise")
-        self.ddp = None  # (optimizer statement, model name, mesh name, axis)
+        self.ddp = None  # (optimizer statement, model name, mesh name, axis), or (mesh statement, ..., "after")
         self.fsdp = None  # (assignment, FSDPv2 call, model source, mesh key or None: the global mesh, classes)
-        self.loaders: list = []  # (pl.MpDeviceLoader call, mesh key, axis) with input_sharding
+        self.loaders: list = []  # (its ShardingSpec call, mesh key, axis, pl.MpDeviceLoader call) with input_sharding
         self.global_mesh = None  # (set_global_mesh statement, mesh name)
         self.blocked = None
 
@@ -296,7 +298,7 @@ def spmd_plan(ctx) -> Plan:
                                       "(rewritten: use_spmd, the device count, a Mesh in device order, set_global_mesh, "
                                       "FSDPv2, mark_sharding of batches along their batch dimension or of nn.Linear "
                                       "weights over one axis, a device loader's input_sharding of the batch dimension)")
-    batches = [(m[0], m[2], m[3]) for m in plan.marks] + plan.loaders  # (node, mesh key, axis)
+    batches = [(m[0], m[2], m[3]) for m in plan.marks] + [x[:3] for x in plan.loaders]  # (node, mesh key, axis)
     if plan.weights and (batches or plan.fsdp):
         return _block(plan, plan.weights[0][0], _BOTH)
     if plan.fsdp and plan.fsdp[3] is None:
@@ -391,7 +393,7 @@ def _loader(ctx, plan: Plan, call, parent) -> str:
     if value is None or value[0] is None or any(v is not None for v in value[1:]) or not _visible(ctx, entry, call):
         return ("input_sharding that shards more than the batch dimension over one mesh axis: by hand (DistributedSampler "
                 "and batch_size // world size for the batch dimension)")
-    plan.loaders.append((loader, _key(mesh), value[0]))
+    plan.loaders.append((call, _key(mesh), value[0], loader))
     return ""
 
 
@@ -488,8 +490,12 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
                     and _key(first.func.value) and not first.args and not first.keywords):
                 found.append((call, _key(first.func.value)))
     why = ("the model whose gradients DDP must average was not found (one torch.optim optimizer built from "
-           "`model.parameters()` in this file, after the mesh): wrap it in DistributedDataParallel(model, "
-           "device_mesh=mesh[axis]) by hand")
+           "`model.parameters()` in this file, after the mesh, or in the __init__ of a base class in another file of "
+           f"the repository): wrap it in DistributedDataParallel(model, device_mesh={mesh}[{axis!r}]) after the mesh by "
+           "hand (DDP keeps the model's parameter objects, so an optimizer built on them before stays valid)")
+    if not found:
+        got = _base_optimizer(ctx, plan, mesh, axis)
+        return why if got is None else got
     if len(found) != 1:
         return why
     call, model = found[0]
@@ -499,6 +505,64 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
             or not _visible(ctx, plan.meshes[mesh], stmt)):
         return why
     plan.ddp = (stmt, model, mesh, axis)
+    return ""
+
+
+def _base_optimizer(ctx, plan: Plan, mesh: str, axis: str) -> "str | None":
+    """The layout of pytorch/xla's examples/data_parallel/train_resnet_spmd_data_parallel.py: the mesh is built in
+    the `__init__` of a subclass, after `super().__init__()`, and the base class (another file of the repository:
+    its "spmd_bases" fact) builds `self.model` and `self.optimizer = optim.X(self.model.parameters(), ...)`. DDP
+    wraps `self.model` right after the mesh: DDP trains the very parameter objects of the module it wraps, so the
+    base's optimizer (built before) steps the wrapped model's parameters, and the base's methods reach the model
+    through `self.model` when they run, after `__init__`. "" when the plan is made (plan.ddp), else why not (None:
+    no such base class is known)."""
+    a = ctx.analysis
+    call, _drop, _names, scope, _cls = plan.meshes[mesh]
+    cls = _class_of(ctx, call)
+    fact = ((getattr(a, "outside", None) or {}).get("spmd_bases") or {}).get(cls.name) if cls is not None else None
+    if fact is None:
+        return None
+    where = f"{fact['class']}.__init__ ({fact['in']})"
+    opts = fact.get("o") or []
+    if len(opts) != 1:
+        return (f"{where} builds {len(opts)} optimizers from `self.<model>.parameters()`: wrap the model they train in "
+                f"DistributedDataParallel(self.model, device_mesh={mesh}[{axis!r}]) after the mesh by hand")
+    opt, model, opt_line = opts[0]
+    target = f"self.{model}"
+    hand = (f"write `{target} = DistributedDataParallel({target}, device_mesh={mesh}[{axis!r}])` right after the mesh "
+            f"by hand (DDP keeps the parameter objects, so the base class's optimizer `self.{opt}`, built on them, stays "
+            "valid)")
+    if fact.get("bn") != 0:
+        built = fact.get("a") or [0, "?"]
+        return (f"the model `{target}` (`{built[1]}`, {fact['in']} line {built[0]}) may hold BatchNorm layers "
+                f"({fact.get('bn') or 'not found'}): XLA SPMD normalised them over the global batch, a process per device "
+                f"would normalise its slice. Write `{target} = DistributedDataParallel(nn.SyncBatchNorm."
+                f"convert_sync_batchnorm({target}, {mesh}[{axis!r}].get_group()), device_mesh={mesh}[{axis!r}])` right "
+                "after the mesh by hand (SyncBatchNorm normalises over the ranks' slices together; it and DDP keep the "
+                f"parameter objects, so the optimizer `self.{opt}` that {where} built on them stays valid), or plain "
+                "DDP if the model has none")
+    others = [n for n in fact.get("r", ()) if n != opt_line]
+    if fact.get("a") and fact["a"][0] > opt_line:
+        others.insert(0, fact["a"][0])  # the model is built again after the optimizer: it trains the other one
+    if fact.get("c") or others or fact.get("bases") not in ([], ["object"]):
+        what = (f"line {fact['c'][0]} calls a method of self or hands self on" if fact.get("c") else
+                f"line {others[0]} reads or sets `{target}` (a reference kept there would bypass the wrap)" if others else
+                "the base class has bases of its own")
+        return f"{where}: {what}; {hand}"
+    if not (isinstance(scope, ast.FunctionDef) and scope.name == "__init__" and a.parent_of.get(scope) is cls
+            and len(cls.bases) == 1 and isinstance(cls.bases[0], ast.Name)):
+        return f"the mesh is not built in the __init__ of a class with the one base {fact['class']}: {hand}"
+    _s, stmt = _enclosing(ctx, call)
+    body = scope.body
+    supers = [i for i, st in enumerate(body) if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
+              and ast.unparse(st.value.func) == "super().__init__"]
+    if a.parent_of.get(stmt) is not scope or len(supers) != 1 or supers[0] > body.index(stmt):
+        return f"the mesh is not a statement of __init__ after its one super().__init__() call: {hand}"
+    for node in walk(a.tree):
+        if (isinstance(node, ast.Attribute) and _key(node) in (target, f"self.{opt}")
+                and (isinstance(node.ctx, ast.Store) or _enclosing(ctx, node)[0] is scope)):
+            return f"line {node.lineno}: `{_key(node)}` is set or used in this __init__ too: {hand}"
+    plan.ddp = (stmt, target, mesh, axis, "after")
     return ""
 
 
@@ -519,9 +583,13 @@ def spmd_fix(site, ctx):
         fx.replace(call, f"{dist}.get_world_size()")
     if plan.meshes:
         init = fx.member("torch.distributed.device_mesh.init_device_mesh")
-    for call, drop, *_rest in plan.meshes.values():
+    meshes = {}
+    anchor = plan.ddp[0] if plan.ddp is not None and len(plan.ddp) > 4 else None
+    for key, (call, drop, *_rest) in plan.meshes.items():
         shape, names = kwarg(call, "mesh_shape", 1), kwarg(call, "axis_names", 2)
-        fx.replace(call, f'{init}("neuron", {ctx.src_relative(shape)}, mesh_dim_names={ctx.src_relative(names)})')
+        meshes[key] = f'{init}("neuron", {ctx.src_relative(shape)}, mesh_dim_names={ctx.src_relative(names)})'
+        if anchor is None or ctx.analysis.parent_of.get(call) is not anchor:
+            fx.replace(call, meshes[key])
         if drop is not None:
             fx.delete(drop)
     for stmt, t, mesh, axis in plan.marks:
@@ -529,7 +597,7 @@ def spmd_fix(site, ctx):
     note = "one process per device under torchrun (launch with torchrun --nproc_per_node=<devices>)"
     if plan.global_mesh is not None:
         fx.delete(plan.global_mesh[0])
-    for loader, mesh, axis in plan.loaders:
+    for _spec_call, mesh, axis, loader in plan.loaders:
         rest = [ctx.src_relative(x) for x in loader.args[1:]]
         rest += [f"{k.arg}={ctx.src_relative(k.value)}" for k in loader.keywords if k.arg != "input_sharding"]
         first = f'{fx.helper("_BatchSlices")}({ctx.src_relative(loader.args[0])}, {mesh}["{axis}"])'
@@ -558,8 +626,13 @@ def spmd_fix(site, ctx):
             fx.replace(stmt, f'{pm}({ctx.src_relative(module)}, {mesh}["{axis}"], {styles[style]})')
         note += "; " + TP_NOTE
     if plan.ddp is not None:
-        stmt, model, mesh, axis = plan.ddp
+        stmt, model, mesh, axis, *after = plan.ddp
         ddp = fx.member("torch.nn.parallel.DistributedDataParallel")
-        fx.insert_before(stmt, f'{model} = {ddp}({model}, device_mesh={mesh}["{axis}"])')
+        wrap = f'{model} = {ddp}({model}, device_mesh={mesh}["{axis}"])'
+        if after:  # the model and its optimizer are built by the base class: the wrap follows the mesh statement
+            wrap = f"{ctx.src_relative(stmt.targets[0])} = {meshes[mesh]}\n{wrap}"
+            fx.replace(stmt, wrap)
+        else:
+            fx.insert_before(stmt, wrap)
         note = NOTE
     return fx.build(description="XLA SPMD -> one process per device (torchrun): DDP over the data axis, DTensor tensor parallelism over the model axis"), note
