@@ -19,10 +19,13 @@ if TYPE_CHECKING:
     from typing import Optional
 
 _PYTHON = (".py", ".pyi")
-FACTS = 6  # the layout of a facts cache file (2: "closed" classes, 3: "sinks", 4: "rate_trackers", 5: "loaders", "foreign", 6: "spmd_bases")
+# the layout of a facts cache file (2: "closed" classes, 3: "sinks", 4: "rate_trackers", 5: "loaders", "foreign",
+# 6: "spmd_bases", 7: "tags", each file's `tag`)
+FACTS = 7
 UNKNOWN = {"modes": ["unknown"]}  # a file of a repository too large to model: its programs are not known
 # root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
 _KNOWN: dict = {}
+_TAGS: dict = {}  # root -> {rel: `tag` of its facts}, as the facts cache file keeps them (a warm run computes none)
 TIMINGS: dict = {}  # root -> seconds its last model build took (NEURON_MIGRATE_MODEL_TIME reports them)
 
 
@@ -85,15 +88,24 @@ class LazyOutside:
     asked (ModelFacts). Pickled (the spawned workers of a platform without fork), it is that dict."""
 
     def __init__(self, entries: dict):
-        self._entries = entries  # absolute path -> (ModelFacts or dict, path relative to its root) or (None, facts)
+        # absolute path -> (ModelFacts, path relative to its root, None) or (None, facts, their `tag` or None)
+        self._entries = entries
 
     def get(self, path: str, default=None):
         e = self._entries.get(path)
         if e is None:
             return default
-        source, rel = e
+        source, rel, _tag = e
         got = rel if source is None else source.get(rel)
         return got if got else default
+
+    def tag_of(self, path: str) -> str:
+        """`tag` of the file at absolute `path`: the facts cache file's, else computed."""
+        e = self._entries.get(path)
+        if e is not None and e[2] is not None:
+            return e[2]
+        facts = self.get(path)
+        return _tag_of(facts) if facts else ""
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -140,6 +152,8 @@ answers are a ModelFacts (each file's computed when first asked)."""
         data = _load(facts_file) if key is not None else None
         if data and data.get("format") == FACTS and data.get("root") == root and data.get("key") == key:
             _KNOWN[root] = [key, data.get("facts") or {}, None, now]
+            tags = data.get("tags")
+            _TAGS[root] = tags if isinstance(tags, dict) else {}
             return _KNOWN[root][1]
     cached = known[2].records if known is not None and known[2] is not None else None
     if cached is None and records_file is not None:
@@ -160,11 +174,13 @@ answers are a ModelFacts (each file's computed when first asked)."""
         facts = model.all_facts()
     TIMINGS[root] = time.monotonic() - now
     _KNOWN[root] = [key, facts, model, now]
+    _TAGS.pop(root, None)  # those of earlier facts: set again below when these are saved
     if model is not None and facts_file is not None:
         if model.records != cached:
             _save(records_file, {"format": RECORDS, "root": root, "files": model.records})
         if key is not None:
-            _save(facts_file, {"format": FACTS, "root": root, "key": key, "facts": facts})
+            tags = _TAGS[root] = {rel: _tag_of(f) for rel, f in facts.items()}
+            _save(facts_file, {"format": FACTS, "root": root, "key": key, "facts": facts, "tags": tags})
     return facts
 
 
@@ -198,19 +214,21 @@ def repository_facts(paths: list, run_paths: list = (), cache_folder: "Optional[
         if facts is None:  # too large to model: no file of it is known to be single-process
             for p in files:
                 out[p] = UNKNOWN
-                entries[p] = (None, UNKNOWN)
+                entries[p] = (None, UNKNOWN, None)
             continue
         prefix = root.rstrip(os.sep) + os.sep
         if isinstance(facts, ModelFacts):
             for p in files:
                 if p.startswith(prefix):
-                    entries[p] = (facts, p[len(prefix):].replace(os.sep, "/"))
+                    entries[p] = (facts, p[len(prefix):].replace(os.sep, "/"), None)
             continue
+        tags = _TAGS.get(root) or {}
         for p in files:
-            f = facts.get(p[len(prefix):].replace(os.sep, "/")) if p.startswith(prefix) else None
+            rel = p[len(prefix):].replace(os.sep, "/") if p.startswith(prefix) else None
+            f = facts.get(rel) if rel is not None else None
             if f:
                 out[p] = f
-                entries[p] = (None, f)
+                entries[p] = (None, f, tags.get(rel))
     if lazy:
         out = LazyOutside(entries)
     if os.environ.get("NEURON_MIGRATE_MODEL_TIME"):  # the model's own cost, for measurements
@@ -221,8 +239,18 @@ def repository_facts(paths: list, run_paths: list = (), cache_folder: "Optional[
 
 
 def tag(outside: "Optional[dict]", path: str) -> str:
-    """What the facts of one file add to its cache identity ("" when none)."""
+    """What the facts of one file add to its cache identity ("" when none): a digest of them."""
     if not outside:
         return ""
+    tag_of = getattr(outside, "tag_of", None)
+    if tag_of is not None:
+        return tag_of(os.path.abspath(path))
     facts = outside.get(os.path.abspath(path))
-    return "" if not facts else "+" + json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    return _tag_of(facts) if facts else ""
+
+
+def _tag_of(facts: dict) -> str:
+    from neuron_migrate.files.digests import blake2b
+
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    return "+" + blake2b(text.encode(), digest_size=8).hexdigest()
