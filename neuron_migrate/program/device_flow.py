@@ -403,18 +403,34 @@ _BACKEND_WORDS = {**{w: w for w in _values.ACCELERATORS}, "gpu": "cuda", "neuron
 _BACKEND_RUN = re.compile(r"(?<![a-z])(?:%s)(?![a-z])" % "|".join(sorted(map(re.escape, _BACKEND_WORDS), key=len, reverse=True)))
 
 
+def _names_two_backends(low: str) -> bool:
+    """Two backends are spelled in `low` (lower-case text), each as a whole run of letters (what `_BACKEND_RUN`
+    matches): one search per spelling, in C, instead of the pattern run over every character."""
+    found = set()
+    n = len(low)
+    for word, kind in _BACKEND_WORDS.items():
+        if kind in found:
+            continue
+        size = len(word)
+        i = low.find(word)
+        while i >= 0:
+            j = i + size
+            if (i == 0 or not "a" <= low[i - 1] <= "z") and (j == n or not "a" <= low[j] <= "z"):
+                found.add(kind)
+                if len(found) >= 2:
+                    return True
+                break
+            i = low.find(word, i + 1)
+    return False
+
+
 def may_dispatch(analysis) -> bool:
     """False when no code in the file can dispatch over backends, decided from the text alone: every backend a
     function can be found to test (availability calls and helpers, `hasattr(torch, "xpu")`, device strings,
     `{"cuda": ..., "mps": ...}` tables) is spelled as a word of the source, and dispatch needs two. Lets the CUDA
     rules skip building the device flow and the value sets in the many files that name one backend."""
     def build(a) -> bool:
-        found = set()
-        for m in _BACKEND_RUN.finditer(a.text.lower()):
-            found.add(_BACKEND_WORDS[m.group()])
-            if len(found) >= 2:
-                return True
-        return False
+        return _names_two_backends(a.text.lower())
 
     return cached(analysis, "may_dispatch", build)
 

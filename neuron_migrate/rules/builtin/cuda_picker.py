@@ -123,8 +123,18 @@ def pickers(ctx) -> list:
         flow = device_flow.facts(a)
         names_of: dict = {}
         inner: set = set()
+        # one walk of the whole tree (the costly part) for both kinds of picker: the if chains and the functions
+        # whose ifs return a device, each list in the walk's order
+        chains, fns = [], []
+        If, IfExp, FunctionDef, AsyncFunctionDef = ast.If, ast.IfExp, ast.FunctionDef, ast.AsyncFunctionDef
         for node in walk(a.tree):
-            if not isinstance(node, (ast.If, ast.IfExp)) or id(node) in inner:
+            t = type(node)
+            if t is If or t is IfExp:
+                chains.append(node)
+            elif t is FunctionDef or t is AsyncFunctionDef:
+                fns.append(node)
+        for node in chains:
+            if id(node) in inner:
                 continue
             branches, orelse = _chain(node) if isinstance(node, ast.If) else _expr_chain(node)
             for b in branches[1:]:
@@ -170,7 +180,7 @@ def pickers(ctx) -> list:
                 if p.reach is None:
                     p.blocked = branches[at].test
             out.append(p)
-        out.extend(_return_pickers(a, ctx, flow, names_of))
+        out.extend(_return_pickers(fns, ctx, names_of))
         blocked = {id(p.fn): p.blocked for p in out if p.blocked is not None}
         for p in out:
             if p.blocked is None and id(p.fn) in blocked:
@@ -203,14 +213,13 @@ def _sets_cuda_device(body) -> bool:
                for stmt in body for n in walk(stmt))
 
 
-def _return_pickers(a, ctx, flow, names_of) -> list:
+def _return_pickers(fns, ctx, names_of) -> list:
     """Pickers written as early returns (`if torch.cuda.is_available(): return torch.device("cuda")` / `if
     torch.backends.mps.is_available(): return torch.device("mps")` / `return torch.device("cpu")`): the ifs, each with
-    one `return` and no else, right before the function's last return, the CPU fallback."""
+    one `return` and no else, right before the function's last return, the CPU fallback. `fns`: the file's
+    functions, in the order of a walk of its tree."""
     out = []
-    for fn in walk(a.tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
+    for fn in fns:
         body = fn.body
         last = body[-1]
         if not isinstance(last, ast.Return) or len(body) < 3:
