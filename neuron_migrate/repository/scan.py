@@ -304,12 +304,22 @@ def top_names(data: bytes) -> dict:
     return out
 
 
+_LAST_SINK_STARTS: list = [None, []]  # (data, its `_sink_starts`): sink_names and _sink_attrs read the same file in turn
+
+
+def _sink_starts(data: bytes) -> list:
+    """The starts of the lines that hold one of `_SINK_NEEDLES`, in order."""
+    if _LAST_SINK_STARTS[0] is not data:
+        _LAST_SINK_STARTS[:] = [data, sorted({s for needle in _SINK_NEEDLES for s in _line_starts(data, needle)})]
+    return _LAST_SINK_STARTS[1]
+
+
 def sink_names(data: bytes) -> dict:
     """{name: first line} of the plain names (not attributes) a backend or device position reads: `backend=backend`,
     `.to(device)`, `torch.device(device)` (what a config file's global of that name becomes in the program)."""
     out: dict = {}
     lines = _Lines(data)
-    for start in sorted({s for needle in _SINK_NEEDLES for s in _line_starts(data, needle)}):
+    for start in _sink_starts(data):
         end = data.find(b"\n", start)
         line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
         if line.lstrip().startswith("#"):
@@ -347,7 +357,7 @@ def _sink_attrs(data: bytes) -> dict:
     """{attribute name: first line} of the attributes a backend or device position reads (see `_SINK_ATTR`). A scan,
     not a parse: a name it finds that is no config value changes nothing (the model only marks value sets of that
     name as reaching torch, which the other file's own strings then decide)."""
-    starts = sorted({s for needle in _SINK_NEEDLES for s in _line_starts(data, needle)})
+    starts = _sink_starts(data)
     if not starts:
         return {}
     out: dict = {}
@@ -375,7 +385,8 @@ def _sink_attrs(data: bytes) -> dict:
     return out
 
 
-_SIGNATURE = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.M)
+# a def's signature, matched at the start of each line that holds `def` (the pattern is not run over the whole file)
+_SIGNATURE = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(")
 _PARAM = re.compile(r"^\*{0,2}([A-Za-z_]\w*)")
 _ATTR_ARG = re.compile(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)$")
 
@@ -410,7 +421,9 @@ def sink_params(data: bytes) -> dict:
 
     starts, found = [], []  # each def's line, and its match
     lines = _Lines(data)
-    for m in _SIGNATURE.finditer(data):
+    for m in (_SIGNATURE.match(data, start) for start in _line_starts(data, b"def")):
+        if m is None:
+            continue
         starts.append(lines.of(m.start()))
         found.append(m)
     params_of: dict = {}  # def index -> its parameters, parsed for the defs that own a name only
