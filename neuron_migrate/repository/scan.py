@@ -14,19 +14,38 @@ TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serve
 if TYPE_CHECKING:
     from typing import Optional
 
+class _Lazy:
+    """A pattern compiled when it is first used, which then takes its place among the module's globals: compiling
+    the module's ~30 patterns costs ~3 ms, most of a one-file run's scan (a launcher's or packaging file's patterns are
+    never needed there)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, *args):
+        self.args = args
+
+    def __getattr__(self, name: str):
+        compiled = re.compile(*self.args)
+        module = globals()
+        for key, value in list(module.items()):
+            if value is self:
+                module[key] = compiled
+        return getattr(compiled, name)
+
+
 # -- Python files -----------------------------------------------------------------------------------------------
 # Regular expressions over a whole file cost ~20 ns a byte in Python's engine (one pass over a 190k-line tree: 0.15 s),
 # `bytes.find` a small fraction of that: literals are found first, and a pattern only ever runs on the lines they
 # are on.
-_IMPORT = re.compile(
+_IMPORT = _Lazy(
     rb"[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n#;]*(?:\\\r?\n[^\n#;]*)*)"
     rb"|import[ \t]+([^\n#;]+))")
-_DYNAMIC = re.compile(rb"""\(\s*["']([\w.]+)["']""")  # after `import_module`
-_MAIN = re.compile(rb"""if[ \t(]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""")
-_TOP_LEVEL = re.compile(rb"^(?=[^\s#])(?!else\b|elif\b|except\b|finally\b)", re.M)
-_SYS_PATH = re.compile(rb"\bsys\.path\.(?:append|insert|extend)[ \t]*\(")
-_PATH_ASSIGN = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*([^\n]*(?:__file__|argv\[0\]|dirname|\.parent)[^\n]*)$", re.M)
-_CLASS = re.compile(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
+_DYNAMIC = _Lazy(rb"""\(\s*["']([\w.]+)["']""")  # after `import_module`
+_MAIN = _Lazy(rb"""if[ \t(]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""")
+_TOP_LEVEL = _Lazy(rb"^(?=[^\s#])(?!else\b|elif\b|except\b|finally\b)", re.M)
+_SYS_PATH = _Lazy(rb"\bsys\.path\.(?:append|insert|extend)[ \t]*\(")
+_PATH_ASSIGN = _Lazy(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*([^\n]*(?:__file__|argv\[0\]|dirname|\.parent)[^\n]*)$", re.M)
+_CLASS = _Lazy(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
 # what starts processes or a process group (the modes a program can have besides "single"), by the literals that
 # show it
 # (DDP and FSDP by the names they are imported by: `DDP(` would be a slow needle; a file that calls it imports it)
@@ -36,24 +55,24 @@ _ENV = tuple(q + v + q for v in (b"RANK", b"LOCAL_RANK", b"WORLD_SIZE", b"LOCAL_
 # device: a config field or command-line default of that name in another file is then a backend/device value
 _SINK_NEEDLES = (b"init_process_group(", b"new_group(", b"is_backend_available(", b"device(", b"device=", b"backend=",
                  b"device_type=", b"map_location=", b".to(", b"autocast(")
-_SINK_ATTR = re.compile(
+_SINK_ATTR = _Lazy(
     r"(?:\b(?:backend|device|device_type|map_location)[ \t]*=[ \t]*"
     r"|(?:\binit_process_group|\bnew_group|\bis_backend_available|\btorch\.device|\.to|\bautocast)\([ \t]*)"
     r"(?:str\()?((?:[A-Za-z_]\w*\.)*)([A-Za-z_]\w*)\b(?![ \t]*[(.\[=])")
-_ATTR_ASSIGN = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)[ \t]*(?:#.*)?$")
+_ATTR_ASSIGN = _Lazy(r"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)[ \t]*(?:#.*)?$")
 # config values that name a backend or a device: a class field or module global (`backend: str = "nccl"`) and a
 # command-line default (`parser.add_argument("--dist-backend", default="nccl")`)
 _VALUE_WORDS = (b"nccl", b"gloo", b"cuda", b"xla", b"mps", b"xpu")
-_FIELD = re.compile(r"""^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*(?:field\([ \t]*default[ \t]*=[ \t]*)?["'](?:nccl|gloo|cuda|xla|mps|xpu)(?::\d+)?["']""")
-_OPTION = re.compile(r"""add_argument\(\s*["']-?-?([\w-]+)["']""")
-_DEST = re.compile(r"""\bdest[ \t]*=[ \t]*["'](\w+)["']""")
-_TRAIN_CALL = re.compile(r"\.(zero_grad|backward|step)\(|\b(optimizer_step)\(")
-_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
+_FIELD = _Lazy(r"""^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*(?:field\([ \t]*default[ \t]*=[ \t]*)?["'](?:nccl|gloo|cuda|xla|mps|xpu)(?::\d+)?["']""")
+_OPTION = _Lazy(r"""add_argument\(\s*["']-?-?([\w-]+)["']""")
+_DEST = _Lazy(r"""\bdest[ \t]*=[ \t]*["'](\w+)["']""")
+_TRAIN_CALL = _Lazy(r"\.(zero_grad|backward|step)\(|\b(optimizer_step)\(")
+_DEF = _Lazy(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 # nanoGPT's configuration: `exec(open('configurator.py').read())` runs a file in the program's globals, and the
 # configurator itself runs `exec(open(config_file).read())` on the files named on the command line
-_EXEC = re.compile(rb"""\bexec\([ \t]*open\([ \t]*(?:["']([^"'\n]+)["']|[A-Za-z_][\w.]*)[ \t]*\)\.read\(\)""")
-_TOP_ASSIGN = re.compile(rb"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
-_CONFIG_OTHER = re.compile(rb"^(?:import[ \t]|from[ \t]|[)\]}]|[rbuRBU]?[\"'])")
+_EXEC = _Lazy(rb"""\bexec\([ \t]*open\([ \t]*(?:["']([^"'\n]+)["']|[A-Za-z_][\w.]*)[ \t]*\)\.read\(\)""")
+_TOP_ASSIGN = _Lazy(rb"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_CONFIG_OTHER = _Lazy(rb"^(?:import[ \t]|from[ \t]|[)\]}]|[rbuRBU]?[\"'])")
 
 
 def _positions(data: bytes, needle: bytes) -> list:
@@ -386,9 +405,9 @@ def _sink_attrs(data: bytes) -> dict:
 
 
 # a def's signature, matched at the start of each line that holds `def` (the pattern is not run over the whole file)
-_SIGNATURE = re.compile(rb"[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(")
-_PARAM = re.compile(r"^\*{0,2}([A-Za-z_]\w*)")
-_ATTR_ARG = re.compile(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)$")
+_SIGNATURE = _Lazy(rb"[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(")
+_PARAM = _Lazy(r"^\*{0,2}([A-Za-z_]\w*)")
+_ATTR_ARG = _Lazy(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)$")
 
 
 def _split_args(text: str) -> list:
@@ -557,10 +576,10 @@ def training_defs(data: bytes) -> dict:
     return out
 
 
-_SELF_ATTR = re.compile(r"\bself\.(\w+)")
-_SELF_ASSIGN = re.compile(r"self\.(\w+)[ \t]*=(?!=)[ \t]*(.*)", re.S)
-_OPTIMIZER = re.compile(r"self\.(\w+)[ \t]*=[ \t]*[\w.]+\(\s*self\.(\w+)\.parameters\(\s*\)", re.S)
-_SELF_CALL = re.compile(r"\bself\.(\w+)[ \t]*\(|\bgetattr\([ \t]*self\b|\bvars\([ \t]*self\b|[(,][ \t]*self[ \t]*[,)]")
+_SELF_ATTR = _Lazy(r"\bself\.(\w+)")
+_SELF_ASSIGN = _Lazy(r"self\.(\w+)[ \t]*=(?!=)[ \t]*(.*)", re.S)
+_OPTIMIZER = _Lazy(r"self\.(\w+)[ \t]*=[ \t]*[\w.]+\(\s*self\.(\w+)\.parameters\(\s*\)", re.S)
+_SELF_CALL = _Lazy(r"\bself\.(\w+)[ \t]*\(|\bgetattr\([ \t]*self\b|\bvars\([ \t]*self\b|[(,][ \t]*self[ \t]*[,)]")
 
 
 def class_inits(data: bytes) -> dict:
@@ -623,9 +642,9 @@ def class_inits(data: bytes) -> dict:
 
 
 # -- launchers, job files, packaging ---------------------------------------------------------------------------
-_TORCHRUN = re.compile(r"\btorchrun\b|torch\.distributed\.(?:run|launch)\b|\baccelerate[ \t]+launch\b")
-_SCRIPT = re.compile(r"""(?:^|[\s"'=/])((?:[\w.${}-]+/)*[\w-]+\.py)\b""")
-_MODULE = re.compile(r"\bpython[\d.]*[ \t]+(?:-\w+[ \t]+)*-m[ \t]+([\w.]+)")
+_TORCHRUN = _Lazy(r"\btorchrun\b|torch\.distributed\.(?:run|launch)\b|\baccelerate[ \t]+launch\b")
+_SCRIPT = _Lazy(r"""(?:^|[\s"'=/])((?:[\w.${}-]+/)*[\w-]+\.py)\b""")
+_MODULE = _Lazy(r"\bpython[\d.]*[ \t]+(?:-\w+[ \t]+)*-m[ \t]+([\w.]+)")
 
 
 def scan_launcher(data: bytes) -> list:
@@ -647,8 +666,8 @@ def scan_launcher(data: bytes) -> list:
     return out
 
 
-_ENTRY = re.compile(r"""["']?[\w.-]+["']?[ \t]*=[ \t]*["']?[ \t]*([A-Za-z_][\w.]*)[ \t]*:[ \t]*[A-Za-z_][\w.]*""")
-_SECTION = re.compile(r"^\[([^\]]+)\]", re.M)
+_ENTRY = _Lazy(r"""["']?[\w.-]+["']?[ \t]*=[ \t]*["']?[ \t]*([A-Za-z_][\w.]*)[ \t]*:[ \t]*[A-Za-z_][\w.]*""")
+_SECTION = _Lazy(r"^\[([^\]]+)\]", re.M)
 
 
 def scan_packaging(name: str, data: bytes) -> list:
