@@ -168,38 +168,3 @@ def test_emulated_probe_reports_device_tracking(emulator_lib):
 
 def test_helpers_module_paths():
     assert (MODELS / "mlp.py").is_file() and os.path.isabs(sys.executable)
-
-
-_PER_RANK = """
-import os, sys, torch, torch.distributed as dist
-dist.init_process_group("neuron")
-local = int(os.environ["LOCAL_RANK"])
-x = torch.ones(2, device="neuron")
-dist.all_reduce(x)
-print(f"rank {dist.get_rank()} device {x.device} count {torch.neuron.device_count()} sum {x.sum().item()}", flush=True)
-try:
-    torch.ones(1, device=f"neuron:{local}")
-    print(f"rank {dist.get_rank()} index {local} ok", flush=True)
-except RuntimeError as exc:
-    print(f"rank {dist.get_rank()} index {local} refused: {exc}", flush=True)
-dist.barrier()
-dist.destroy_process_group()
-"""
-
-
-@pytest.mark.slow
-def test_each_torchrun_process_sees_one_device(emulator_lib, tmp_path):
-    """As on Trainium, where the neuron process group sets NEURON_RT_VISIBLE_CORES to LOCAL_RANK: every torchrun
-    process has one device, `neuron:0`, and a leftover `neuron:<local_rank>` is refused on rank 1."""
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
-    from torchrun_util import run_torchrun
-
-    (tmp_path / "per_rank.py").write_text(_PER_RANK)
-    env = {k: v for k, v in os.environ.items() if k not in ("NM_EMULATOR_DEVICES", "PYTHONPATH")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "integration" / "neuron_emulated"), str(REPO)])
-    proc = run_torchrun(["per_rank.py"], nproc=2, cwd=tmp_path, env=env, timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    for rank in (0, 1):
-        assert f"rank {rank} device neuron:0 count 1 sum 4.0" in out, out[-4000:]
-    assert "rank 0 index 0 ok" in out and "rank 1 index 1 refused: neuron (emulated): invalid device index 1" in out, out

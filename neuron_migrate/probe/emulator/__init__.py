@@ -310,9 +310,7 @@ def _default_device_count() -> int:
     env = os.environ.get("NM_EMULATOR_DEVICES")
     if env and env.isdigit():
         return max(1, int(env))
-    # one device per process, under torchrun too: the neuron process group sets NEURON_RT_VISIBLE_CORES to LOCAL_RANK,
-    # so each torchrun process sees only its own NeuronCore, index 0 (`neuron:<local_rank>` fails on every rank but 0)
-    return 1
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
 
 
 def install(table=None, *, keep_going: bool = False, device_count: int | None = None, log=None,
