@@ -113,10 +113,7 @@ def test_backend_value_and_worker_picker(tmp_path):
 def test_gpt_trainer_value_sets_precision_and_compile(tmp_path):
     work, out = _rewrite(tmp_path, "gpt_trainer")
     text = (work / "train.py").read_text()
-    assert "backend = 'neuron'" in text and "device = 'neuron'" in text
-    # the per-rank index is dropped: each torchrun process sees only its own NeuronCore (set_device removed too)
-    assert "    device = 'neuron'\n" in text and "neuron:{" not in text and "set_device" not in text
-    assert "The per-process index in f'cuda:{ddp_local_rank}' was dropped" in out
+    assert "backend = 'neuron'" in text and "device = 'neuron'" in text and "device = f'neuron:{ddp_local_rank}'" in text
     # the membership test belongs to the value it tests: both halves of the expression change (issue: only one did)
     assert "device_type = 'neuron' if 'neuron' in device else 'cpu'" in text
     assert "if device_type == 'neuron':" in text

@@ -293,51 +293,6 @@ def lines_text(lines: list[int]) -> str:
     return ("line " if len(lines) == 1 else "lines ") + ", ".join(str(n) for n in lines)
 
 
-def _rank_index(index, ctx) -> bool:
-    return "rank" in ctx.src(index).lower() or ctx.uses_any(
-        "torch.distributed.init_process_group", "torch.nn.parallel.DistributedDataParallel")
-
-
-def per_process_index(node, ctx):
-    """`f"cuda:{local_rank}"` or `torch.device("cuda", local_rank)` in a distributed program: the index picks this
-    process's GPU. On TorchNeuron each torchrun process sees only its own NeuronCore (the neuron process group sets
-    NEURON_RT_VISIBLE_CORES to LOCAL_RANK), its current device, so the index is dropped (as NM209 drops DDP's
-    device_ids and NM204 removes set_device). Returns the node to replace with the index-free device (the f-string,
-    or the `torch.device` call), else None. A single-process program keeps its index: there it picks one of the
-    cores it sees."""
-    if isinstance(node, ast.JoinedStr):
-        if not (len(node.values) == 2 and isinstance(node.values[0], ast.Constant) and node.values[0].value == "cuda:"
-                and isinstance(node.values[1], ast.FormattedValue)):
-            return None
-        src = ctx.src(node)
-        if src[:1] not in "fF" or src[1:2] not in ("'", '"') or src[1:4] == src[1] * 3:
-            return None
-        return node if _rank_index(node.values[1].value, ctx) else None
-    call = ctx.analysis.parent_of.get(node)
-    if (isinstance(node, ast.Constant) and node.value == "cuda" and isinstance(call, ast.Call) and len(call.args) == 2
-            and not call.keywords and call.args[0] is node and not isinstance(call.args[1], ast.Starred)
-            and ctx.analysis.resolve(call.func, ctx.analysis.module_scope, count_use=False) == "torch.device"
-            and _rank_index(call.args[1], ctx)):
-        return call
-    return None
-
-
-def replace_device(fx, node, ctx) -> None:
-    """Rewrite one CUDA device string to 'neuron', dropping a per-process index (`per_process_index`)."""
-    target = per_process_index(node, ctx)
-    if target is None:
-        fx.replace(node, ctx.src(node).replace("cuda", "neuron", 1))
-    elif target is node:
-        quote = ctx.src(node)[1]
-        fx.replace(node, f"{quote}neuron{quote}")
-    else:
-        fx.replace(target, f"{ctx.src(target.func)}({ctx.src(node).replace('cuda', 'neuron', 1)})")
-
-
-INDEX_DROPPED = ("The per-process index in {src} was dropped: each torchrun process sees only its own NeuronCore, "
-                 "its current device (the neuron process group sets NEURON_RT_VISIBLE_CORES to LOCAL_RANK).")
-
-
 def set_fix(ctx, vs, kind: str, text_for):
     """One fix that rewrites every `kind` string of the value set: shared by the findings of all its members,
     so the set is applied whole or not at all."""
@@ -349,10 +304,7 @@ def set_fix(ctx, vs, kind: str, text_for):
                 continue  # NM203 rewrites `"cuda" if torch.cuda.is_available() else ...` whole, in the same round
             if m.role == "compare" and guarded_cuda_only(m.node, ctx, ctx.analysis.module_scope):
                 continue  # the test of a CUDA-only block: kept (its own finding says so)
-            if text_for is None:
-                replace_device(fx, m.node, ctx)
-            else:
-                fx.replace(m.node, text_for(m, fx))
+            fx.replace(m.node, text_for(m, fx))
         return fx.build()
 
     return cached(ctx.analysis, f"set-fix:{ctx.rule.code}:{id(vs)}", build)
@@ -396,10 +348,7 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
         return ctx.finding(site, f"{raw} is a configuration value ({_ROLE_TEXT[member.role]}) read together with the strings at "
                                  f"{lines_text(lines)}: all are kept, so that configs and callers passing {kind!r} keep "
                                  f"working; rename them together by hand if you want {new!r}")
-    if kind == "cuda":
-        fix = set_fix(ctx, vs, kind, None)  # 'cuda' -> 'neuron', a per-process index dropped
-    else:
-        fix = set_fix(ctx, vs, kind, lambda m, fx: ctx.src(m.node).replace(kind, new, 1))
+    fix = set_fix(ctx, vs, kind, lambda m, fx: ctx.src(m.node).replace(kind, new, 1))
     note = ""
     if len(members) > 1 or vs.external:
         note = f"One value with the strings at {lines_text(lines)}: every {kind!r} becomes {new!r} together."
@@ -407,8 +356,6 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
             note += f" Values from {', '.join(vs.external)} must now say {new!r}."
         if vs.elsewhere:
             note += f" Another file of the program passes it to torch ({', '.join(vs.elsewhere)})."
-    if kind == "cuda" and per_process_index(node, ctx) is not None:
-        note = f"{note} {INDEX_DROPPED.format(src=ctx.src(per_process_index(node, ctx)))}".strip()
     return ctx.finding(site, f"{raw} names the device ({_ROLE_TEXT[member.role]}): becomes {new!r}", fix=fix, note=note)
 
 
@@ -518,12 +465,8 @@ class _AsSite:
     docs=f"""
         Device strings: `.to('cuda')`, `device='cuda'`, `torch.device('cuda', i)`, `'cuda:0'`,
         `f'cuda:{{rank}}'`, `x.device.type == 'cuda'`, `torch.autocast('cuda')`, `device = 'cuda'`. Where the string
-        flows into a device position it becomes `'neuron'`. A per-process index in a distributed program
-        (`f'cuda:{{local_rank}}'`, `torch.device('cuda', local_rank)` in a file that starts a process group or uses
-        DDP, or whose index names a rank) is
-        dropped: each torchrun process sees only its own NeuronCore, which is its current device (the neuron
-        process group sets NEURON_RT_VISIBLE_CORES to LOCAL_RANK), so `neuron:<local_rank>` would be out of range on
-        every rank but 0. Other indexes are kept. Strings that may be configuration (argparse
+        flows into a device position it becomes `'neuron'` (an index is kept; under torchrun each process sees
+        one NeuronCore, so an index other than 0 is usually wrong). Strings that may be configuration (argparse
         choices/defaults, dict values) follow their value set (`neuron_migrate.program.values`, as NM103): a value
         that reaches a torch device position changes in every place together (argparse default and choices
         included); a label that configuration may pass in is kept everywhere. Device-dispatching code (a function
@@ -566,10 +509,8 @@ def cuda_device_string(site, ctx):
             return None
         fx = ctx.fixer()
         fx.scope = site.scope
-        replace_device(fx, node, ctx)
-        per_process = per_process_index(node, ctx)
-        note = INDEX_DROPPED.format(src=ctx.src(per_process)) if per_process is not None else ""
-        return ctx.finding(site, f"{ctx.src(node)} names the device: becomes 'neuron'", fix=fx.build(), note=note)
+        fx.replace(node, ctx.src(node).replace("cuda", "neuron", 1))
+        return ctx.finding(site, f"{ctx.src(node)} names the device: becomes 'neuron'", fix=fx.build())
     # accelerator style: device positions become the accelerator; a value that is also a label stays
     target = _AsSite(site, node) if node is not site.node else site
     why = device_string_context(target, ctx)
