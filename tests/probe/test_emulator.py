@@ -168,3 +168,43 @@ def test_emulated_probe_reports_device_tracking(emulator_lib):
 
 def test_helpers_module_paths():
     assert (MODELS / "mlp.py").is_file() and os.path.isabs(sys.executable)
+
+
+_PER_RANK = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("neuron")
+rank, local = dist.get_rank(), int(os.environ["LOCAL_RANK"])
+x = torch.ones(2, device="neuron")
+dist.all_reduce(x)
+print(f"rank {rank} device {x.device} count {torch.neuron.device_count()} "
+      f"current {torch.accelerator.current_device_index()} sum {x.sum().item()}", flush=True)
+for index in (local, 0):
+    try:
+        torch.ones(1, device=f"neuron:{index}")
+        print(f"rank {rank} index {index} ok", flush=True)
+    except RuntimeError as exc:
+        print(f"rank {rank} index {index} refused: {exc}", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_each_distributed_process_owns_its_local_rank_device(emulator_lib, tmp_path):
+    """As TorchNeuron's process group does (torch_neuronx/distributed/backend.py, c10_neuron's device.cpp): once the
+    group starts, a process owns one NeuronCore whose PyTorch index is its local rank; device_count() is the local
+    world size, `torch.device("neuron")` is that device, and any other index (a leftover `neuron:0` on rank 1) is
+    refused."""
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from torchrun_util import run_torchrun
+
+    (tmp_path / "per_rank.py").write_text(_PER_RANK)
+    env = {k: v for k, v in os.environ.items() if k not in ("NM_EMULATOR_DEVICES", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "integration" / "neuron_emulated"), str(REPO)])
+    proc = run_torchrun(["per_rank.py"], nproc=2, cwd=tmp_path, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    for rank in (0, 1):
+        assert f"rank {rank} device neuron:{rank} count 2 current {rank} sum 4.0" in out, out[-4000:]
+        assert f"rank {rank} index {rank} ok" in out, out[-4000:]
+    assert "rank 1 index 0 refused: neuron (emulated): device neuron:0 does not attach to this process" in out, out

@@ -285,6 +285,8 @@ def write_xla_allreduce_program(folder: Path) -> Path:
 # xm.all_reduce's scale in one replica (torch_xla 2.9 skips it: the reduction of one is a copy) against the rewrite
 # in one and two processes. Printed: a tensor scaled by a constant, by 1/world_size, unscaled, and a list in place.
 XLA_SCALE_PROGRAM = '''\
+import sys
+
 import torch
 import torch.distributed as dist
 import torch_xla.core.xla_model as xm
@@ -301,7 +303,8 @@ def main():
     total = xm.all_reduce(xm.REDUCE_SUM, t)
     grad = torch.tensor([4.0], device=device)
     xm.all_reduce(xm.REDUCE_SUM, [grad], scale=0.25)
-    print("RESULT", half.cpu().tolist(), mean.cpu().tolist(), total.cpu().tolist(), grad.cpu().tolist())
+    # one write per rank: two ranks share torchrun's stdout, and print() of several parts may interleave
+    sys.stdout.write(f"RESULT {half.cpu().tolist()} {mean.cpu().tolist()} {total.cpu().tolist()} {grad.cpu().tolist()}\\n")
 
 
 if __name__ == "__main__":

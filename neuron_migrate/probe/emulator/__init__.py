@@ -274,6 +274,14 @@ def _register_process_group_backend(torch) -> None:
     from torch.distributed import ProcessGroupGloo
 
     def make(store, rank, size, timeout):
+        if torch.ops.neuron_emu.local_device() < 0:
+            # as TorchNeuron's backend does when the first group starts: this process owns one device, whose index
+            # is its local rank (LOCAL_RANK/LOCAL_WORLD_SIZE from torchrun; else, on one host, the rank: mp.spawn)
+            local, local_size = os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")
+            if local is not None and local_size is not None:
+                torch.ops.neuron_emu.set_local_device(int(local), int(local_size))
+            else:
+                torch.ops.neuron_emu.set_local_device(rank, size)
         return ProcessGroupGloo(store, rank, size, timeout)
 
     dist.Backend.register_backend(BACKEND_NAME, make, devices=["cpu", "neuron"])

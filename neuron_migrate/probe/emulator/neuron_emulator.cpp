@@ -53,7 +53,24 @@ namespace {
 constexpr c10::DeviceType kEmu = c10::DeviceType::PrivateUse1;
 
 std::atomic<int> g_device_count{1};
-thread_local c10::DeviceIndex tl_device = 0;
+// As TorchNeuron's c10_neuron: once the neuron process group has started, this process owns one device, whose
+// PyTorch index is its local rank (device_count() is the local world size); -1 before that.
+std::atomic<int> g_local_device{-1};
+// The thread's own current device (set_device); -1: the process default (its local device, else 0).
+thread_local int tl_override = -1;
+
+struct CurrentDevice {  // reads and writes as a c10::DeviceIndex, resolving the process default on read
+  operator c10::DeviceIndex() const {
+    if (tl_override >= 0) return (c10::DeviceIndex)tl_override;
+    int local = g_local_device.load();
+    return (c10::DeviceIndex)(local >= 0 ? local : 0);
+  }
+  CurrentDevice& operator=(int d) {
+    tl_override = d;
+    return *this;
+  }
+};
+thread_local CurrentDevice tl_device;
 std::atomic<bool> g_keep_going{false};
 
 // ------------------------------------------------------------------------------------------ tracking
@@ -90,9 +107,16 @@ struct Tracker {
 
 Tracker g_fallback, g_executed, g_unsupported;
 
-void check_index(c10::DeviceIndex i) {
+void check_range(c10::DeviceIndex i) {
   TORCH_CHECK(i >= 0 && i < g_device_count.load(), "neuron (emulated): invalid device index ", int(i),
               "; the emulated device has ", g_device_count.load(), " device(s)");
+}
+
+void check_index(c10::DeviceIndex i) {
+  check_range(i);
+  int local = g_local_device.load();
+  TORCH_CHECK(local < 0 || i == local, "neuron (emulated): device neuron:", int(i), " does not attach to this process: ",
+              "in a distributed run each process owns one NeuronCore, neuron:", local, " (its local rank), as on TorchNeuron");
 }
 
 // ------------------------------------------------------------------------------------------ memory
@@ -243,7 +267,7 @@ std::vector<at::Generator> g_default_gens;
 
 const at::Generator& device_default_generator(c10::DeviceIndex idx) {
   if (idx < 0) idx = tl_device;
-  check_index(idx);
+  check_range(idx);  // torch.manual_seed seeds every device's generator (manual_seed_all), in every process
   std::lock_guard<std::mutex> g(g_gen_mu);
   if (g_default_gens.empty()) g_default_gens.resize(64);
   at::Generator& gen = g_default_gens[idx];
@@ -254,8 +278,8 @@ const at::Generator& device_default_generator(c10::DeviceIndex idx) {
 REGISTER_ALLOCATOR(kEmu, &g_alloc);
 
 struct DeviceScope {  // the allocator reads the thread's current device
-  c10::DeviceIndex saved;
-  explicit DeviceScope(std::optional<c10::Device> d) : saved(tl_device) {
+  int saved;
+  explicit DeviceScope(std::optional<c10::Device> d) : saved(tl_override) {
     if (d.has_value() && d->type() == kEmu && d->has_index()) {
       check_index(d->index());
       tl_device = d->index();
@@ -349,7 +373,7 @@ struct EmuHooks final : at::PrivateUse1HooksInterface {
   }
   c10::DeviceIndex getCurrentDevice() const override { return tl_device; }
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
-    auto old = tl_device;
+    c10::DeviceIndex old = tl_device;
     setCurrentDevice(d);
     return old;
   }
@@ -887,6 +911,13 @@ TORCH_LIBRARY(neuron_emu, m) {
     g_device_count.store((int)n);
   });
   m.def("device_count() -> int", []() -> int64_t { return g_device_count.load(); });
+  m.def("set_local_device(int index, int local_world_size) -> ()", [](int64_t i, int64_t n) {
+    TORCH_CHECK(n >= 1 && n <= 64 && i >= 0 && i < n, "local device ", i, " of ", n, " out of range");
+    g_device_count.store((int)n);
+    g_local_device.store((int)i);
+    tl_device = (int)i;
+  });
+  m.def("local_device() -> int", []() -> int64_t { return g_local_device.load(); });
   m.def("current_device() -> int", []() -> int64_t { return tl_device; });
   m.def("set_device(int index) -> ()", [](int64_t i) {
     check_index((c10::DeviceIndex)i);

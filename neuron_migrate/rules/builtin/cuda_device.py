@@ -17,7 +17,7 @@ from neuron_migrate.program import cached, device_flow, values
 from neuron_migrate.rules.helpers import HELPERS, Helper
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin import cuda_picker
-from neuron_migrate.rules.builtin.xla_core import device_string_context
+from neuron_migrate.rules.builtin.xla_core import LOCAL_DEVICE_NOTE, device_string_context
 
 HELPERS.setdefault(
     "_neuron_set_device",
@@ -371,7 +371,8 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
         `x.cuda()` moves a tensor or module to the current CUDA device and fails without CUDA. On TorchNeuron
         the move is `x.to("neuron")` (the landing page's first migration step: {TORCH_DOCS}). `non_blocking=`
         and `memory_format=` are kept. With a device index, `x.cuda(i)` becomes `x.to(torch.device("neuron", i))`
-        and is flagged: under torchrun each process sees only its own NeuronCore, index 0. With
+        and is flagged: in a distributed run each process owns one NeuronCore, `neuron:<local rank>`, and any
+        other index fails. With
         `device-style = "accelerator"` the target is `_accelerator_device()`, a small inserted helper that returns
         `torch.accelerator.current_accelerator()` or the CPU when there is no accelerator.
     """,
@@ -400,7 +401,7 @@ def cuda_method(site, ctx):
         target = device_flow.facts(ctx.analysis).device_name_at(call) or '"neuron"'
     else:
         target = f'{fx.ref("torch")}.device("neuron", {ctx.src(index)})'
-        note = "Under torchrun each process sees one NeuronCore (index 0); check that this index is what you mean."
+        note = LOCAL_DEVICE_NOTE
     recv = ctx.src(call.func.value)
     if not isinstance(call.func.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         recv = f"({recv})"
@@ -720,8 +721,8 @@ def _spell(fx, target: str) -> str:
         where torch-neuronx is installed. `is_bf16_supported()` (a precision choice such as `'bfloat16' if ...
         torch.cuda.is_bf16_supported() else 'float16'`) becomes `torch.get_device_module().is_bf16_supported()`, the
         current accelerator's own answer (torch.neuron has it on TorchNeuron, torch.cuda on a GPU). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
-        that selects the device only when the process sees several: under torchrun TorchNeuron makes each
-        process see just its own NeuronCore, so `set_device(local_rank)` would be out of range.
+        that selects the device only when the process sees several: in a distributed run TorchNeuron gives each
+        process one NeuronCore (index: its local rank), already its current device.
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded
         (`... if torch.accelerator.is_available() else 0`). Used as a value (`sync = torch.cuda.synchronize`), the
         name becomes a lambda calling the replacement.
@@ -739,10 +740,10 @@ def cuda_device_module(site, ctx):
     fx.scope = site.scope
     style_acc = accelerator(ctx)
     if name == "set_device" and not style_acc and site.kind == "call" and site.is_statement:
-        # torchrun + TorchNeuron: each process sees only its own NeuronCore, which is already its current device
+        # TorchNeuron's process group makes the process's one NeuronCore (index: its local rank) its current device
         fx.delete(site.stmt)
-        return ctx.finding(site, "torch.cuda.set_device(): not needed on Neuron, where each torchrun process sees only its own "
-                                 "NeuronCore: removed", fix=fx.build(),
+        return ctx.finding(site, "torch.cuda.set_device(): not needed on Neuron, where the process group makes each process's one "
+                                 "NeuronCore (its local rank) the current device: removed", fix=fx.build(),
                            note="If one process really drives several NeuronCores, select one with torch.accelerator.set_device_index(i).")
     if name in ("manual_seed", "manual_seed_all") and site.kind == "call":
         from neuron_migrate.rules.builtin.xla_core import seed_every_device

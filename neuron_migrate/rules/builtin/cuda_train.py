@@ -348,9 +348,9 @@ def _nccl_available(site, ctx):
     severity="error",
     triggers=[("call", "torch.nn.parallel.DistributedDataParallel"), ("call", "torch.nn.parallel.distributed.DistributedDataParallel")],
     docs="""
-        `DDP(model, device_ids=[local_rank], output_device=local_rank)` names the CUDA device of this rank. Under
-        torchrun TorchNeuron shows each process only its own NeuronCore, so `local_rank` is not a valid index,
-        and on CPU `device_ids` must be None. For a module on a single device, DDP with `device_ids=None` uses
+        `DDP(model, device_ids=[local_rank], output_device=local_rank)` names the CUDA device of this rank. In a
+        distributed run TorchNeuron gives each process one NeuronCore (index: its local rank), which is where the
+        module already is, and on CPU `device_ids` must be None. For a module on a single device, DDP with `device_ids=None` uses
         the module's device (PyTorch DDP docs), so both arguments are removed. Where the module itself went to that
         index (`model = Net().to(rank); DDP(model, device_ids=[rank])`, the DDP tutorial: an int device is the
         current accelerator's, so the module is on `neuron:<rank>`) `device_ids` names the module's own device and

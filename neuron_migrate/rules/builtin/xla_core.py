@@ -8,6 +8,10 @@ from neuron_migrate.names.analysis import child_blocks, walk
 from neuron_migrate.rules.api import const_value, kwarg, rule
 
 XM = "torch_xla.core.xla_model"
+# TorchNeuron's process group (torch_neuronx/distributed/backend.py) gives each process one NeuronCore whose PyTorch
+# index is its local rank; device_count() is then the local world size and any other index is refused
+LOCAL_DEVICE_NOTE = ("In a distributed run each process owns one NeuronCore, `neuron:<local rank>` (its current device), "
+                     "and any other index fails: check that this index is the local rank, or drop it.")
 
 
 def device_expr(fx, index: str | None = None) -> str:
@@ -379,8 +383,9 @@ def mark_step(site, ctx):
     triggers=[("call", f"{XM}.xla_device"), ("call", "torch_xla.device"), ("ref", f"{XM}.xla_device"), ("ref", "torch_xla.device"),
               ("call", "torch_xla.runtime.xla_device")],
     docs="""
-        The XLA device becomes the native `neuron` device: `torch.device("neuron")`. Under torchrun each process
-        sees only its own NeuronCore, so the index-less form is right for multi-process code too. With an index
+        The XLA device becomes the native `neuron` device: `torch.device("neuron")`. Once the neuron process group
+        has started, each process owns one NeuronCore, whose index is its local rank, and it is the current
+        device, so the index-less form is right for multi-process code too. With an index
         (`xm.xla_device(n)`) the result is `torch.device("neuron", n)`, reported because XLA also made that the
         default device. `devkind=` is dropped. With `device-style = "accelerator"` the device is
         `_accelerator_device()`, an inserted helper returning `torch.accelerator.current_accelerator()` or the
@@ -406,7 +411,7 @@ def xla_device(site, ctx):
         site,
         "XLA device with an index: becomes torch.device(\"neuron\", index)",
         fix=fx.build(),
-        note="Under torchrun each process sees one NeuronCore (index 0); check that this index is what you mean.",
+        note=LOCAL_DEVICE_NOTE,
     )
 
 
