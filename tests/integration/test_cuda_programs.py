@@ -34,6 +34,12 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
 - `word_lm/`: pytorch/examples' word_language_model (main.py, model.py, data.py): `--cuda` and `--mps` flags choose
   the device (`if args.cuda: ... elif use_mps: ... else: cpu`), whole-model `torch.save`/`torch.load`. Before: left
   with "dispatches over several backends" and trained on the host CPU. One process only: it has no distributed mode;
+- `ddp_series/`: in the style of pytorch/examples' ddp-tutorial-series: `multigpu.py` (mp.spawn of one worker per
+  GPU, `init_process_group("nccl", rank=rank, world_size=world_size)`, `torch.cuda.set_device(rank)`) and
+  `multigpu_torchrun.py` (torchrun, `LOCAL_RANK`, a snapshot that a restarted job resumes from with
+  `torch.load(snapshot_path)`); both build the optimizer before `model.to(gpu_id)`. Before: resuming died on rank 1
+  (the snapshot's tensors are tagged neuron:0, which rank 1 cannot reach on TorchNeuron), and the emulated device
+  made new Parameters on `.to()` (TorchNeuron keeps them), so the optimizer never trained the model there;
 - `ddp_spawn/`: the DDP tutorial's basic case: `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
   `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
   CPU inputs to the device.
@@ -403,3 +409,54 @@ def test_word_lm_trains_and_reloads_on_emulated_neuron(tmp_path, emulator):
     assert len(valid) == 2 and valid[-1] < 1.0, proc.stdout  # a 20-word cycle: the loss falls far below log(20) = 3.0
     # the best model was saved from the device and loaded back onto it
     assert re.search(r"^device neuron best valid loss", proc.stdout, re.M), proc.stdout
+
+
+def test_ddp_series_snapshot_load_maps_device_tensors(tmp_path):
+    work, out = _rewrite(tmp_path, "ddp_series")
+    text = (work / "multigpu_torchrun.py").read_text()
+    assert ('snapshot = torch.load(snapshot_path, map_location=lambda storage, location: storage if location == "cpu" '
+            'else storage.to(device="neuron"))') in text, text
+    assert 'init_process_group(backend="neuron")' in text and "device_ids" not in text
+    spawned = (work / "multigpu.py").read_text()
+    assert "torch.cuda" not in spawned and "world_size = torch.accelerator.device_count()" in spawned, spawned
+
+
+def _series_run(work: Path, logs: Path, nproc: int, epochs: int) -> str:
+    proc = run_torchrun(["multigpu_torchrun.py", str(epochs), "1", "--batch_size", "16"], nproc=nproc, cwd=work,
+                        env=_env(logs), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_ddp_series_trains_and_resumes_under_torchrun(tmp_path, emulator, nproc):
+    """The torchrun program trains (its loss falls: the optimizer built before model.to() trains the model on the
+    device), ranks end equal in one group, and a restarted job resumes from rank 0's snapshot on every rank."""
+    work, _ = _rewrite(tmp_path, "ddp_series")
+    out = _series_run(work, tmp_path / "logs1", nproc, 3)
+    losses = [float(m.group(1)) for m in re.finditer(r"rank 0 epoch \d loss ([0-9.]+)", out)]
+    assert len(losses) == 3 and losses[-1] < 0.95 * losses[0], out[-3000:]  # untrained: equal every epoch
+    first = _final(out, r"rank (?P<rank>\d) device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", nproc)
+    _groups(tmp_path / "logs1", nproc)
+    assert (work / "snapshot.pt").exists()
+    out = _series_run(work, tmp_path / "logs2", nproc, 5)  # resumes at the snapshot's epoch on every rank
+    assert "Loading snapshot" in out and "rank 0 epoch 0 loss" not in out, out[-3000:]
+    again = _final(out, r"rank (?P<rank>\d) device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", nproc)
+    assert again[0].group("checksum") != first[0].group("checksum")  # it trained on from the snapshot
+
+
+@pytest.mark.slow
+def test_ddp_series_spawned_workers_train(tmp_path, emulator):
+    work, _ = _rewrite(tmp_path, "ddp_series")
+    logs = tmp_path / "collectives"
+    env = dict(_env(logs), NM_EMULATOR_DEVICES="2", TUTORIAL_PORT=str(_port()))  # devices seen = workers spawned
+    proc = subprocess.run([sys.executable, "multigpu.py", "3", "1", "--batch_size", "16"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    losses = [float(m.group(1)) for m in re.finditer(r"rank 0 epoch \d loss ([0-9.]+)", out)]
+    assert len(losses) == 3 and losses[-1] < 0.95 * losses[0], out[-3000:]  # untrained: equal every epoch
+    _final(out, r"rank (?P<rank>\d) device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", 2)
+    _groups(logs, 2)

@@ -264,3 +264,22 @@ def test_fallback_op_missing_a_host_dtype_still_fails(run_emulated):
             result = str(exc)
     """, env={"NM_EMULATOR_NO_KERNEL": "aten::histc"})
     assert "not implemented for 'Int'" in r
+
+
+def test_module_to_keeps_its_parameter_objects(run_emulated):
+    """TorchNeuron lets a CPU and a neuron tensor swap contents through `.data =` (its
+    _has_compatible_shallow_copy_type), as CUDA does for CPU and CUDA tensors: `model.to("neuron")` keeps each
+    Parameter object, so an optimizer built before the move (the DDP tutorial's Trainer: model.to(gpu_id) after
+    load_train_objs built the optimizer) trains the model. torch's default for a PrivateUse1 backend makes new
+    Parameters instead, and such a program silently never trained here."""
+    r = run_emulated("""
+        model = torch.nn.Linear(2, 1)
+        weight = model.weight
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        model.to("neuron")
+        before = model.weight.detach().cpu().clone()
+        model(torch.ones(4, 2, device="neuron")).sum().backward()
+        opt.step()
+        result = [model.weight is weight, str(weight.device), (model.weight.detach().cpu() - before).abs().sum().item()]
+    """)
+    assert r[0] is True and r[1] == "neuron:0" and r[2] == pytest.approx(4.0), r

@@ -881,6 +881,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", at::native::set_tensor_);
   m.impl("set_", emu_set_empty_);
   m.impl("record_stream", emu_record_stream);
+  // As TorchNeuron (NeuronNativeFunctions.cpp): a CPU and a neuron tensor may swap their contents through
+  // `.data =`, so Module.to("neuron") keeps each Parameter object and an optimizer built before it keeps training
+  // the model (torch's default for a PrivateUse1 backend makes new Parameters, which such an optimizer never sees).
+  m.impl("_has_compatible_shallow_copy_type", [](const at::Tensor& self, const at::Tensor& from) -> bool {
+    auto a = self.device().type(), b = from.device().type();
+    return a == b || (a == c10::DeviceType::CPU && b == kEmu) || (a == kEmu && b == c10::DeviceType::CPU);
+  });
 }
 
 // torch.autocast("neuron"): the CUDA op lists (TorchNeuron follows them), as torch registers them for CUDA.

@@ -1,5 +1,5 @@
 """CUDA training code to TorchNeuron: autocast, GradScaler, NCCL, DDP device ids, torch.compile settings,
-and CUDA-only machinery that needs a human (NM206-NM209, NM213, NM216-NM219; torch.compile backend/mode/dynamic are NM401-NM403).
+and CUDA-only machinery that needs a human (NM206-NM209, NM213, NM216-NM219, NM229; torch.compile backend/mode/dynamic are NM401-NM403).
 
 Sources: TorchNeuron landing page (autocast `device_type="neuron"`, backend `"neuron"` for torch.distributed
 and torch.compile, remove CUDA-specific compile parameters such as `mode="max-autotune-no-cudagraphs"`):
@@ -15,7 +15,7 @@ from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, values
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
-                                                      lines_text, set_fix, skip_dispatch)
+                                                      lines_text, set_fix, skip_dispatch, string_quote)
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -402,6 +402,58 @@ def _module_placed_by_index(call, ctx) -> bool:
                 and value.args and ctx.src(value.args[0]) == index:
             return True
     return False
+
+
+# -- NM229 ------------------------------------------------------------------------------------------
+# FSDP (torch_xla's, FSDP1, FSDP2) and DTensor programs: their checkpoints hold DTensors, which torch.load
+# rebuilds only with a str/dict map_location, and each rank reloads the per-rank file it saved
+_SHARDED = ("torch_xla.distributed.fsdp", "torch.distributed.fsdp", "torch.distributed._composable.fsdp",
+            "torch.distributed.tensor", "torch.distributed._tensor", "torch.distributed.checkpoint")
+_RESTORE = 'lambda storage, location: storage if location == "cpu" else storage.to(device="neuron")'
+
+
+@rule(
+    code="NM229",
+    name="load-map-location",
+    summary="torch.load without map_location in a distributed program: device tensors come back on this rank's NeuronCore",
+    fix="safe",
+    severity="error",
+    triggers=[("call", "torch.load"), ("call", "torch.serialization.load")],
+    docs=f"""
+        `torch.load(path)` with no `map_location` puts each tensor back on the device it was saved from. Rank 0
+        saves the checkpoint, so its tensors are tagged `neuron:0`; in a distributed run TorchNeuron gives each
+        process one NeuronCore, `neuron:<local rank>`, and any other index fails ("device that doesn't attach to this
+        process": torch_neuronx's c10_neuron device), so every rank but 0 dies when it resumes (the DDP tutorial's
+        `multigpu_torchrun.py` `_load_snapshot`). On CUDA every process sees every GPU and the same line worked. A
+        checkpoint the original CUDA program wrote (tags `cuda:0`) fails to load on a host without CUDA as well.
+        In a file that runs in a process group (it starts one, DDP/FSDP-wraps, or a distributed program of the
+        repository runs it) `map_location={_RESTORE}` is added: tensors saved on a device (neuron or cuda) come back
+        on this rank's NeuronCore (the current device), tensors saved on the CPU stay there, as before (datasets,
+        RNG states). A call that passes `map_location` (or a second positional argument) is left as it is, and so
+        is a file that uses FSDP or DTensor: torch.load rebuilds DTensors only with a string or dict
+        `map_location` ("Callable map_location not supported with _rebuild_wrapper_subclass"), and there each rank
+        reloads the shards it saved itself, on its own device.
+    """,
+    examples=[('torch.distributed.init_process_group("neuron")\nsnapshot = torch.load(snapshot_path)',
+               f'torch.distributed.init_process_group("neuron")\nsnapshot = torch.load(snapshot_path, map_location={_RESTORE})')],
+)
+def load_map_location(site, ctx):
+    from neuron_migrate.program.distributed import facts
+
+    call = site.call
+    if len(call.args) != 1 or has_star_args(call) or any(k.arg in ("map_location", None) for k in call.keywords):
+        return None
+    f = facts(ctx.analysis)
+    if f.single_device or not (f.starts_group or f.distributed_elsewhere or f.group_elsewhere):
+        return None
+    if any(q.startswith(_SHARDED) for q in [*f.calls, *f.refs]):
+        return None  # DTensor checkpoints refuse a callable map_location; each rank loads the shards it saved
+    q = string_quote(site, ctx)
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    fx.replace(call, f"{ctx.src(call.func)}({call_args_src(call, ctx)}, map_location={_RESTORE.replace(chr(34), q)})")
+    return ctx.finding(site, "torch.load without map_location puts rank 0's device tensors back on neuron:0, which other "
+                             "ranks cannot reach on TorchNeuron: map device tensors to this rank's NeuronCore", fix=fx.build())
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
