@@ -415,7 +415,7 @@ class RepositoryModel:
         "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step);
         "closed": the file's top-level classes that no other repository file imports (NM130, NM144);
         "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144);
-        "spmd_bases": see `_spmd_bases` (NM150)."""
+        "spmd_bases", "spmd_models": see `_spmd_bases`, `_spmd_models` (NM150)."""
         rel = self.rel(path)
         if rel is None or rel not in self.py:
             return None
@@ -440,6 +440,9 @@ class RepositoryModel:
         bases = self._spmd_bases(rel)
         if bases:
             out["spmd_bases"] = bases
+        models = self._spmd_models(rel)
+        if models:
+            out["spmd_models"] = models
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
@@ -463,6 +466,24 @@ class RepositoryModel:
             out.update(got)
         return out or None
 
+    def _is_spmd(self, rel: str) -> bool:
+        return any(imp[1].startswith(_SPMD_IMPORTS) or (imp[1] == "torch_xla.distributed" and any(
+            n == "spmd" for n, _l in imp[2] or ())) for imp in self.py[rel].get("i", ()))
+
+    def _spmd_models(self, rel: str) -> dict:
+        """{class name as the file writes it: `_batch_norm`'s answer} for the classes a file that imports torch_xla's
+        SPMD defines or imports from other repository files (NM150: a data-parallel model that may hold BatchNorm is
+        not wrapped in plain DDP, since SPMD normalised over the global batch and a process per device normalises its
+        slice)."""
+        if not self._is_spmd(rel):
+            return {}
+        names = set(self.py[rel].get("c", ()))
+        for imp in self.py[rel].get("i", ()):
+            for imported, local in imp[2] or ():
+                if self._class_file(rel, local, 0) is not None:
+                    names.add(local)
+        return {name: self._batch_norm(rel, f"{name}(") for name in sorted(names)}
+
     def _spmd_bases(self, rel: str) -> dict:
         """{Class: what the `__init__` of its one base class, a class of another repository file, does (scan.class_inits:
         "o", "c"; with one optimizer, "a": [line, text] of the model attribute's assignment, "r": the lines that
@@ -470,8 +491,7 @@ class RepositoryModel:
         the optimizer trains is a class of this repository that holds no BatchNorm, else why it may)} for the classes of a file that imports torch_xla's SPMD (NM150: pytorch/xla's
         train_resnet_spmd_data_parallel.py subclasses a trainer whose base class builds the model and its optimizer)."""
         rec = self.py[rel]
-        if not rec.get("c") or not any(imp[1].startswith(_SPMD_IMPORTS) or (imp[1] == "torch_xla.distributed" and any(
-                n == "spmd" for n, _l in imp[2] or ())) for imp in rec.get("i", ())):
+        if not rec.get("c") or not self._is_spmd(rel):
             return {}
         out: dict = {}
         for cls, bases in rec["c"].items():
@@ -535,7 +555,7 @@ class RepositoryModel:
     def _batch_norm(self, rel: str, built: str):
         """0 when `built` (the text assigned to the model attribute: `Net(...).to(device)`) makes a class of this
         repository whose module, and every repository module that one imports, holds no BatchNorm and imports
-        nothing beyond torch and the standard library; else why the model may hold BatchNorm layers."""
+        nothing beyond torch, torch_xla and the standard library; else why the model may hold BatchNorm layers."""
         import re
 
         m = re.match(r"([A-Za-z_][\w.]*)\(", built)
@@ -550,7 +570,7 @@ class RepositoryModel:
                 return f"{f} uses BatchNorm"
             for imp in self.py[f].get("i", ()):
                 top = imp[1].partition(".")[0]
-                if not imp[0] and top and top not in self.names and top not in _PLAIN_LIBRARIES:
+                if not imp[0] and top and top not in self.names and top not in _PLAIN_LIBRARIES and top != "torch_xla":
                     return f"{f} imports {imp[1]}, whose modules may hold BatchNorm"
         return 0
 

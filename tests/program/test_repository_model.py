@@ -910,3 +910,65 @@ def test_nm150_wraps_the_model_a_base_class_in_another_file_builds(tmp_path, mon
                 "mesh['data'].get_group()), device_mesh=mesh['data'])` right after the mesh") in out
     else:
         assert "write `self.model = DistributedDataParallel(self.model, device_mesh=mesh['data'])` right after the mesh" in out
+
+
+SPMD_DP_SCRIPT = """\
+    import numpy as np
+    import torch
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    from model import Net
+
+    xr.use_spmd()
+
+
+    def train(loader):
+        num_devices = xr.global_runtime_device_count()
+        mesh = xs.Mesh(np.arange(num_devices), (num_devices,), ("data",))
+        device = xm.xla_device()
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for data, target in loader:
+            data, target = data.to(device), target.to(device)
+            xs.mark_sharding(data, mesh, ("data", None))
+            xs.mark_sharding(target, mesh, ("data",))
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(data), target).backward()
+            optimizer.step()
+
+
+    if __name__ == "__main__":
+        train([])
+    """
+
+
+@pytest.mark.parametrize(("norm", "layers", "expect"), [
+    ("", "", None),
+    ("import torch.nn as nn\n", "nn.BatchNorm1d(4)", "may hold BatchNorm layers (model.py uses BatchNorm)"),
+    ("from layers import Block\n", "Block()", "may hold BatchNorm layers (layers.py uses BatchNorm)"),
+    ("import timm\n", "timm.layers.Mlp(4)", "may hold BatchNorm layers (model.py imports timm, whose modules may hold BatchNorm)"),
+])
+def test_nm150_single_file_data_parallel_checks_the_model_for_batchnorm(tmp_path, monkeypatch, norm, layers, expect):
+    """A one-file SPMD data-parallel program whose model class comes from another repository file: DDP alone is the
+    rewrite only when that class (and what it imports from the repository) holds no BatchNorm, since XLA SPMD
+    normalised over the global batch and a process per device normalises its slice; otherwise the finding gives the
+    SyncBatchNorm form and the file keeps its SPMD program."""
+    extra = f"\n        self.extra = {layers}" if layers else ""
+    net = (f"import torch\n{norm}\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           f"        self.fc = torch.nn.Linear(4, 2){extra}\n\n    def forward(self, x):\n        return self.fc(x)\n")
+    root = write(tmp_path / "r", {"pyproject.toml": "", "model.py": net, "train.py": SPMD_DP_SCRIPT,
+                                  "layers.py": "import torch.nn as nn\n\n\nclass Block(nn.Sequential):\n"
+                                               "    def __init__(self):\n        super().__init__(nn.BatchNorm1d(4))\n"})
+    monkeypatch.chdir(root)
+    out = _audit(root / "train.py")
+    fixed = _rewritten(root / "train.py")
+    if expect is None:
+        assert ('+    model = DistributedDataParallel(model, device_mesh=mesh["data"])\n'
+                "     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n") in fixed, fixed
+        return
+    assert expect in out, out
+    assert ("Write `model = DistributedDataParallel(nn.SyncBatchNorm.convert_sync_batchnorm(model, "
+            "mesh['data'].get_group()), device_mesh=mesh['data'])` after the mesh and before the optimizer") in out
+    assert "DistributedDataParallel(" not in fixed and "init_device_mesh" not in fixed

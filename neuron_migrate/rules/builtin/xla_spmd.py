@@ -185,7 +185,10 @@ def _mesh_plan(call: ast.Call, ctx) -> str:
         the optimizer built before the wrap stays valid. Only when that `__init__` builds one such optimizer, reads
         `self.model` nowhere else, calls no method of self, and the model is a class of the repository whose modules
         hold no BatchNorm and import nothing but torch and the standard library (SPMD normalised over the global
-        batch; the finding gives the `nn.SyncBatchNorm.convert_sync_batchnorm` form otherwise).
+        batch; the finding gives the `nn.SyncBatchNorm.convert_sync_batchnorm` form otherwise). The same BatchNorm check
+        holds where the file builds the model and its optimizer itself: the model is a torch.nn module or a class of
+        the repository that holds no BatchNorm (through what it imports from the repository), in a file that names
+        none; a model from another library (torchvision, timm) keeps the SPMD program with that finding.
         What changes: a rank's loss is its slice's (the global loss is the mean over ranks); DDP's state_dict keys
         gain `module.`; FSDP2 and tensor-parallel parameters are DTensors; the launcher must start `torchrun
         --nproc_per_node=N` (N devices). Left as findings, and the whole file with them (the finding at the use says

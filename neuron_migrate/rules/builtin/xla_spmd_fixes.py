@@ -504,8 +504,60 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
     if (not isinstance(stmt, ast.Assign) or ctx.analysis.parent_of.get(stmt) is not scope or stmt.lineno < mcall.lineno
             or not _visible(ctx, plan.meshes[mesh], stmt)):
         return why
+    norm = _batch_norm_here(ctx, scope, stmt, model)
+    if norm:
+        return (f"the model `{model}` may hold BatchNorm layers ({norm}): XLA SPMD normalised them over the global "
+                f"batch, a process per device would normalise its slice. Write `{model} = DistributedDataParallel("
+                f"nn.SyncBatchNorm.convert_sync_batchnorm({model}, {mesh}[{axis!r}].get_group()), device_mesh="
+                f"{mesh}[{axis!r}])` after the mesh and before the optimizer by hand (SyncBatchNorm normalises over the "
+                "ranks' slices together), or plain DDP if the model has none")
     plan.ddp = (stmt, model, mesh, axis)
     return ""
+
+
+_NORM_WORDS = ("BatchNorm", "batch_norm", "torch.hub")
+
+
+def _batch_norm_here(ctx, scope, opt_stmt, model: str) -> str:
+    """"" when the model the optimizer trains is built in this file from a class known to hold no BatchNorm: a class
+    of this repository (the repository model's "spmd_models"; without one, a class of this file that imports only
+    torch and the standard library) or a torch.nn module, in a file that names no BatchNorm; else why it may."""
+    a = ctx.analysis
+    if any(w in a.text for w in _NORM_WORDS):
+        return "this file names BatchNorm"
+    built = None
+    for node in walk(scope):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and _key(node.targets[0]) == model
+                and node.lineno < opt_stmt.lineno and (built is None or node.lineno > built.lineno)):
+            built = node
+    value = built.value if built is not None else None
+    while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+           and isinstance(value.func.value, ast.Call)):  # Net(...).to(device).train()
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return f"where `{model}` is built was not found before its optimizer in this function"
+    name = ast.unparse(value.func)
+    facts = (getattr(a, "outside", None) or {}).get("spmd_models")
+    if facts is not None and name in facts:
+        return "" if facts[name] == 0 else facts[name]
+    q = dict((id(c), q) for c, q in a.resolved_calls).get(id(value), "")
+    if q.startswith("torch.nn.") and "Norm" not in q:
+        return ""
+    if facts is None and isinstance(value.func, ast.Name) and any(
+            isinstance(st, ast.ClassDef) and st.name == name for st in a.tree.body):
+        plain = ("torch", "torch_xla", "numpy", "math", "os", "sys", "functools", "typing", "__future__", "json")
+        for st in a.tree.body:
+            if isinstance(st, ast.Import):
+                mods = [al.name for al in st.names]
+            elif isinstance(st, ast.ImportFrom):
+                mods = ["." * st.level + (st.module or "")]
+            else:
+                continue
+            other = next((m for m in mods if m.partition(".")[0] not in plain), None)
+            if other is not None:
+                return f"{name} is a class of this file, which imports {other}"
+        return ""
+    return f"{name} is not a model class of this repository"
 
 
 def _base_optimizer(ctx, plan: Plan, mesh: str, axis: str) -> "str | None":
