@@ -110,11 +110,14 @@ def dispatch_guard(site, ctx):
         return False  # the choice already has its neuron branch (NM203's, on an earlier run or round): nothing to add
     if not accelerator(ctx) and any(p.blocked is not None and p.fn is fn for p in cuda_picker.pickers(ctx)):
         return False  # NM203 says at each picker why no neuron branch is added
-    parent = ctx.analysis.parent_of.get(node)
-    if (not accelerator(ctx) and isinstance(parent, ast.If) and parent.test is node and not parent.orelse
+    parent, test = ctx.analysis.parent_of.get(node), node
+    while isinstance(parent, (ast.BoolOp, ast.UnaryOp)) and not isinstance(getattr(parent, "op", None), ast.Or):
+        parent, test = ctx.analysis.parent_of.get(parent), parent  # `torch.cuda.is_available() and not opt.cuda`
+    if (not accelerator(ctx) and isinstance(parent, ast.If) and parent.test is test and not parent.orelse
             and not any(_torch_cuda_node(n, ctx) for stmt in parent.body for n in walk(stmt))
             and any(p.blocked is None and p.fn is fn for p in cuda_picker.pickers(ctx))):
-        return False  # `if torch.cuda.is_available(): print("...run with --cuda")` beside a picker that gets its branch
+        return False  # `if torch.cuda.is_available() [and not args.cuda]: print("...run with --cuda")` beside a
+        # picker that gets its branch
     backends = sorted((flow.dispatch_backends(node) | (vs.kinds if vs is not None else set())) - {"cpu", "meta"})
     where = f"`{fn.name}()`" if fn is not None else "module-level code"
     found = cuda_picker.twins(ctx, fn) if not accelerator(ctx) else []

@@ -151,6 +151,14 @@ def pickers(ctx) -> list:
                 continue  # it already has a neuron (or device-agnostic) branch
             cuda = [i for i, k in enumerate(kinds) if k == {"cuda"}]
             others = [i for i, k in enumerate(kinds) if len(k) == 1 and k != {"cuda"}]
+            if not others:
+                # `elif opt.mps: device = torch.device("mps")` (pytorch/examples' dcgan): a flag named for the backend
+                # whose device the branch sets stands for that backend's branch
+                for i, b in enumerate(branches):
+                    kind = _flag_backend(b) if not kinds[i] and isinstance(b, ast.If) else None
+                    if kind:
+                        kinds[i] = {kind}
+                        others.append(i)
             flag = not cuda
             if not cuda and others:
                 # `if args.cuda: device = torch.device("cuda")` (word_language_model's --cuda flag): the user's request
@@ -206,6 +214,20 @@ def _names_cuda(test) -> bool:
         if word.lower() in ("cuda", "use_cuda", "use_gpu", "gpu"):
             return True
     return False
+
+
+_FLAG_BACKENDS = ("mps", "xpu")
+
+
+def _flag_backend(branch: ast.If):
+    """The backend a branch picks when a flag named for it asks (`if args.mps: device = torch.device("mps")`)."""
+    for kind in _FLAG_BACKENDS:
+        named = any((n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else "").lower()
+                    in (kind, f"use_{kind}") for n in walk(branch.test))
+        if named and any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == kind
+                         for stmt in branch.body for n in walk(stmt)):
+            return kind
+    return None
 
 
 def _sets_cuda_device(body) -> bool:
