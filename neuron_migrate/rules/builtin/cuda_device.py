@@ -739,6 +739,9 @@ def cuda_device_module(site, ctx):
         return out
     name = site.key.rsplit(".", 1)[1]
     neuron_t, acc_t, default = _DEVICE_CALLS[name]
+    if name == "device_count" and site.kind == "call":
+        if data_parallel_guard(site.call, ctx) is not None:
+            return None  # `if torch.cuda.device_count() > 1: DataParallel(...)` stays CUDA: NM230 says why at the wrap
     fx = ctx.fixer()
     fx.scope = site.scope
     style_acc = accelerator(ctx)
@@ -778,6 +781,31 @@ def cuda_device_module(site, ctx):
     return ctx.finding(site, f"torch.cuda.{name}() needs CUDA: use {target}()", fix=fx.build(safety), note=note)
 
 
+# nn.DataParallel (NM230): its guard on the CUDA device count stays CUDA
+DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
+                 "torch.nn.parallel.data_parallel")
+
+
+def wraps_data_parallel(stmts, ctx) -> bool:
+    """Some statement of `stmts` calls nn.DataParallel (or nn.parallel.data_parallel)."""
+    a = ctx.analysis
+    return any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))
+               and (a.resolve(n.func, a.module_scope, count_use=False) or "") in DATA_PARALLEL
+               for stmt in stmts for n in walk(stmt))
+
+
+def data_parallel_guard(node, ctx):
+    """The `if` whose test holds `node` (through comparisons and boolean operators) and whose body wraps the model
+    in DataParallel (`if torch.cuda.device_count() > 1: model = nn.DataParallel(model)`), else None."""
+    parents = ctx.analysis.parent_of
+    child, p = node, parents.get(node)
+    while isinstance(p, (ast.Compare, ast.BoolOp, ast.UnaryOp)):
+        child, p = p, parents.get(p)
+    if isinstance(p, ast.If) and p.test is child and wraps_data_parallel(p.body, ctx):
+        return p
+    return None
+
+
 # -- NM205 ------------------------------------------------------------------------------------------
 @rule(
     code="NM205",
@@ -802,6 +830,8 @@ def cuda_api(site, ctx):
     if skip:
         return out
     name = site.key[len("torch.cuda."):]
+    if name == "device_count" and site.kind == "call" and data_parallel_guard(site.call, ctx) is not None:
+        return None  # kept on purpose (NM230 says why at the DataParallel wrap)
     return ctx.finding(site, f"`torch.cuda.{name}` needs CUDA: replace it with its torch.accelerator / torch.neuron equivalent by hand")
 
 

@@ -1,5 +1,5 @@
 """CUDA training code to TorchNeuron: autocast, GradScaler, NCCL, DDP device ids, torch.compile settings,
-and CUDA-only machinery that needs a human (NM206-NM209, NM213, NM216-NM219, NM229; torch.compile backend/mode/dynamic are NM401-NM403).
+and CUDA-only machinery that needs a human (NM206-NM209, NM213, NM216-NM219, NM229, NM230; torch.compile backend/mode/dynamic are NM401-NM403).
 
 Sources: TorchNeuron landing page (autocast `device_type="neuron"`, backend `"neuron"` for torch.distributed
 and torch.compile, remove CUDA-specific compile parameters such as `mode="max-autotune-no-cudagraphs"`):
@@ -14,8 +14,10 @@ import ast
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, values
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin import cuda_picker
 from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
-                                                      lines_text, set_fix, skip_dispatch, string_quote)
+                                                      lines_text, set_fix, skip_dispatch, string_quote,
+                                                      DATA_PARALLEL, wraps_data_parallel)
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -454,6 +456,62 @@ def load_map_location(site, ctx):
     fx.replace(call, f"{ctx.src(call.func)}({call_args_src(call, ctx)}, map_location={_RESTORE.replace(chr(34), q)})")
     return ctx.finding(site, "torch.load without map_location puts rank 0's device tensors back on neuron:0, which other "
                              "ranks cannot reach on TorchNeuron: map device tensors to this rank's NeuronCore", fix=fx.build())
+
+
+# -- NM230 ------------------------------------------------------------------------------------------
+def _in_picker_fallback(node, ctx) -> bool:
+    """`node` is in the final `else` of a device picker (an if chain that picks among backends, before or after
+    NM203 gave it its neuron branch)."""
+    parents = ctx.analysis.parent_of
+    tops = {id(p.top) for p in cuda_picker.pickers(ctx)}
+    p = parents.get(node)
+    while p is not None:
+        if isinstance(p, ast.If) and any(node is st for st in p.orelse):
+            top = p
+            while isinstance(parents.get(top), ast.If) and parents[top].orelse == [top]:
+                top = parents[top]
+            branches, _ = cuda_picker._chain(top)
+            if id(top) in tops or any("accelerator" in ctx.src(b.test) for b in branches):
+                return True
+        node, p = p, parents.get(p)
+    return False
+
+
+@rule(
+    code="NM230",
+    name="data-parallel",
+    summary="nn.DataParallel fails on TorchNeuron (CUDA's scatter): one process per NeuronCore with DDP instead",
+    fix="none",
+    severity="error",
+    triggers=[("call", q) for q in DATA_PARALLEL],
+    docs="""
+        `nn.DataParallel` drives several devices from one process: it splits each batch with
+        `torch._C._scatter` and copies the module with `torch._C._broadcast_coalesced`, which exist only in a
+        CUDA build of torch. TorchNeuron runs on torch's CPU build (its documented install takes torch from
+        download.pytorch.org/whl/cpu), and DataParallel picks the `neuron` device there (`torch._utils._get_available_device_type`), so its forward fails ("module 'torch._C' has
+        no attribute '_scatter'"), even with one NeuronCore (measured on the emulated device). Run one process
+        per NeuronCore under torchrun and wrap the model in `DistributedDataParallel`, or use the module
+        unwrapped (its state_dict keys then lose the `module.` prefix). Where the wrap is guarded by a CUDA device
+        count (`if torch.cuda.device_count() > 1: model = nn.DataParallel(model)`), the guard stays CUDA (NM204
+        leaves it): 0 on a Trainium host, so the model trains unwrapped on one NeuronCore, as before on a machine
+        with one GPU. A wrap in a device picker's final `else` (the CPU fallback, pytorch/examples' imagenet) is
+        not reported: once the picker has its neuron branch a Trainium host never reaches it (NM203 reports a picker
+        that cannot get one).
+    """,
+    examples=[("model = torch.nn.DataParallel(model)", None)],
+)
+def data_parallel(site, ctx):
+    if _in_picker_fallback(site.stmt, ctx):
+        return None  # a device picker's CPU fallback: unreachable once the picker has its neuron branch (NM203)
+    kept = ""
+    p = ctx.analysis.parent_of.get(site.stmt)
+    while p is not None and not isinstance(p, ast.If):
+        p = ctx.analysis.parent_of.get(p)
+    if p is not None and "torch.cuda.device_count" in ctx.src(p.test) and wraps_data_parallel(p.body, ctx):
+        kept = ("; the `torch.cuda.device_count()` guard stays CUDA (0 on a Trainium host), so the model trains "
+                "unwrapped on one NeuronCore")
+    return ctx.finding(site, "nn.DataParallel fails on TorchNeuron (its scatter and broadcast exist only in CUDA builds "
+                             f"of torch): run one process per NeuronCore with torchrun and DistributedDataParallel{kept}")
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
