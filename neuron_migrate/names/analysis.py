@@ -145,6 +145,9 @@ def child_blocks(stmt: ast.stmt) -> Iterator[list]:
 
 
 _DEVICE_STRING = re.compile(r"^(xla|cuda|neuron)(:\d+)?$")
+# a CUDA device string completed by %-formatting or str.format ('cuda:%d' % rank, 'cuda:{}'.format(gpu)): the DDP
+# tutorial's checkpoint map {'cuda:%d' % 0: 'cuda:%d' % rank}
+CUDA_FORMAT = re.compile(r"^cuda:(?:%d|%i|%s|\{\}|\{0\})$")
 
 
 class AnalysisError(Exception):
@@ -156,7 +159,7 @@ def string_key(value: str) -> str:
     if not value.startswith(("xla", "cuda", "neuron")):  # most strings (docstrings): no match is possible
         return value
     m = _DEVICE_STRING.match(value)
-    return m.group(1) if m else value
+    return m.group(1) if m else "cuda" if CUDA_FORMAT.match(value) else value
 
 
 # Plain classes, not dataclasses: importing dataclasses costs every start-up about 20 ms (files/records.py).

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import re
 
+from neuron_migrate.names.analysis import CUDA_FORMAT
 from neuron_migrate.program import cached, program_nodes
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up): it serves annotations only
@@ -59,7 +60,7 @@ _DEVICE_VALUES = {"torch.device", "torch_xla.core.xla_model.xla_device", "torch_
 def device_kind(value: str) -> Optional[str]:
     """'xla:1' -> 'xla'; None for a string that is not a device name."""
     m = _WORD.match(value)
-    return m.group(1) if m else None
+    return m.group(1) if m else "cuda" if CUDA_FORMAT.match(value) else None
 
 
 # Plain classes, not dataclasses: importing dataclasses costs every start-up about 20 ms (files/records.py).

@@ -40,7 +40,8 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   `torch.load(snapshot_path)`); both build the optimizer before `model.to(gpu_id)`. Before: resuming died on rank 1
   (the snapshot's tensors are tagged neuron:0, which rank 1 cannot reach on TorchNeuron), and the emulated device
   made new Parameters on `.to()` (TorchNeuron keeps them), so the optimizer never trained the model there;
-- `ddp_spawn/`: the DDP tutorial's basic case: `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
+- `ddp_spawn/`: the DDP tutorial's basic case and its checkpoint demo (rank 0 saves, every rank loads with
+  `map_location = {'cuda:%d' % 0: 'cuda:%d' % rank}`): `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
   `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
   CPU inputs to the device.
 
@@ -198,6 +199,8 @@ def test_spawned_workers_keep_the_module_device_index(tmp_path):
     assert "n_gpus = torch.accelerator.device_count()" in text
     # the module went to device `rank` and DDP moves the inputs there: device_ids names the module's own device
     assert "model = ToyModel().to(rank)\n    ddp_model = DDP(model, device_ids=[rank])" in text
+    # the checkpoint demo's location map: rank 0's tensors (neuron:0) go to this rank's NeuronCore
+    assert "map_location = {'neuron:%d' % 0: 'neuron:%d' % rank}" in text, text
 
 
 def test_config_values_in_another_module_change_with_their_use(tmp_path):
@@ -341,7 +344,11 @@ def test_spawned_ddp_tutorial_trains(tmp_path, emulator, nproc):
     proc = subprocess.run([sys.executable, "main.py"], cwd=work, env=env, capture_output=True, text=True, timeout=400)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    trained = _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    # every rank reloaded rank 0's checkpoint onto its own NeuronCore (neuron:0 is not reachable from rank 1)
+    reloaded = _final(out, r"rank (?P<rank>\d) reloaded on neuron:(?P<index>\d) checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", nproc)
+    assert all(m.group("index") == m.group("rank") for m in reloaded), out[-3000:]
+    assert reloaded[0].group("checksum") == trained[0].group("checksum")
     first = float(re.search(r"rank 0 step 0 loss ([0-9.]+)", out).group(1))
     last = float(re.search(r"rank 0 step 29 loss ([0-9.]+)", out).group(1))
     assert last < 0.5 * first, out[-3000:]

@@ -469,8 +469,10 @@ class _AsSite:
     docs=f"""
         Device strings: `.to('cuda')`, `device='cuda'`, `torch.device('cuda', i)`, `'cuda:0'`,
         `f'cuda:{{rank}}'`, `x.device.type == 'cuda'`, `torch.autocast('cuda')`, `device = 'cuda'`. Where the string
-        flows into a device position it becomes `'neuron'` (an index is kept; under torchrun each process sees
-        one NeuronCore, so an index other than 0 is usually wrong). Strings that may be configuration (argparse
+        flows into a device position it becomes `'neuron'` (an index is kept: in a distributed run each process
+        owns one NeuronCore whose index is its local rank, so `f'cuda:{{local_rank}}'` keeps its meaning). Strings
+        completed by formatting (`'cuda:%d' % rank`, `'cuda:{{}}'.format(gpu)`) and the location tags of a
+        `map_location` table (`{{'cuda:%d' % 0: 'cuda:%d' % rank}}`, the DDP tutorial's checkpoint) change too. Strings that may be configuration (argparse
         choices/defaults, dict values) follow their value set (`neuron_migrate.program.values`, as NM103): a value
         that reaches a torch device position changes in every place together (argparse default and choices
         included); a label that configuration may pass in is kept everywhere. Device-dispatching code (a function
@@ -492,6 +494,14 @@ def cuda_device_string(site, ctx):
         return out
     if _choice_of_cuda_is_available(node, ctx, site):
         return None  # NM203 rewrites the whole choice
+    target = _AsSite(site, node) if node is not site.node else site
+    if device_string_context(target, ctx) == "map_location table":
+        # torch.load's location tags ({'cuda:0': f'cuda:{rank}'}): strings in either style, keys and values alike
+        fx = ctx.fixer()
+        fx.scope = site.scope
+        fx.replace(node, ctx.src(node).replace("cuda", "neuron", 1))
+        return ctx.finding(site, f"{ctx.src(node)} is a device in a map_location table: becomes 'neuron' (a rank's "
+                                 "NeuronCore has its local rank as index)", fix=fx.build())
     vs = values.facts(ctx.analysis).set_of(node)
     parent = ctx.analysis.parent_of.get(node)
     moves = ((isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "to"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from neuron_migrate.names.analysis import child_blocks, walk
+from neuron_migrate.names.analysis import CUDA_FORMAT, child_blocks, walk
 from neuron_migrate.rules.api import const_value, kwarg, rule
 
 XM = "torch_xla.core.xla_model"
@@ -424,6 +424,22 @@ def device_string_context(site, ctx) -> str | None:
     node = site.node
     parent = site.parent
     a = ctx.analysis
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and CUDA_FORMAT.match(node.value):
+        # 'cuda:%d' % rank, 'cuda:{}'.format(gpu): the formatted expression is the device value
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mod) and parent.left is node:
+            node, parent = parent, a.parent_of.get(parent)
+        elif isinstance(parent, ast.Attribute) and parent.attr == "format" and isinstance(a.parent_of.get(parent), ast.Call):
+            node = a.parent_of[parent]
+            parent = a.parent_of.get(node)
+    if isinstance(parent, ast.Dict):
+        # a map_location table ({'cuda:0': f'cuda:{rank}'}, the DDP tutorial's checkpoint): its keys and values are
+        # the devices torch.load maps from and to
+        holder = a.parent_of.get(parent)
+        if isinstance(holder, ast.keyword) and holder.arg == "map_location":
+            return "map_location table"
+        if isinstance(holder, ast.Assign) and any(isinstance(t, ast.Name) and "location" in t.id.lower() for t in holder.targets):
+            return "map_location table"
+        return None
     if isinstance(parent, ast.keyword):
         call = a.parent_of.get(parent)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_argument":

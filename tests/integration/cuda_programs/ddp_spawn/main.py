@@ -47,6 +47,16 @@ def demo_basic(rank, world_size):
     checksum = sum(float(p.detach().sum().item()) for p in ddp_model.parameters())
     device = next(ddp_model.parameters()).device.type
     print(f"rank {rank} world {dist.get_world_size()} device {device} checksum {checksum:.6f}")
+
+    # the tutorial's checkpoint demo: rank 0 saves, every rank loads it onto its own GPU
+    CHECKPOINT_PATH = os.path.join(os.getcwd(), "model.checkpoint")
+    if rank == 0:
+        torch.save(ddp_model.state_dict(), CHECKPOINT_PATH)
+    dist.barrier()
+    map_location = {'cuda:%d' % 0: 'cuda:%d' % rank}
+    ddp_model.load_state_dict(torch.load(CHECKPOINT_PATH, map_location=map_location, weights_only=True))
+    reloaded = sum(float(p.detach().sum().item()) for p in ddp_model.parameters())
+    print(f"rank {rank} reloaded on {next(ddp_model.parameters()).device} checksum {reloaded:.6f}")
     cleanup()
 
 
