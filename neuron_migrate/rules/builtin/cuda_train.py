@@ -1,5 +1,5 @@
 """CUDA training code to TorchNeuron: autocast, GradScaler, NCCL, DDP device ids, torch.compile settings,
-and CUDA-only machinery that needs a human (NM206-NM209, NM213, NM216-NM219, NM229, NM230; torch.compile backend/mode/dynamic are NM401-NM403).
+and CUDA-only machinery that needs a human (NM206-NM209, NM213, NM216-NM219, NM229-NM231; torch.compile backend/mode/dynamic are NM401-NM403).
 
 Sources: TorchNeuron landing page (autocast `device_type="neuron"`, backend `"neuron"` for torch.distributed
 and torch.compile, remove CUDA-specific compile parameters such as `mode="max-autotune-no-cudagraphs"`):
@@ -10,6 +10,7 @@ https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-
 from __future__ import annotations
 
 import ast
+import re
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, values
@@ -512,6 +513,52 @@ def data_parallel(site, ctx):
                 "unwrapped on one NeuronCore")
     return ctx.finding(site, "nn.DataParallel fails on TorchNeuron (its scatter and broadcast exist only in CUDA builds "
                              f"of torch): run one process per NeuronCore with torchrun and DistributedDataParallel{kept}")
+
+
+# -- NM231 ------------------------------------------------------------------------------------------
+_RANK_TIMES = re.compile(r"\b(?:local_rank|rank|gpu|gpu_id|device_id|proc_id)\s*\*\s*\d+")
+_DEVICE_TARGET = re.compile(r"dev|gpu|cuda", re.I)
+
+
+def _several_devices(a) -> list:
+    """Assignments such as `dev1 = rank * 2 + 1` in a file that runs in a process group: each process computes
+    device indexes of its own, beyond its rank (the DDP tutorial's model-parallel demo)."""
+    from neuron_migrate.program.distributed import facts
+
+    f = facts(a)
+    if f.single_device or not (f.starts_group or f.distributed_elsewhere or f.group_elsewhere):
+        return []
+    return [node for node in walk(a.tree) if isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and _DEVICE_TARGET.search(node.targets[0].id)
+            and _RANK_TIMES.search(a.source(node.value))]
+
+
+@rule(
+    code="NM231",
+    name="devices-per-process",
+    summary="a process that drives several devices (dev1 = rank * 2 + 1): TorchNeuron gives each process one NeuronCore",
+    fix="none",
+    severity="error",
+    triggers=[("call", "torch.distributed.init_process_group"), ("call", "torch.distributed.distributed_c10d.init_process_group")],
+    docs="""
+        Model parallelism inside a DDP process (the DDP tutorial's `demo_model_parallel`: `dev0 = rank * 2`,
+        `dev1 = rank * 2 + 1`, half of the model on each) needs two devices per process. In a distributed run
+        TorchNeuron gives each process one NeuronCore, whose index is its local rank (torch_neuronx's process
+        group sets NEURON_RT_VISIBLE_CORES to it); any other index fails ("device that doesn't attach to this
+        process"). Each such index computation is reported at its line: run the stages as processes of their own
+        (`torch.distributed.pipelining`, or tensor parallelism with DTensor) or keep the whole model on this rank's
+        NeuronCore (the same values; the memory of one core). The rewrite cannot choose between them.
+    """,
+    examples=[('torch.distributed.init_process_group("neuron")\ndev1 = rank * 2 + 1', None)],
+)
+def devices_per_process(site, ctx):
+    if cached(ctx.analysis, "NM231-first", lambda _a: site) is not site:
+        return None  # one report per file, from its first init_process_group
+    found = cached(ctx.analysis, "several-devices", _several_devices)
+    return [ctx.finding(node, f"`{ctx.src(node)}`: this process computes a device of its own beyond its rank; on "
+                              "TorchNeuron each process owns one NeuronCore (index: its local rank), so this device "
+                              "does not exist there: run each stage as its own process (torch.distributed.pipelining) "
+                              "or keep the model on this rank's NeuronCore") for node in found] or None
 
 
 # -- torch.compile ------------------------------------------------------------------------------------
