@@ -706,14 +706,21 @@ _DEVICE_CALLS = {
     "set_device": ("helper:_neuron_set_device", "helper:_neuron_set_device", None),
     # torch.accelerator has no such query; the accelerator's device module has (torch.neuron: torch-neuronx neuron.py)
     "is_bf16_supported": ("devmod:is_bf16_supported", "devmod:is_bf16_supported", None),
+    # torch 2.13's device-generic forms (keyword arguments only for the classes: torch.Event / torch.Stream take the
+    # device first, torch.cuda.Event takes enable_timing first)
+    "mem_get_info": ("acc:get_memory_info", "acc:get_memory_info", None),
+    "device": ("acc:device_index", "acc:device_index", None),
+    "Event": ("generic:Event", "generic:Event", None),
+    "Stream": ("generic:Stream", "generic:Stream", None),
 }
+_CLASSES = {"device", "Event", "Stream"}  # used as values (isinstance, annotations) they stay: NM205 reports them
 
 
 def _spell(fx, target: str) -> str:
     kind, name = target.split(":")
     torch = fx.ref("torch")
     return {"acc": f"{torch}.accelerator.{name}", "neuron": f"{torch}.neuron.{name}", "torch": f"{torch}.{name}",
-            "devmod": f"{torch}.get_device_module().{name}"}.get(kind) or fx.helper(name)
+            "generic": f"{torch}.{name}", "devmod": f"{torch}.get_device_module().{name}"}.get(kind) or fx.helper(name)
 
 
 @rule(
@@ -736,6 +743,12 @@ def _spell(fx, target: str) -> str:
         current accelerator's own answer (torch.neuron has it on TorchNeuron, torch.cuda on a GPU). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
         that selects the device only when the process sees several: in a distributed run TorchNeuron gives each
         process one NeuronCore (index: its local rank), already its current device.
+        `torch.cuda.device(i)` (the context manager) becomes `torch.accelerator.device_index(i)`,
+        `mem_get_info()` `torch.accelerator.get_memory_info()`, and `torch.cuda.Event(enable_timing=...)` /
+        `torch.cuda.Stream(priority=...)` the device-generic `torch.Event` / `torch.Stream` (the current
+        accelerator's; with keyword arguments only, since those take the device first); the classes used as values
+        (`isinstance`) are left to NM205. `get_device_capability` is not mapped: torch.accelerator's returns a
+        dict of supported dtypes, not CUDA's (major, minor).
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded
         (`... if torch.accelerator.is_available() else 0`). Used as a value (`sync = torch.cuda.synchronize`), the
         name becomes a lambda calling the replacement.
@@ -749,6 +762,8 @@ def cuda_device_module(site, ctx):
         return out
     name = site.key.rsplit(".", 1)[1]
     neuron_t, acc_t, default = _DEVICE_CALLS[name]
+    if name in _CLASSES and (site.kind != "call" or (name != "device" and (site.call.args or has_star_args(site.call)))):
+        return None  # a class used as a value, or an Event/Stream built with positional arguments: NM205
     if name == "device_count" and site.kind == "call":
         if data_parallel_guard(site.call, ctx) is not None:
             return None  # `if torch.cuda.device_count() > 1: DataParallel(...)` stays CUDA: NM230 says why at the wrap
