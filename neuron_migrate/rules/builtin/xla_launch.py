@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import Group
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.compat_runtime import _rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
     DIST, DIST_GUIDE, XM, XMP, alone_on_lines, atom, call_and_ref, dropped, dropped_words, group_at,
     is_none, program, replace_callee, simple_ref, starts_line, _stmt_of)
@@ -31,8 +33,11 @@ from neuron_migrate.rules.builtin.xla_distributed import (
         public API only: dicts, lists and tuples are walked). Used as a value (`save_function=xm.save`) it becomes
         the helper name. Where the program model knows more, the plain form is written: in a single-device program
         `torch.save(<CPU copy>, path)`; after an `init_process_group` that always runs, `if
-        dist.get_node_local_rank(fallback_rank=0) == 0: torch.save(<CPU copy>, path)` then `dist.barrier()`. The
-        CPU copy of a model's `state_dict()` is `{k: v.cpu() for k, v in model.state_dict().items()}`.
+        dist.get_node_local_rank(fallback_rank=0) == 0: torch.save(<CPU copy>, path)` then `dist.barrier()`. Under
+        a rank guard (`if xm.is_master_ordinal(): xm.save(...)`, common in real scripts) no barrier is written:
+        only the guarded ranks get there, so a barrier would hang, and torch_xla 2.9's xm.save does not wait
+        (its docstring leaves the rendezvous to the caller); under the master guard itself the writer test is the
+        guard's. The CPU copy of a model's `state_dict()` is `{k: v.cpu() for k, v in model.state_dict().items()}`.
     """,
     examples=[("xm.save(model.state_dict(), 'model.pt')", "_neuron_save(model.state_dict(), 'model.pt')")],
 )
@@ -44,6 +49,11 @@ def xla_save(site, ctx):
     return replace_callee(site, ctx, "_neuron_save", "xm.save: becomes _neuron_save (CPU copy, written by each host's rank 0, then a barrier)")
 
 
+# a guard that selects each host's master (xm.is_master_ordinal() and what NM1xx make of it): xm.save's own writer
+_MASTER_GUARD = re.compile(r"^(?:\w+\.)*is_master_ordinal\(\)$|^(?:\w+\.)*is_master_ordinal\(local=True\)$|"
+                           r"get_node_local_rank\(fallback_rank=0\) == 0$")
+
+
 def _plain_save(site, ctx):
     """torch.save of a CPU copy: directly in a single-device program, on the saving rank then a barrier after a sure init."""
     call = site.call
@@ -53,7 +63,8 @@ def _plain_save(site, ctx):
     if data is None or path is None or not isinstance(master_only, bool) or not isinstance(global_master, bool):
         return None
     state = group_at(ctx, site)
-    if state not in (Group.NONE, Group.ALWAYS):
+    guard = _rank_conditional(site)
+    if state not in (Group.NONE, Group.ALWAYS) and not (guard is not None and not global_master):
         return None
     fx = ctx.fixer()
     cpu = _cpu_copy(ctx, fx, data)
@@ -65,6 +76,17 @@ def _plain_save(site, ctx):
     if not (site.is_statement and alone_on_lines(ctx, stmt)):
         return None
     dist = fx.ref(DIST, site.scope)
+    if guard is not None:
+        # `if xm.is_master_ordinal(): xm.save(...)`: torch_xla 2.9's xm.save does not wait for the other ranks, and
+        # a barrier here would hang (only the guarded ranks reach it); under the usual master guard the writer
+        # test is the guard's own
+        master = _MASTER_GUARD.search(ctx.src(guard.test)) is not None
+        if not master_only or master:
+            fx.replace(stmt, save + "\n")
+        else:
+            fx.replace(stmt, f"if {dist}.get_node_local_rank(fallback_rank=0) == 0:\n    {save}\n")
+        return ctx.finding(site, f"xm.save under `if {ctx.src(guard.test)}:`: becomes torch.save of a CPU copy (no "
+                                 "barrier: only the guarded ranks get here, and xm.save did not wait)", fix=fx.build())
     lines = []
     if not master_only:
         lines.append(save)
