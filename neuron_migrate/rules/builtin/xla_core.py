@@ -297,7 +297,7 @@ def import_probe(site, ctx) -> ast.Try | None:
     code="NM107",
     name="torch-xla-import-probe",
     summary="`try: import torch_xla ... except ImportError:` that tests whether torch_xla is installed is kept",
-    fix="none",
+    fix="safe",
     severity="info",
     triggers=[("import", "torch_xla*")],
     docs="""
@@ -306,7 +306,9 @@ def import_probe(site, ctx) -> ast.Try | None:
         answers "is torch_xla installed?". Removing its import (NM100) would make the answer a constant yes, and
         code behind the flag would then import torch_xla on machines without it. The probe is left as it is:
         on a TorchNeuron install without torch-xla it answers no, as it should. Reported so that the code
-        behind the flag can be collapsed to the native branch by hand.
+        behind the flag can be collapsed to the native branch by hand. A later torch_xla import of the same probe
+        that nothing uses once the rewrite has migrated its uses is removed (the first import still tests for
+        torch_xla), so that no linter finds it unused.
     """,
     examples=[("def has_xla():\n    try:\n        import torch_xla\n        return True\n    except ImportError:\n        return False", None)],
 )
@@ -321,6 +323,14 @@ def torch_xla_import_probe(site, ctx):
         # only so that the probe still fails where torch_xla is missing, and a linter will call it unused
         if not _unused_alias(site.alias, site.node, site, ctx, "torch_xla"):
             return None
+        if len(site.node.names) == 1:
+            # the probe's first import still answers "is torch_xla installed?": this one only feeds code the
+            # rewrite has migrated (accelerate's `import torch_xla.runtime` after `import torch_xla.core.xla_model`)
+            fx = ctx.fixer("safe")
+            fx.delete(site.node)
+            return ctx.finding(site, f"torch_xla import in the import probe at line {xla_aliases[0][0].lineno} that nothing "
+                                     "uses any more: removed (the probe's first import still tests for torch_xla)",
+                               fix=fx.build(unused_import_only=True))
         return ctx.finding(site, f"torch_xla import kept as part of the import probe at line {xla_aliases[0][0].lineno}: "
                                  "nothing uses it any more; it can go with the probe once the code behind it is collapsed")
     return ctx.finding(site, "torch_xla import probe kept: it tests whether torch_xla is installed (no on a TorchNeuron install); "
