@@ -29,7 +29,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "XLA_SAVE_TENSORS_FILE", "XLA_SAVE_TENSORS_FMT", "XLA_METRICS_FILE", "XLA_SAVE_HLO_FILE", "XLA_DUMP_HLO_GRAPH",
         "XLA_DUMP_POST_OPTIMIZATIONS", "XLA_FNTRACKER_FILE", "XLA_EMIT_STEPLOG", "XLA_DISABLE_FUNCTIONALIZATION",
         "XLA_ENABLE_PARAM_ALIASING", "XLA_TRANSFER_SEED_ASYNC", "XLA_NO_SPECIAL_SCALARS", "XLA_USE_EAGER_DEBUG_MODE",
-        "XLA_ALWAYS_ALLREDUCE", "XLA_USE_DUMMY_STORE", "XLA_REGISTER_INSTALLED_PLUGINS", "NEURON_LIBRARY_PATH",
+        "XLA_USE_DUMMY_STORE", "XLA_REGISTER_INSTALLED_PLUGINS", "NEURON_LIBRARY_PATH",
         "NEURON_FRAMEWORK_DEBUG", "NEURON_DUMP_HLO_SNAPSHOT", "NEURON_TRANSFER_WITH_STATIC_RING_OPS",
         "NEURON_TRANSFER_ALL_PARAMETERS_WITH_STATIC_RING", "NEURON_FUSE_SOFTMAX", "NEURON_CUSTOM_SILU",
         "NEURON_NUM_RECENT_MODELS_TO_KEEP", "NEURON_PARALLEL_COMPILE_MAX_RETRIES",
@@ -46,6 +46,12 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "XLA_DOWNCAST_BF16": ("numerics", _BF16.replace("float tensors bfloat16", "float tensors bfloat16 (and double float32)")),
     "XLA_USE_FP16": ("numerics", _BF16.replace("bfloat16", "float16")),
     "XLA_DOWNCAST_FP16": ("numerics", _BF16.replace("bfloat16", "float16")),
+    # torch_xla 2.9's xm.all_reduce returns a copy in one replica unless it is set; the rewritten all_reduce (NM117)
+    # keeps that default, so with it a one-process run that relied on the reduction's scale computes otherwise
+    "XLA_ALWAYS_ALLREDUCE": ("numerics", "under XLA it made xm.all_reduce reduce and apply its scale in a single replica "
+                             "too; the rewritten all_reduce returns the input unchanged in one process, as torch_xla did "
+                             "without it: where a one-process run relied on the scale, apply it by hand, then delete the "
+                             "variable"),
     "XLA_USE_32BIT_LONG": ("numerics", "under XLA it made int64 tensors int32 on the device; use int32 tensors explicitly where it matters, then delete the variable"),
     "XLA_USE_SPMD": ("other", "XLA SPMD has no switch on TorchNeuron: shard with DTensor on init_device_mesh(\"neuron\", ...)"),
     "NEURON_EXTRACT_GRAPHS_ONLY": ("dead", "neuron_parallel_compile does not exist for TorchNeuron, so the variable is never set: simplify the condition as if it were unset (warm the compile cache by running once)"),
@@ -147,7 +153,9 @@ def _has_effects(node) -> bool:
         namespace is shared with the native runtime and compiler, so the tool does not guess that they are dead.
         `XLA_USE_BF16`, `XLA_DOWNCAST_BF16`, `XLA_USE_FP16` change numerics: deleting them silently would move
         training from bf16 to fp32, so they are reported with the replacement (`model.to(torch.bfloat16)` or
-        `torch.autocast("neuron", dtype=torch.bfloat16)`; {BF16_DOC}). `NEURONCORE_NUM_DEVICES` becomes
+        `torch.autocast("neuron", dtype=torch.bfloat16)`; {BF16_DOC}). `XLA_ALWAYS_ALLREDUCE` made xm.all_reduce
+        reduce (and scale) in a single replica too; the rewritten all_reduce keeps torch_xla's default (a copy in
+        one process), so the variable is reported, not removed. `NEURONCORE_NUM_DEVICES` becomes
         `torchrun --nproc_per_node`. Keys in dict literals are reported.
     """,
     examples=[('os.environ["PJRT_DEVICE"] = "NEURON"\nos.environ["XLA_USE_BF16"] = "1"', 'os.environ["XLA_USE_BF16"] = "1"')],
