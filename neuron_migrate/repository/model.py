@@ -42,7 +42,10 @@ _PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
 _GROUP_LAUNCHES = {"xmp.spawn", "torch_xla.launch"}
 _SPMD_IMPORTS = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
 # what a model module may import and still be known to hold no BatchNorm (another library's models may)
-_PLAIN_LIBRARIES = {"torch", "math", "functools", "itertools", "collections", "dataclasses", "typing", "os", "sys", "abc",
+# text that shows a module may build BatchNorm layers (NM150 keeps SPMD's global-batch statistics for those)
+BATCH_NORM_WORDS = ("BatchNorm", "batch_norm", "torch.hub")
+# libraries whose modules define no model layers of their own (what a model file may import and still be known)
+PLAIN_LIBRARIES = {"torch", "math", "functools", "itertools", "collections", "dataclasses", "typing", "os", "sys", "abc",
                     "enum", "copy", "warnings", "numpy", "__future__", "json", "re", "time", "logging", "inspect",
                     "types", "operator"}
 
@@ -566,11 +569,11 @@ class RepositoryModel:
             return f"{m.group(1) if m else built} is not a model class of this repository"
         for f in self.closure(found[0]):
             data = _read(os.path.join(self.root, f)) or b""
-            if b"BatchNorm" in data or b"batch_norm" in data or b"torch.hub" in data:
+            if any(w.encode() in data for w in BATCH_NORM_WORDS):
                 return f"{f} uses BatchNorm"
             for imp in self.py[f].get("i", ()):
                 top = imp[1].partition(".")[0]
-                if not imp[0] and top and top not in self.names and top not in _PLAIN_LIBRARIES and top != "torch_xla":
+                if not imp[0] and top and top not in self.names and top not in PLAIN_LIBRARIES and top != "torch_xla":
                     return f"{f} imports {imp[1]}, whose modules may hold BatchNorm"
         return 0
 

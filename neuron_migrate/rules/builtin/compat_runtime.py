@@ -74,7 +74,7 @@ def uneven_all_to_all(site, ctx):
 _RANKISH = re.compile(r"rank|ordinal|is_main|is_master|main_process|master_process|global_zero", re.I)
 
 
-def _rank_conditional(site):
+def rank_conditional(site):
     """The innermost `if` (in the same function) whose test mentions a rank, or None."""
     for anc in site.ancestors():
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
@@ -147,7 +147,7 @@ def barrier_subgroup(site, ctx):
             return ctx.finding(site, "dist.barrier() on a subgroup: TorchNeuron implements barrier on the default group "
                                      "only; call dist.barrier() on the world group",
                                **sourced(fact(ctx, "torch.distributed.barrier")))
-    cond = _rank_conditional(site)
+    cond = rank_conditional(site)
     if cond is not None and not _complementary_barrier(site, cond, ctx):
         return ctx.finding(site, f"dist.barrier() inside `if {ctx.src(cond.test)}:` is reached by only some ranks: it was a "
                                  "no-op under torch_xla but hangs on TorchNeuron; move it out of the rank-conditional block",

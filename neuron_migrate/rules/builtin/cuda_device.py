@@ -710,8 +710,8 @@ _DEVICE_CALLS = {
     # device first, torch.cuda.Event takes enable_timing first)
     "mem_get_info": ("acc:get_memory_info", "acc:get_memory_info", None),
     "device": ("acc:device_index", "acc:device_index", None),
-    "Event": ("generic:Event", "generic:Event", None),
-    "Stream": ("generic:Stream", "generic:Stream", None),
+    "Event": ("torch:Event", "torch:Event", None),
+    "Stream": ("torch:Stream", "torch:Stream", None),
 }
 _CLASSES = {"device", "Event", "Stream"}  # used as values (isinstance, annotations) they stay: NM205 reports them
 
@@ -720,7 +720,7 @@ def _spell(fx, target: str) -> str:
     kind, name = target.split(":")
     torch = fx.ref("torch")
     return {"acc": f"{torch}.accelerator.{name}", "neuron": f"{torch}.neuron.{name}", "torch": f"{torch}.{name}",
-            "generic": f"{torch}.{name}", "devmod": f"{torch}.get_device_module().{name}"}.get(kind) or fx.helper(name)
+            "devmod": f"{torch}.get_device_module().{name}"}.get(kind) or fx.helper(name)
 
 
 @rule(
@@ -783,7 +783,7 @@ def cuda_device_module(site, ctx):
         if seed is not None and not has_star_args(site.call):
             return seed_every_device(site, ctx, seed, f"torch.cuda.{name}(seed)")
     target = _spell(fx, acc_t if style_acc else neuron_t)
-    safety = "unsafe" if (acc_t if style_acc else neuron_t).startswith("torch:") else None
+    safety = "unsafe" if name in ("manual_seed", "manual_seed_all") else None  # torch.manual_seed also seeds the CPU
     note = "torch.manual_seed also reseeds the CPU generator." if safety else ""
     guard = style_acc and default is not None
 

@@ -50,7 +50,7 @@ class Picker:
         self.returns = False  # a chain of early returns (`if cuda: return ...` / `if mps: return ...` / `return cpu`)
 
 
-def _chain(top: ast.If):
+def if_chain(top: ast.If):
     """The branches of an if/elif chain (`elif` is a nested If at the chain's own column; `else:` holding an `if`
     is indented deeper) and its final else body."""
     branches = []
@@ -136,7 +136,7 @@ def pickers(ctx) -> list:
         for node in chains:
             if id(node) in inner:
                 continue
-            branches, orelse = _chain(node) if isinstance(node, ast.If) else _expr_chain(node)
+            branches, orelse = if_chain(node) if isinstance(node, ast.If) else _expr_chain(node)
             for b in branches[1:]:
                 inner.add(id(b))
             if len(branches) < 2 or not orelse:

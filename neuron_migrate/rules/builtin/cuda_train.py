@@ -18,7 +18,7 @@ from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin import cuda_picker
 from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
                                                       lines_text, set_fix, skip_dispatch, string_quote,
-                                                      DATA_PARALLEL, wraps_data_parallel)
+                                                      DATA_PARALLEL, data_parallel_guard)
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -471,7 +471,7 @@ def _in_picker_fallback(node, ctx) -> bool:
             top = p
             while isinstance(parents.get(top), ast.If) and parents[top].orelse == [top]:
                 top = parents[top]
-            branches, _ = cuda_picker._chain(top)
+            branches, _ = cuda_picker.if_chain(top)
             if id(top) in tops or any("accelerator" in ctx.src(b.test) for b in branches):
                 return True
         node, p = p, parents.get(p)
@@ -508,7 +508,9 @@ def data_parallel(site, ctx):
     p = ctx.analysis.parent_of.get(site.stmt)
     while p is not None and not isinstance(p, ast.If):
         p = ctx.analysis.parent_of.get(p)
-    if p is not None and "torch.cuda.device_count" in ctx.src(p.test) and wraps_data_parallel(p.body, ctx):
+    counts = [n for n in walk(p.test) if isinstance(n, ast.Call) and ctx.analysis.resolve(
+        n.func, ctx.analysis.module_scope, count_use=False) == "torch.cuda.device_count"] if p is not None else []
+    if any(data_parallel_guard(n, ctx) is p for n in counts):
         kept = ("; the `torch.cuda.device_count()` guard stays CUDA (0 on a Trainium host), so the model trains "
                 "unwrapped on one NeuronCore")
     return ctx.finding(site, "nn.DataParallel fails on TorchNeuron (its scatter and broadcast exist only in CUDA builds "

@@ -10,7 +10,7 @@ from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import Group
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.compat_runtime import _rank_conditional
+from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
     DIST, DIST_GUIDE, XM, XMP, alone_on_lines, atom, call_and_ref, dropped, dropped_words, group_at,
     is_none, program, replace_callee, simple_ref, starts_line, _stmt_of)
@@ -63,7 +63,7 @@ def _plain_save(site, ctx):
     if data is None or path is None or not isinstance(master_only, bool) or not isinstance(global_master, bool):
         return None
     state = group_at(ctx, site)
-    guard = _rank_conditional(site)
+    guard = rank_conditional(site)
     if state not in (Group.NONE, Group.ALWAYS) and not (guard is not None and not global_master):
         return None
     fx = ctx.fixer()

@@ -515,15 +515,14 @@ def _optimizer(ctx, plan: Plan, mesh: str, axis: str) -> str:
     return ""
 
 
-_NORM_WORDS = ("BatchNorm", "batch_norm", "torch.hub")
-
-
 def _batch_norm_here(ctx, scope, opt_stmt, model: str) -> str:
     """"" when the model the optimizer trains is built in this file from a class known to hold no BatchNorm: a class
     of this repository (the repository model's "spmd_models"; without one, a class of this file that imports only
-    torch and the standard library) or a torch.nn module, in a file that names no BatchNorm; else why it may."""
+    what the repository model calls plain: torch, torch_xla, numpy and the standard library) or a torch.nn module, in a file that names no BatchNorm; else why it may."""
+    from neuron_migrate.repository.model import BATCH_NORM_WORDS, PLAIN_LIBRARIES  # the repository path's own test
+
     a = ctx.analysis
-    if any(w in a.text for w in _NORM_WORDS):
+    if any(w in a.text for w in BATCH_NORM_WORDS):
         return "this file names BatchNorm"
     built = None
     for node in walk(scope):
@@ -545,7 +544,6 @@ def _batch_norm_here(ctx, scope, opt_stmt, model: str) -> str:
         return ""
     if facts is None and isinstance(value.func, ast.Name) and any(
             isinstance(st, ast.ClassDef) and st.name == name for st in a.tree.body):
-        plain = ("torch", "torch_xla", "numpy", "math", "os", "sys", "functools", "typing", "__future__", "json")
         for st in a.tree.body:
             if isinstance(st, ast.Import):
                 mods = [al.name for al in st.names]
@@ -553,7 +551,7 @@ def _batch_norm_here(ctx, scope, opt_stmt, model: str) -> str:
                 mods = ["." * st.level + (st.module or "")]
             else:
                 continue
-            other = next((m for m in mods if m.partition(".")[0] not in plain), None)
+            other = next((m for m in mods if m.partition(".")[0] not in PLAIN_LIBRARIES | {"torch_xla"}), None)
             if other is not None:
                 return f"{name} is a class of this file, which imports {other}"
         return ""
