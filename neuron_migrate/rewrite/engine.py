@@ -250,10 +250,10 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         from neuron_migrate.rewrite.prune import inline_small_helpers
 
         # a rank / world-size / barrier helper called once or twice reads better as its one-line native form
-        pruned = inline_small_helpers(text, current, {name for name, _src in inserted}, _tree_of(first_tree, text),
-                                      _tree_of(last_tree, current))
+        pruned, pruned_tree = inline_small_helpers(text, current, {name for name, _src in inserted},
+                                                   _tree_of(first_tree, text), _tree_of(last_tree, current))
         if pruned != current:
-            current, last_tree, last_survey = pruned, None, None
+            current, last_tree, last_survey = pruned, (pruned, pruned_tree), None
         pruned = drop_dead_helpers(text, current, inserted, _tree_of(first_tree, text), _tree_of(last_tree, current))
         if pruned != current:
             current, last_tree, last_survey = pruned, None, None

@@ -348,23 +348,24 @@ def _spellings(helper: ast.FunctionDef) -> dict:
     return out
 
 
-def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None, after_tree=None) -> str:
-    """`after` with each inserted rank / world-size / barrier helper called at most INLINE_MAX_CALLS times replaced
+def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None, after_tree=None) -> tuple:
+    """(`after` with each inserted rank / world-size / barrier helper called at most INLINE_MAX_CALLS times replaced
     by its one-line native form at those calls, and its definition removed: `_neuron_rank()` becomes
     `dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))`, a `_neuron_barrier(tag)`
     statement `if dist.is_initialized(): dist.barrier()`. Kept as a helper where another helper calls it, where a
     call is in an f-string, passes arguments that may do something, or is used as a value, or where a statement
-    shares its line."""
+    shares its line. Its tree (the check that it parses), or None when nothing changed: the steps after this one
+    read the tree instead of parsing the text again.)"""
     wanted = [n for n in _INLINE if n in inserted and f"def {n}(" in after]
     if not wanted:
-        return after
+        return after, None
     added = _added_top_level_defs(before, after, before_tree, after_tree)
     if added is None:
-        return after
+        return after, None
     _old, tree, new_defs = added
     defs = {name: s for name, s in new_defs.items() if isinstance(s, ast.FunctionDef) and name in wanted}
     if not defs:
-        return after
+        return after, None
     parents: dict = {}
     owner_of: dict = {}  # a node -> the top-level def holding it (its name), for the helpers' own bodies
     named: dict = {name: [] for name in defs}  # helper name -> its Name nodes, in walk order
@@ -437,11 +438,12 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
                 drop.add(i)
                 i += 1
     if not edits:
-        return after
+        return after, None
     for line, col, end_line, end_col, text in sorted(edits, reverse=True):
         first, last = lines[line - 1], lines[end_line - 1]
         lines[line - 1] = first[:col] + text + last[end_col:]
         for k in range(line, end_line):
             lines[k] = ""
     out = "".join(ln for i, ln in enumerate(lines) if i not in drop)
-    return out if _parse_or_none(out) is not None else after
+    out_tree = _parse_or_none(out)
+    return (out, out_tree) if out_tree is not None else (after, None)
