@@ -29,13 +29,16 @@ PROGRAMS = Path(__file__).resolve().parent / "xla_programs"
 
 
 def _rewrite(tmp_path: Path, name: str, edits: dict = None) -> tuple[Path, str]:
-    """The program copied and rewritten; `edits`: {file: (old text, new text)} applied to the copy first."""
+    """The program copied and rewritten; `edits`: {file: (old text, new text) or a list of them} applied to the copy
+    first."""
     work = tmp_path / name
     shutil.copytree(PROGRAMS / name, work, ignore=shutil.ignore_patterns("__pycache__"))
-    for rel, (old, new) in (edits or {}).items():
+    for rel, pairs in (edits or {}).items():
         text = (work / rel).read_text()
-        assert old in text
-        (work / rel).write_text(text.replace(old, new))
+        for old, new in [pairs] if isinstance(pairs[0], str) else pairs:
+            assert old in text
+            text = text.replace(old, new)
+        (work / rel).write_text(text)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([*_cli(), "rewrite", str(work), "--write", "--unsafe-fixes", "--jobs", "1", "--no-cache"],
                           capture_output=True, text=True, timeout=180, env=env)
@@ -97,6 +100,41 @@ def test_spawn_trainer_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa
     assert out.count("saved out/model.pt") == 1 and (work / "out/model.pt").exists()  # rank 0 writes, once
     logs_ = _groups_allreduce(logs, nproc)
     assert all(g["counts"].get("barrier", 0) >= 1 for g in logs_)  # xm.save's wait for the writer
+
+
+# AWS's DDP sample with xmp.spawn (torch-neuronx/training/ddp) has the worker call a setup() that reads the ordinal
+# and world size from torch_xla, then starts the group itself, unguarded
+SETUP_INIT = {"train.py": [
+    ("from torch.utils.data import TensorDataset\n",
+     "import torch.distributed as dist\nfrom torch.utils.data import TensorDataset\n"),
+    ("def _mp_fn(index, flags):\n",
+     "def setup():\n"
+     "    rank = xm.get_ordinal()\n"
+     "    world_size = xm.xrt_world_size()\n"
+     "    dist.init_process_group(\"xla\", init_method=\"xla://\", rank=rank, world_size=world_size)\n"
+     "    return rank, world_size\n\n\n"
+     "def _mp_fn(index, flags):\n"
+     "    rank, world_size = setup()\n"
+     "    print(f\"setup rank {rank} of {world_size}\")\n")]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_worker_setup_init_goes_and_the_program_trains(tmp_path, emulator, nproc):  # noqa: F811
+    """The worker's own unguarded init can never run once the launch rewrite starts the group before the worker
+    (it would raise: a second init of the default group), and a guard around it would be dead code: it goes, and the
+    program trains in one process and in two under torchrun, in one group."""
+    work, out = _rewrite(tmp_path, "spawn_trainer", SETUP_INIT)
+    train = (work / "train.py").read_text()
+    assert ("def setup():\n    rank = dist.get_rank()\n    world_size = dist.get_world_size()\n"
+            "    return rank, world_size\n") in train, train
+    assert train.count("init_process_group") == 2 and "is_initialized" not in train  # the launch rewrite's two
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train.py", "--epochs", "1"], nproc=nproc, cwd=work, env=_env(logs), timeout=400)
+    got = proc.stdout + proc.stderr
+    assert proc.returncode == 0, got[-4000:]
+    assert sorted(re.findall(r"setup rank (\d) of (\d)", got)) == [(str(r), str(nproc)) for r in range(nproc)], got[-3000:]
+    _groups_allreduce(logs, nproc)
 
 
 def _groups_allreduce(log_dir: Path, nproc: int) -> list:

@@ -153,7 +153,10 @@ _XLA_INIT_METHODS = ("xla://", "pjrt://")
         on the device; the finding notes it. `import torch_xla.distributed.xla_backend` is removed by NM100 once
         nothing uses it. An `if not dist.is_initialized(): dist.init_process_group(...)` that can never run, because
         the program model knows a group is always started before it (a `setup()` that the launched worker calls
-        after the launch rewrite's own init), is removed.
+        after the launch rewrite's own init), is removed. So is such an init written without the guard, alone in a
+        function that only the launched worker reaches (AWS's DDP sample with `xmp.spawn`): a guard around it would
+        be dead code. That one goes only when this file's own launch decides it and its arguments call nothing
+        but `datetime.timedelta`, `os.getenv` or `os.environ.get`; otherwise it is guarded.
     """,
     examples=[("dist.init_process_group('xla', init_method='xla://')", 'dist.init_process_group("neuron")')],
 )
@@ -204,6 +207,11 @@ def xla_process_group(site, ctx):
     message = "XLA process group: becomes init_process_group(\"neuron\") with the env:// rendezvous (torchrun)" if (xla_backend or xla_init) else ""
     note = ("Call it before any tensor is moved to the neuron device: the backend cannot start once the Neuron runtime "
             "is initialised.")
+    if guard and _init_never_runs(ctx, site):
+        fx.delete(site.stmt)
+        return ctx.finding(site, "init_process_group can never run: the launch rewrite starts the process group before "
+                                 "every call of this function (it is only reached from the launched worker): removed",
+                           fix=fx.build())
     if guard:
         stmt = site.stmt
         dist = fx.ref(DIST, site.scope)
@@ -229,6 +237,41 @@ def xla_process_group(site, ctx):
     return [ctx.finding(site, message, fix=fx.build(), note=note), *extra]
 
 
+# calls an init's arguments may make that do nothing but compute a value (a timeout, a port from the environment)
+_PURE_ARG_CALLS = {"datetime.timedelta", "os.getenv", "os.environ.get"}
+
+
+def _launches_rewritten(ctx) -> bool:
+    """NM127 really rewrites every xmp.spawn / torch_xla.launch of this file (so the group the model counts on, the
+    launch rewrite's, is there)."""
+    for launch in program(ctx).uses(sorted(_SPAWN | _LAUNCH)):
+        if not (isinstance(launch, ast.Call) and _launch_rewritable(ctx, launch)):
+            return False
+    return True
+
+
+def _init_never_runs(ctx, site) -> bool:
+    """An unguarded init statement of a function that only the launched worker reaches, after the launch rewrite's
+    own init (`setup()` of AWS's ddp_xmp_spawn.py, called first thing by the worker that xmp.spawn starts): once the
+    launch starts the group, a second init raises, and a guarded one could never run. Only where this file's own
+    launch decides it (not a fact from other files), the statement stands alone in the function's body, and its
+    arguments call nothing but _PURE_ARG_CALLS (dropping them loses no side effect)."""
+    stmt = site.stmt
+    facts = program(ctx)
+    if facts.group_elsewhere or not (isinstance(stmt, ast.Expr) and stmt.value is site.call):
+        return False
+    if not isinstance(ctx.analysis.parent_of.get(stmt), (ast.FunctionDef, ast.AsyncFunctionDef)) or not alone_on_lines(ctx, stmt):
+        return False
+    for arg in [*site.call.args, *(k.value for k in site.call.keywords)]:
+        for n in walk(arg):
+            if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)) or (
+                    isinstance(n, ast.Call) and facts.qualname(n.func) not in _PURE_ARG_CALLS):
+                return False
+    if facts.group_at(stmt) is not Group.ALWAYS or not facts.uses(sorted(_SPAWN | _LAUNCH)):
+        return False
+    return _launches_rewritten(ctx)
+
+
 def _dead_guarded_init(ctx, site):
     """The `if not dist.is_initialized():` statement around this init (its only statement, no else) when the program
     model knows a group is always started before it runs (e.g. a `setup()` the launched worker calls after the
@@ -246,10 +289,7 @@ def _dead_guarded_init(ctx, site):
     if program(ctx).group_at(parent) is not Group.ALWAYS:
         return None
     # the group the model counts on may be the launch rewrite's: only when NM127 really rewrites every launch
-    for launch in program(ctx).uses(sorted(_SPAWN | _LAUNCH)):
-        if not (isinstance(launch, ast.Call) and _launch_rewritable(ctx, launch)):
-            return None
-    return parent
+    return parent if _launches_rewritten(ctx) else None
 
 
 def _launch_rewritable(ctx, call) -> bool:
