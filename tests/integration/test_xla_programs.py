@@ -102,6 +102,31 @@ def test_spawn_trainer_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa
     assert all(g["counts"].get("barrier", 0) >= 1 for g in logs_)  # xm.save's wait for the writer
 
 
+# the loop already moves the batch itself (a no-op under MpDeviceLoader, kept in many scripts)
+MOVED_IN_LOOP = {"trainer/base.py": (
+    "        for step, (data, target) in enumerate(loader):\n",
+    "        for step, (data, target) in enumerate(loader):\n"
+    "            data, target = data.to(self.device), target.to(self.device)\n")}
+
+
+def test_loop_that_moves_its_batch_gets_no_second_move(tmp_path):
+    work, _ = _rewrite(tmp_path, "spawn_trainer", MOVED_IN_LOOP)
+    base = (work / "trainer/base.py").read_text()
+    assert "        return loader\n" in base
+    assert base.count("data, target = data.to(self.device), target.to(self.device)\n") == 1, base
+
+
+@pytest.mark.slow
+def test_loop_that_moves_its_batch_trains_in_two_processes(tmp_path, emulator):  # noqa: F811
+    work, _ = _rewrite(tmp_path, "spawn_trainer", MOVED_IN_LOOP)
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train.py", "--epochs", "1"], nproc=2, cwd=work, env=_env(logs), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, r"rank (?P<rank>\d) world 2 device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", 2)
+    _groups_allreduce(logs, 2)
+
+
 # AWS's DDP sample with xmp.spawn (torch-neuronx/training/ddp) has the worker call a setup() that reads the ordinal
 # and world size from torch_xla, then starts the group itself, unguarded
 SETUP_INIT = {"train.py": [

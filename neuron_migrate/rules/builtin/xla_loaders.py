@@ -481,6 +481,50 @@ def _batch_names(loop, enumerated):
     return None
 
 
+def _moved_to(expr, name: str, dev: str, ctx) -> bool:
+    """`expr` is `name.to(dev)` (optionally with non_blocking=)."""
+    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "to"
+            and isinstance(expr.func.value, ast.Name) and expr.func.value.id == name and len(expr.args) == 1
+            and all(k.arg == "non_blocking" for k in expr.keywords) and ctx.src(expr.args[0]) == dev)
+
+
+def _moves_batch_first(loop, names, dev: str, ctx) -> bool:
+    """The loop's first statement already moves the whole batch to `dev`, as real loops often do (MpDeviceLoader's
+    copy made it a no-op): `batch = {k: v.to(dev) for k, v in batch.items()}`, `batch = batch.to(dev)`, or
+    `x, y = x.to(dev), y.to(dev)`. A second move inserted above it would only repeat it."""
+    first = loop.body[0]
+    if not (isinstance(first, ast.Assign) and len(first.targets) == 1):
+        return False
+    target, value = first.targets[0], first.value
+    if isinstance(names, ast.Name):
+        name = names.id
+        if not (isinstance(target, ast.Name) and target.id == name):
+            return False
+        if _moved_to(value, name, dev, ctx):
+            return True
+        if not (isinstance(value, ast.DictComp) and len(value.generators) == 1):
+            return False
+        gen = value.generators[0]
+        pair = gen.target.elts if isinstance(gen.target, ast.Tuple) else []
+        items = gen.iter
+        return (not gen.ifs and not gen.is_async and len(pair) == 2 and all(isinstance(e, ast.Name) for e in pair)
+                and isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and items.func.attr == "items"
+                and isinstance(items.func.value, ast.Name) and items.func.value.id == name and not items.args
+                and not items.keywords and isinstance(value.key, ast.Name) and value.key.id == pair[0].id
+                and pair[1].id != name and _moved_to(value.value, pair[1].id, dev, ctx))
+    moved = [n for n in names if n != "_"]
+    return (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, ast.Tuple)
+            and [e.id if isinstance(e, ast.Name) else None for e in target.elts] == moved
+            and len(value.elts) == len(moved) and all(_moved_to(v, n, dev, ctx) for v, n in zip(value.elts, moved)))
+
+
+def _insert_moves(fx, batches, dev: str, ctx) -> None:
+    """Each loop moves its batch to the device first, unless its first statement already does."""
+    for loop, names in batches:
+        if not _moves_batch_first(loop, names, dev, ctx):
+            fx.insert_before(loop.body[0], _move_text(names, dev, fx))
+
+
 def _move_text(names, dev: str, fx) -> str:
     if isinstance(names, ast.Name):
         return f"{names.id} = {fx.helper('_batch_to_device')}({names.id}, {dev})"
@@ -501,8 +545,7 @@ def _named_parallel_fix(site, ctx, call, loader, assign, uses):
         batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
         if batches is not None and all(names is not None for _, names in batches):
             fx.replace(outer, ctx.src(loader))
-            for loop, names in batches:
-                fx.insert_before(loop.body[0], _move_text(names, dev, fx))
+            _insert_moves(fx, batches, dev, ctx)
             plain.append(outer)
         else:
             fx.replace(outer, f"{fx.helper('_DeviceLoader')}({ctx.src(loader)}, {dev})")
@@ -535,7 +578,10 @@ def _dropped_options(call, ctx) -> list[str]:
         rewrite is what one writes by hand: the plain DataLoader is iterated and the loop moves the unpacked
         batch, `for data, target in loader:` gaining `data, target = data.to(device), target.to(device)`
         (a batch bound to one name becomes `batch = _batch_to_device(batch, device)`, an inserted function that
-        moves the tensors inside lists, tuples and dicts). This applies where every use of the loader is visible:
+        moves the tensors inside lists, tuples and dicts). A loop whose first statement already moves the whole batch
+        to the same device (`batch = {{k: v.to(device) for k, v in batch.items()}}`, `batch = batch.to(device)`,
+        `x, y = x.to(device), y.to(device)`: a no-op under MpDeviceLoader, kept in many scripts) gets no second
+        move. This applies where every use of the loader is visible:
         the call is a loop's iterable (also through `enumerate`), or it is assigned to a name that this function
         only iterates in `for` loops or passes to `len()`. A loader stored on the object (`self.train_device_loader =
         pl.MpDeviceLoader(loader, self.device)` in `__init__`) and handed to another method that iterates it
@@ -629,8 +675,7 @@ def mp_device_loader(site, ctx):
                 fx.replace(use, loader.id)
         else:
             fx.replace(target, ctx.src(loader))
-        for loop, names in batches:
-            fx.insert_before(loop.body[0], _move_text(names, dev, fx))
+        _insert_moves(fx, batches, dev, ctx)
         return ctx.finding(site, f"pl.{cls}: the plain loader is iterated and each batch is moved to the device in the loop "
                                  "(eager: no graph cut needed)", fix=fx.build(), note=note)
     name = fx.helper("_DeviceLoader")
