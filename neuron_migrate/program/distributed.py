@@ -133,6 +133,9 @@ class DistributedFacts:
         # every program that runs this module starts it through xmp.spawn / torch_xla.launch, whose rewrite (NM127) starts
         # the process group before it calls the worker: a function of the module runs inside a group
         self.group_elsewhere = bool(outside) and bool(outside.get("group")) and not self.entry_point
+        # the repository model saw every file that could call into this one, and none imports it (None: no model)
+        self.imported_elsewhere = (None if outside is None or "unknown" in outside.get("modes", ())
+                                   else bool(outside.get("imported")))
         self.single_device = (self.entry_point and not self.starts_group and not self._env_strings
                               and not self.distributed_elsewhere)
         self._entry: dict[int, Group] = {}

@@ -417,6 +417,7 @@ class RepositoryModel:
         calls of those defs and of the methods of those classes (their bases' included), keyed "name" and
         "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step);
         "closed": the file's top-level classes that no other repository file imports (NM130, NM144);
+        "imported": the names other repository files import from it ("*": the whole module) (NM126);
         "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144);
         "spmd_bases", "spmd_models": see `_spmd_bases`, `_spmd_models` (NM150)."""
         rel = self.rel(path)
@@ -449,6 +450,9 @@ class RepositoryModel:
         closed = self._closed_classes(rel)
         if closed:
             out["closed"] = closed
+        imported = self._imported_names(rel)
+        if imported:
+            out["imported"] = sorted(imported)
         if self.py[rel].get("ml") or self.py[rel].get("rt"):
             out.update(self._loader_flows(rel))
         if self.py[rel].get("rt"):
@@ -743,6 +747,13 @@ class RepositoryModel:
         classes = self.py[rel].get("c", {})
         if not classes:
             return []
+        imported = self._imported_names(rel)
+        if "*" in imported:
+            return []
+        return sorted(c for c in classes if c not in imported)
+
+    def _imported_names(self, rel: str) -> set:
+        """The names other repository files import from `rel` ("*": the whole module, or all of it by a star)."""
         if self._importers is None:
             index: dict = {}
             for other, (kind, _sig, rec) in self.records.items():
@@ -767,10 +778,7 @@ class RepositoryModel:
                         if sub and sub[-1] != files[-1]:
                             index.setdefault(sub[-1], set()).add("*")  # `from pkg import module`
             self._importers = index
-        imported = self._importers.get(rel, set())
-        if "*" in imported:
-            return []
-        return sorted(c for c in classes if c not in imported)
+        return self._importers.get(rel, set())
 
     def _imported_training(self, rel: str) -> dict:
         out: dict = {}

@@ -28,11 +28,14 @@ from torchrun_util import run_torchrun
 PROGRAMS = Path(__file__).resolve().parent / "xla_programs"
 
 
-def _rewrite(tmp_path: Path, name: str, edits: dict = None) -> tuple[Path, str]:
+def _rewrite(tmp_path: Path, name: str, edits: dict = None, extra: dict = None) -> tuple[Path, str]:
     """The program copied and rewritten; `edits`: {file: (old text, new text) or a list of them} applied to the copy
-    first."""
+    first; `extra`: {file: text} added to it."""
     work = tmp_path / name
     shutil.copytree(PROGRAMS / name, work, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, text in (extra or {}).items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
     for rel, pairs in (edits or {}).items():
         text = (work / rel).read_text()
         for old, new in [pairs] if isinstance(pairs[0], str) else pairs:
@@ -141,6 +144,32 @@ SETUP_INIT = {"train.py": [
      "def _mp_fn(index, flags):\n"
      "    rank, world_size = setup()\n"
      "    print(f\"setup rank {rank} of {world_size}\")\n")]}
+
+
+SETUP_DEF = "def setup():\n    rank = dist.get_rank()\n    world_size = dist.get_world_size()\n"
+
+
+def test_worker_setup_init_goes(tmp_path):
+    work, _ = _rewrite(tmp_path, "spawn_trainer", SETUP_INIT)
+    train = (work / "train.py").read_text()
+    assert SETUP_DEF + "    return rank, world_size\n" in train, train
+    assert "is_initialized" not in train
+
+
+@pytest.mark.parametrize("change", ["imported", "call_arg"])
+def test_worker_setup_init_that_may_run_elsewhere_stays_guarded(tmp_path, change):
+    """The init stays (guarded) where another file imports the module (a program there may call setup() without a
+    group), or where an argument calls a function of the program (dropping it could drop what that call does)."""
+    edits = dict(SETUP_INIT)
+    if change == "call_arg":
+        edits["train.py"] = [*SETUP_INIT["train.py"], (
+            'world_size=world_size)\n', 'world_size=world_size, timeout=default_timeout())\n'), (
+            "def setup():\n", "def default_timeout():\n    import datetime\n\n"
+                              "    return datetime.timedelta(minutes=5)\n\n\ndef setup():\n")]
+    extra = {"check_setup.py": "from train import setup\n\nsetup()\n"} if change == "imported" else None
+    work, _ = _rewrite(tmp_path, "spawn_trainer", edits, extra)
+    train = (work / "train.py").read_text()
+    assert SETUP_DEF + "    if not dist.is_initialized():\n        dist.init_process_group(" in train, train
 
 
 @pytest.mark.slow

@@ -304,7 +304,9 @@ def test_stdin_reads_the_repository_of_the_named_file(sys_path_repo, monkeypatch
 
 def test_facts_of_the_run(sys_path_repo):
     facts = repository_facts([str(sys_path_repo / "examples/train_base.py"), str(sys_path_repo / "setup.py")])
-    assert facts == {str(sys_path_repo / "examples/train_base.py"): {"modes": ["process group", "single", "torch_xla.launch"]}}
+    # the DDP script imports TrainBase from it (through sys.path): "imported" names it
+    assert facts == {str(sys_path_repo / "examples/train_base.py"): {"modes": ["process group", "single", "torch_xla.launch"],
+                                                                     "imported": ["TrainBase"]}}
 
 
 # -- compiled training steps across classes and files (NM406, NM105) --------------------------------------------------

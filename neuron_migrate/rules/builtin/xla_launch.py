@@ -155,8 +155,10 @@ _XLA_INIT_METHODS = ("xla://", "pjrt://")
         the program model knows a group is always started before it (a `setup()` that the launched worker calls
         after the launch rewrite's own init), is removed. So is such an init written without the guard, alone in a
         function that only the launched worker reaches (AWS's DDP sample with `xmp.spawn`): a guard around it would
-        be dead code. That one goes only when this file's own launch decides it and its arguments call nothing
-        but `datetime.timedelta`, `os.getenv` or `os.environ.get`; otherwise it is guarded.
+        be dead code. That one goes only when this file's own launch decides it, the repository model says no other
+        file imports this one (a program elsewhere could call the function without a group; without a model, as
+        for a lone file outside any project, the guard is written), and its arguments call nothing but
+        `datetime.timedelta`, `os.getenv` or `os.environ.get`; otherwise it is guarded.
     """,
     examples=[("dist.init_process_group('xla', init_method='xla://')", 'dist.init_process_group("neuron")')],
 )
@@ -254,11 +256,14 @@ def _init_never_runs(ctx, site) -> bool:
     """An unguarded init statement of a function that only the launched worker reaches, after the launch rewrite's
     own init (`setup()` of AWS's ddp_xmp_spawn.py, called first thing by the worker that xmp.spawn starts): once the
     launch starts the group, a second init raises, and a guarded one could never run. Only where this file's own
-    launch decides it (not a fact from other files), the statement stands alone in the function's body, and its
+    launch decides it (not a fact from other files), the repository model says no other file imports this one (so no
+    other program calls the function outside the launch), the statement stands alone in the function's body, and its
     arguments call nothing but _PURE_ARG_CALLS (dropping them loses no side effect)."""
     stmt = site.stmt
     facts = program(ctx)
-    if facts.group_elsewhere or not (isinstance(stmt, ast.Expr) and stmt.value is site.call):
+    if facts.group_elsewhere or facts.imported_elsewhere is not False:
+        return False  # another file may call this function outside the launched worker (or no model says none does)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is site.call):
         return False
     if not isinstance(ctx.analysis.parent_of.get(stmt), (ast.FunctionDef, ast.AsyncFunctionDef)) or not alone_on_lines(ctx, stmt):
         return False
