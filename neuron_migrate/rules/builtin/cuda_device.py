@@ -838,17 +838,24 @@ def data_parallel_guard(node, ctx):
     summary="other torch.cuda APIs have no automatic rewrite",
     fix="none",
     severity="warning",
-    triggers=[("call", "torch.cuda.*"), ("ref", "torch.cuda.*"), ("store", "torch.cuda.*")],
+    triggers=[("call", "torch.cuda.*"), ("ref", "torch.cuda.*"), ("store", "torch.cuda.*"), ("ref", "torch.version.cuda")],
     docs="""
         Catch-all for `torch.cuda` names without a rewrite: streams and events (`torch.cuda.Stream`,
         `torch.cuda.stream`, `Event`), `get_device_name`/`get_device_properties`, `nvtx`, `torch.cuda.amp.custom_fwd`
         and the like. Use the `torch.accelerator` API where it has the call (`torch.accelerator.current_stream`,
         `torch.Stream`, `torch.Event`), `torch.neuron.*` (get_device_properties, Stream, Event) otherwise, or
         `torch.amp.custom_fwd(device_type="neuron")`.
+        Also `torch.version.cuda` as an operand of an `and` whose other operands other rules migrate to the neuron
+        device (the `bfloat_support()` of pytorch/examples' FSDP T5 example and the recipes copied from it:
+        `torch.version.cuda and torch.cuda.is_bf16_supported() and dist.is_nccl_available() ...`): it is None on
+        TorchNeuron, so the whole test is false there and the migrated checks never run (bf16 mixed precision
+        silently off on Trainium). Reported, not rewritten: what the test should ask on Neuron is the user's choice.
     """,
     examples=[("s = torch.cuda.Stream()", None)],
 )
 def cuda_api(site, ctx):
+    if site.key == "torch.version.cuda":
+        return _cuda_version_gate(site, ctx)
     if site.key in ("torch.cuda", "torch.cuda.amp"):
         return None
     skip, out = skip_dispatch(site, ctx)
@@ -858,6 +865,39 @@ def cuda_api(site, ctx):
     if name == "device_count" and site.kind == "call" and data_parallel_guard(site.call, ctx) is not None:
         return None  # kept on purpose (NM230 says why at the DataParallel wrap)
     return ctx.finding(site, f"`torch.cuda.{name}` needs CUDA: replace it with its torch.accelerator / torch.neuron equivalent by hand")
+
+
+# checks that other rules migrate to (or that already ask) the neuron device: after the rewrite they stand where the
+# CUDA ones stood, and the `and` must still be reported
+_NEURON_CHECKS = {"torch.distributed.is_nccl_available", "torch.distributed.is_backend_available", "torch.get_device_module"}
+
+
+def _cuda_version_gate(site, ctx):
+    """`torch.version.cuda` as an operand (or `... is not None`) of an `and` with operands that other rules migrate to
+    the neuron device: the finding that the `and` is always false on TorchNeuron. Else None."""
+    parent_of = ctx.analysis.parent_of
+    operand, up = site.node, parent_of.get(site.node)
+    if isinstance(up, ast.Compare) and len(up.ops) == 1 and isinstance(up.ops[0], (ast.IsNot, ast.NotEq)) \
+            and isinstance(up.comparators[0], ast.Constant) and up.comparators[0].value is None:
+        operand, up = up, parent_of.get(up)
+    if not (isinstance(up, ast.BoolOp) and isinstance(up.op, ast.And)) or operand not in up.values:
+        return None
+    migrated = []
+    for value in up.values[up.values.index(operand) + 1:]:
+        for n in walk(value):
+            if isinstance(n, ast.Attribute):
+                q = ctx.analysis.resolve(n, site.scope, count_use=False)
+                if q is not None and (q[len("torch.cuda."):] in _MIGRATED_CUDA if q.startswith("torch.cuda.")
+                                      else q in _NEURON_CHECKS or q.startswith("torch.accelerator.")):
+                    name = ctx.src(n)
+                    if name not in migrated:
+                        migrated.append(name)
+    if not migrated:
+        return None
+    shown = ", ".join(f"`{m}`" for m in migrated[:3])
+    return ctx.finding(site, f"`torch.version.cuda` is None on TorchNeuron, so this `and` is always false there and the checks "
+                             f"migrated to the neuron device after it ({shown}) never run: drop the CUDA version test "
+                             "for Neuron (or move it to a CUDA-only branch) by hand")
 
 
 @rule(
