@@ -507,6 +507,41 @@ def _strings(node) -> list:
     return []
 
 
+# -- NM149 ------------------------------------------------------------------------------------------
+_IS_XLA_TENSOR = f"{XM}.is_xla_tensor"
+
+
+@rule(
+    code="NM149",
+    name="xla-is-tensor",
+    summary='xm.is_xla_tensor(t) becomes t.device.type == "neuron"',
+    fix="safe",
+    severity="warning",
+    triggers=[("call", _IS_XLA_TENSOR), ("ref", _IS_XLA_TENSOR)],
+    docs="""
+        `xm.is_xla_tensor(tensor)` is `tensor.device.type == 'xla'` (torch_xla 2.9, `core/xla_model.py`): whether a
+        tensor lives on the accelerator rather than on the host. On TorchNeuron the accelerator's tensors have the
+        device type `neuron`, so the call becomes `tensor.device.type == "neuron"` (in parentheses where the
+        comparison would otherwise bind differently). Used as a value (`filter(xm.is_xla_tensor, ...)`) it is
+        reported: write `lambda t: t.device.type == "neuron"`.
+    """,
+    examples=[("if xm.is_xla_tensor(x):\n    x = x.cpu()", 'if x.device.type == "neuron":\n    x = x.cpu()')],
+)
+def xla_is_tensor(site, ctx):
+    from neuron_migrate.rules.builtin.xla_distributed import atom, wrap_for_parent
+
+    if site.kind == "ref":
+        return ctx.finding(site, 'xm.is_xla_tensor used as a value: use lambda t: t.device.type == "neuron"')
+    call = site.call
+    tensor = kwarg(call, "tensor", 0)
+    if has_star_args(call) or tensor is None or len(call.args) + len(call.keywords) != 1:
+        return ctx.finding(site, 'xm.is_xla_tensor with other arguments: test t.device.type == "neuron" by hand')
+    fx = ctx.fixer()
+    fx.replace(call, wrap_for_parent(site, f'{atom(ctx, tensor)}.device.type == "neuron"'))
+    return ctx.finding(site, 'xm.is_xla_tensor(t): becomes t.device.type == "neuron" (the accelerator\'s tensors)',
+                       fix=fx.build())
+
+
 # -- NM139 ------------------------------------------------------------------------------------------
 _AVAILABLE = [f"{lib}.{mod}is_torch_xla_available" for lib in ("transformers", "accelerate", "diffusers", "optimum.neuron")
               for mod in ("", "utils.", "utils.import_utils.", "utils.imports.")]
