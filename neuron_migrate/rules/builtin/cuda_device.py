@@ -872,6 +872,15 @@ def cuda_api(site, ctx):
 _NEURON_CHECKS = {"torch.distributed.is_nccl_available", "torch.distributed.is_backend_available", "torch.get_device_module"}
 
 
+def _device_check(q) -> bool:
+    """`q` (a resolved name, or None) is a device check some rule migrates to the neuron device, or its migrated form."""
+    if q is None:
+        return False
+    if q.startswith("torch.cuda."):
+        return q[len("torch.cuda."):] in _MIGRATED_CUDA
+    return q in _NEURON_CHECKS or q.startswith("torch.accelerator.")
+
+
 def _cuda_version_gate(site, ctx):
     """`torch.version.cuda` as an operand (or `... is not None`) of an `and` with operands that other rules migrate to
     the neuron device: the finding that the `and` is always false on TorchNeuron. Else None."""
@@ -886,9 +895,7 @@ def _cuda_version_gate(site, ctx):
     for value in up.values[up.values.index(operand) + 1:]:
         for n in walk(value):
             if isinstance(n, ast.Attribute):
-                q = ctx.analysis.resolve(n, site.scope, count_use=False)
-                if q is not None and (q[len("torch.cuda."):] in _MIGRATED_CUDA if q.startswith("torch.cuda.")
-                                      else q in _NEURON_CHECKS or q.startswith("torch.accelerator.")):
+                if _device_check(ctx.analysis.resolve(n, site.scope, count_use=False)):
                     name = ctx.src(n)
                     if name not in migrated:
                         migrated.append(name)

@@ -11,6 +11,7 @@ import ast
 from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached
 from neuron_migrate.rules.api import has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.xla_distributed import atom, wrap_for_parent
 
 XM = "torch_xla.core.xla_model"
 MET = "torch_xla.debug.metrics"
@@ -528,8 +529,6 @@ _IS_XLA_TENSOR = f"{XM}.is_xla_tensor"
     examples=[("if xm.is_xla_tensor(x):\n    x = x.cpu()", 'if x.device.type == "neuron":\n    x = x.cpu()')],
 )
 def xla_is_tensor(site, ctx):
-    from neuron_migrate.rules.builtin.xla_distributed import atom, wrap_for_parent
-
     if site.kind == "ref":
         return ctx.finding(site, 'xm.is_xla_tensor used as a value: use lambda t: t.device.type == "neuron"')
     call = site.call
