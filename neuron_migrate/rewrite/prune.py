@@ -1,7 +1,8 @@
 """Remove the imports that the applied fixes left unused (`from torch import float64` after the float64 fix).
 
 Generic and conservative: an imported name goes only when the original text used it and the rewritten text
-no longer does (no load anywhere, no mention in a string such as `__all__` or an annotation). Imports the
+no longer does (no load anywhere, no mention in a string such as `__all__` or an annotation; docstrings are prose
+and do not count). Imports the
 user left unused are theirs; imports inside `try:` (availability probes) and `__future__` stay; a
 statement with a comment is left as written.
 """
@@ -28,6 +29,7 @@ def _loads_and_strings(tree: ast.AST) -> tuple[Counter, str]:
     neither, so the walk need not enter them)."""
     names: Counter = Counter()
     strings = []
+    docs = _docstrings(tree)
     stack = [tree]
     while stack:
         for child in child_nodes(stack.pop()):
@@ -36,11 +38,27 @@ def _loads_and_strings(tree: ast.AST) -> tuple[Counter, str]:
                 if type(child.ctx) is not ast.Store:
                     names[child.id] += 1
             elif t is ast.Constant:
-                if type(child.value) is str:
+                if type(child.value) is str and id(child) not in docs:
                     strings.append(child.value)
             elif t is not ast.Import and t is not ast.ImportFrom:
                 stack.append(child)
     return names, "\n".join(strings)
+
+
+_DOC_HOLDERS = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _docstrings(tree: ast.AST, nodes=None) -> set:
+    """The ids of the docstring constants of the module and of its defs and classes (`nodes`: every node but the
+    root, when the caller has them): prose, which names an imported module without using it, unlike `__all__` or a
+    string annotation."""
+    out = set()
+    for holder in [tree, *(nodes if nodes is not None else ast.walk(tree))]:
+        if isinstance(holder, _DOC_HOLDERS) and holder.body:
+            first = holder.body[0]
+            if type(first) is ast.Expr and type(first.value) is ast.Constant and type(first.value.value) is str:
+                out.add(id(first.value))
+    return out
 
 
 def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
@@ -56,7 +74,8 @@ def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
         defs = (ast.FunctionDef, ast.AsyncFunctionDef)
         nodes += [n for d in nodes if type(d) in defs for tp in d.type_params for n in ast.walk(tp)]
     names = Counter([n.id for n in nodes if type(n) is Name and type(n.ctx) is not Store])
-    strings = "\n".join([n.value for n in nodes if type(n) is Constant and type(n.value) is str])
+    docs = _docstrings(tree, [n for n in nodes if isinstance(n, _DOC_HOLDERS)])
+    strings = "\n".join([n.value for n in nodes if type(n) is Constant and type(n.value) is str and id(n) not in docs])
     return names, strings, _imports_outside_try(tree)
 
 

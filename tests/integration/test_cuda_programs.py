@@ -44,6 +44,11 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   `map_location = {'cuda:%d' % 0: 'cuda:%d' % rank}`): `n_gpus = torch.cuda.device_count()` workers started with `mp.spawn`,
   `init_process_group("nccl", ...)`, the model moved with `.to(rank)` and `DDP(model, device_ids=[rank])` moving the
   CPU inputs to the device.
+- `cifar_dp/`: in the style of pytorch-cifar's main.py (main.py, models/, data.py, utils.py): `device = 'cuda' if
+  torch.cuda.is_available() else 'cpu'`, then `if device == 'cuda': net = torch.nn.DataParallel(net); cudnn.benchmark =
+  True`, a checkpoint of `net.state_dict()` that `--resume` loads. Before: the test became `device == 'neuron'`, so
+  the DataParallel wrap ran on the neuron device and its forward failed (CUDA's scatter); the wrap and the cudnn
+  setting are now removed with the emptied `if`, and the program trains and resumes on one NeuronCore.
 
 Fast tests: `rewrite --write --unsafe-fixes` makes the changes each pattern needs (and no half of one). Slow tests: the
 rewritten programs train, unchanged, on the EMULATED neuron device (`neuron_emulated/sitecustomize.py`, a real
@@ -190,6 +195,18 @@ def test_word_lm_flag_picker_gets_a_neuron_branch(tmp_path):
             '    device = torch.device("neuron")\nelse:\n    device = torch.device("cpu")\n') in text
     assert 'if args.cuda:\n    device = torch.device("cuda")' in text  # --cuda still asks for CUDA on a GPU host
     assert "manual migration" not in out and "dispatches over" not in out
+
+
+def test_cifar_style_data_parallel_block_goes(tmp_path):
+    work, out = _rewrite(tmp_path, "cifar_dp")
+    text = (work / "main.py").read_text()
+    assert "device = 'neuron' if torch.accelerator.is_available() else 'cpu'" in text
+    assert "DataParallel(net)" not in text and "cudnn." not in text and "if device ==" not in text, text
+    assert "import torch.backends.cudnn as cudnn\n" not in text  # its only use went with the block
+    assert "net = net.to(device)\n\nif args.resume:" in text, text
+    assert "NM230" in out and "module." in out  # the finding and its note about the checkpoint keys
+    for name in ("data.py", "utils.py", "models/small.py", "models/__init__.py"):
+        assert (work / name).read_bytes() == (PROGRAMS / "cifar_dp" / name).read_bytes(), name
 
 
 def test_spawned_workers_keep_the_module_device_index(tmp_path):
@@ -416,6 +433,25 @@ def test_word_lm_trains_and_reloads_on_emulated_neuron(tmp_path, emulator):
     assert len(valid) == 2 and valid[-1] < 1.0, proc.stdout  # a 20-word cycle: the loss falls far below log(20) = 3.0
     # the best model was saved from the device and loaded back onto it
     assert re.search(r"^device neuron best valid loss", proc.stdout, re.M), proc.stdout
+
+
+@pytest.mark.slow
+def test_cifar_style_program_trains_and_resumes_on_emulated_neuron(tmp_path, emulator):
+    before = subprocess.run([sys.executable, "main.py", "--epochs", "1"], cwd=PROGRAMS / "cifar_dp", env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    shutil.rmtree(PROGRAMS / "cifar_dp" / "checkpoint", ignore_errors=True)
+    assert before.returncode == 0 and "device cpu" in before.stdout, before.stdout + before.stderr[-3000:]
+    work, _ = _rewrite(tmp_path, "cifar_dp")
+    proc = subprocess.run([sys.executable, "main.py", "--epochs", "3"], cwd=work, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    m = re.search(r"^device (\w+) best accuracy ([0-9.]+) keys (\S+)", proc.stdout, re.M)
+    # on the neuron device, unwrapped: the checkpoint's keys carry no `module.` prefix
+    assert m and m.group(1) == "neuron" and float(m.group(2)) > 80 and m.group(3) == "conv.bias", proc.stdout
+    again = subprocess.run([sys.executable, "main.py", "--epochs", "1", "--resume"], cwd=work, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "resumed at epoch" in again.stdout, again.stdout + again.stderr[-4000:]
+    assert re.search(r"^device neuron best accuracy", again.stdout, re.M), again.stdout
 
 
 def test_ddp_series_snapshot_load_maps_device_tensors(tmp_path):

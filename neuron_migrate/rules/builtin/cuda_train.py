@@ -481,8 +481,8 @@ def _in_picker_fallback(node, ctx) -> bool:
 @rule(
     code="NM230",
     name="data-parallel",
-    summary="nn.DataParallel fails on TorchNeuron (CUDA's scatter): one process per NeuronCore with DDP instead",
-    fix="none",
+    summary="nn.DataParallel fails on TorchNeuron (CUDA's scatter): the wrap goes where nothing needs it; else DDP by hand",
+    fix="unsafe",
     severity="error",
     triggers=[("call", q) for q in DATA_PARALLEL],
     docs="""
@@ -498,8 +498,16 @@ def _in_picker_fallback(node, ctx) -> bool:
         with one GPU. A wrap in a device picker's final `else` (the CPU fallback, pytorch/examples' imagenet) is
         not reported: once the picker has its neuron branch a Trainium host never reaches it (NM203 reports a picker
         that cannot get one).
+        Unsafe fix: the statement `model = nn.DataParallel(model, ...)` (under any other guard, such as the
+        `if device == 'cuda':` of pytorch-cifar, whose test becomes `'neuron'`) is removed when nothing in the file
+        needs the wrapper: `model.module` is read only under a `hasattr(model, "module")` or `isinstance` test, and
+        no function returns the wrapped model to its callers. The program then computes the same in one process
+        on one NeuronCore. Its `state_dict()` keys lose the `module.` prefix (a checkpoint the CUDA program saved
+        loads once the prefix is stripped), and BatchNorm sees the whole batch where, on several GPUs, each
+        replica saw its part. Anything else is reported for a hand migration.
     """,
-    examples=[("model = torch.nn.DataParallel(model)", None)],
+    examples=[("model = Net()\nmodel = torch.nn.DataParallel(model)", "model = Net()"),
+              ("def build(model):\n    return torch.nn.DataParallel(model)", None)],
 )
 def data_parallel(site, ctx):
     if _in_picker_fallback(site.stmt, ctx):
@@ -513,8 +521,62 @@ def data_parallel(site, ctx):
     if any(data_parallel_guard(n, ctx) is p for n in counts):
         kept = ("; the `torch.cuda.device_count()` guard stays CUDA (0 on a Trainium host), so the model trains "
                 "unwrapped on one NeuronCore")
-    return ctx.finding(site, "nn.DataParallel fails on TorchNeuron (its scatter and broadcast exist only in CUDA builds "
-                             f"of torch): run one process per NeuronCore with torchrun and DistributedDataParallel{kept}")
+    message = ("nn.DataParallel fails on TorchNeuron (its scatter and broadcast exist only in CUDA builds of torch): "
+               "run one process per NeuronCore with torchrun and DistributedDataParallel")
+    name, why = (None, "") if kept else _removable_wrap(site, ctx)
+    if name is None:
+        return ctx.finding(site, message + (kept or why))
+    fx = ctx.fixer("unsafe")
+    fx.delete(site.stmt)
+    return ctx.finding(site, f"{message}; this wrap is removed, so `{name}` trains unwrapped on one NeuronCore (the same "
+                             "computation in one process)", fix=fx.build(),
+                       note=f"`{name}.state_dict()` keys lose the `module.` prefix DataParallel added: a checkpoint saved "
+                            "by the CUDA program loads once the prefix is stripped (`{k.removeprefix('module.'): v ...}`). "
+                            "With several GPUs DataParallel split each batch, and BatchNorm saw each part alone; here it "
+                            "sees the whole batch.")
+
+
+def _removable_wrap(site, ctx):
+    """(name, "") of a model wrapped by the statement `model = nn.DataParallel(model, ...)` when nothing in the file
+    needs the wrapper: its `.module` is read only under a `hasattr(model, "module")` or `isinstance` test (the
+    unwrapped model takes the other branch), and a function does not hand the wrapper to its callers. Else (None,
+    why the wrap stays, or "" for other forms and for code that dispatches over backends, whose CUDA branch keeps
+    its wrap)."""
+    stmt, call = site.stmt, site.call
+    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and call.args and isinstance(call.args[0], ast.Name)
+            and call.args[0].id == stmt.targets[0].id and not has_star_args(call)):
+        return None, ""
+    if site.key == "torch.nn.parallel.data_parallel" or skip_dispatch(site, ctx)[0]:
+        return None, ""
+    name = stmt.targets[0].id
+    a = ctx.analysis
+    fn = site.scope.node if site.scope is not a.module_scope else None
+    for node in walk(fn if fn is not None else a.tree):
+        if isinstance(node, ast.Return) and node.value is not None and any(
+                isinstance(n, ast.Name) and n.id == name for n in walk(node.value)):
+            return None, f"; the wrap stays (line {node.lineno} returns it to callers that may read its `.module`)"
+    for node in walk(a.tree):
+        if (isinstance(node, ast.Attribute) and node.attr == "module" and isinstance(node.value, ast.Name)
+                and node.value.id == name and not _wrapper_tested(node, ctx)):
+            return None, f"; the wrap stays (line {node.lineno} reads its `.module`)"
+    return name, ""
+
+
+def _wrapper_tested(node, ctx) -> bool:
+    """`node` (a `model.module` read) sits under a test of whether the model is wrapped: `hasattr(model, "module")`
+    or `isinstance(model, ...)`, in an `if` or a conditional expression."""
+    parents = ctx.analysis.parent_of
+    child, p = node, parents.get(node)
+    while p is not None:
+        if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            for n in walk(p.test):
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and (
+                        (n.func.id == "hasattr" and len(n.args) == 2 and const_value(n.args[1]) == "module")
+                        or n.func.id == "isinstance"):
+                    return True
+        child, p = p, parents.get(p)
+    return False
 
 
 # -- NM231 ------------------------------------------------------------------------------------------
@@ -624,7 +686,7 @@ def triton_kernels(site, ctx):
     code="NM217",
     name="cudnn-settings",
     summary="torch.backends.cudnn / torch.backends.cuda settings have no effect on Neuron",
-    fix="none",
+    fix="safe",
     severity="info",
     triggers=[("store", "torch.backends.cudnn.*"), ("store", "torch.backends.cuda.*"), ("call", "torch.backends.cudnn.*"),
               ("call", "torch.backends.cuda.*")],
@@ -632,12 +694,49 @@ def triton_kernels(site, ctx):
         `torch.backends.cudnn.benchmark = True`, `cudnn.deterministic`, `allow_tf32` and the
         `torch.backends.cuda.*` switches configure CUDA libraries. On Neuron they do nothing: remove them, or for
         reproducible execution order use `torch.use_deterministic_algorithms(True)` (which also disables
-        TorchNeuron's Adaptive Eager fusion, per the TorchNeuron FAQ).
+        TorchNeuron's Adaptive Eager fusion, per the TorchNeuron FAQ). Safe fix: a setting under
+        `if device == 'cuda':` whose 'cuda' NM201 rewrites together with the rest of its value set (the device a
+        program picks, as in pytorch-cifar) runs only on the neuron device after the rewrite, and is removed; an
+        `if` left empty goes with it. Elsewhere the setting stays for GPU hosts and is reported.
     """,
-    examples=[("torch.backends.cudnn.benchmark = True", None)],
+    examples=[("torch.backends.cudnn.benchmark = True", None),
+              ("device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel = model.to(device)\n"
+               "if device == 'cuda':\n    torch.backends.cudnn.benchmark = True",
+               "device = 'neuron' if torch.accelerator.is_available() else 'cpu'\nmodel = model.to(device)\n")],
 )
 def cudnn_settings(site, ctx):
-    return ctx.finding(site, f"`{site.key}` configures CUDA libraries and does nothing on Neuron: remove it")
+    message = f"`{site.key}` configures CUDA libraries and does nothing on Neuron: remove it"
+    guard = _neuron_only_guard(site, ctx)
+    if guard is None:
+        return ctx.finding(site, message)
+    fx = ctx.fixer("safe")
+    fx.delete(site.stmt)
+    return ctx.finding(site, f"{message}; removed: it runs only when `{ctx.src(guard.test)}`, which the rewrite makes a "
+                             "test for the neuron device", fix=fx.build())
+
+
+def _neuron_only_guard(site, ctx):
+    """The `if device == 'cuda':` a CUDA library setting (a statement of its own) sits in, when NM201 rewrites that
+    test's 'cuda' with every other string of its value (pytorch-cifar's `device = 'cuda' if ... else 'cpu'`), so that
+    after the rewrite the setting runs only on the neuron device, where it does nothing. None otherwise (a test that
+    stays CUDA keeps the setting for GPU hosts)."""
+    stmt = site.stmt
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is site.node
+            or isinstance(stmt, ast.Expr) and site.kind == "call" and stmt.value is site.call):
+        return None
+    parent = ctx.analysis.parent_of.get(stmt)
+    if not isinstance(parent, ast.If) or not any(st is stmt for st in parent.body) or ctx.rule is None:
+        return None
+    test = parent.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return None
+    member = next((n for n in (test.left, test.comparators[0]) if isinstance(n, ast.Constant) and n.value == "cuda"), None)
+    if member is None or "NM201" not in ctx.ruleset.codes or skip_dispatch(site, ctx)[0]:
+        return None
+    vs = values.facts(ctx.analysis).set_of(member)
+    if vs is None or vs.multi_backend or vs.plan() != "all":
+        return None
+    return parent
 
 
 @rule(
