@@ -271,9 +271,9 @@ class FixBuilder:
         )
 
 
-def _dedent_continuation(text: str, indent: int) -> str:
-    """Remove `indent` leading spaces from the second and later lines of `text`, except lines that begin
-    inside a multi-line string."""
+def _string_lines(text: str):
+    """The numbers (1-based) of the lines of `text` that begin inside a multi-line string, or None when it does not
+    tokenize."""
     import io
     import tokenize
 
@@ -283,6 +283,22 @@ def _dedent_continuation(text: str, indent: int) -> str:
             if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
                 in_string.update(range(tok.start[0] + 1, tok.end[0] + 1))
     except (tokenize.TokenError, SyntaxError, IndentationError):
+        return None
+    return in_string
+
+
+def indent_statement(text: str, pad: str = "    ") -> str:
+    """A statement's text (as `Ctx.src_relative` gives it) moved one block deeper: `pad` before each line, except
+    lines that begin inside a multi-line string (their text is the string's)."""
+    in_string = _string_lines(text) or set()
+    return "\n".join(ln if i + 1 in in_string or not ln else pad + ln for i, ln in enumerate(text.split("\n")))
+
+
+def _dedent_continuation(text: str, indent: int) -> str:
+    """Remove `indent` leading spaces from the second and later lines of `text`, except lines that begin
+    inside a multi-line string."""
+    in_string = _string_lines(text)
+    if in_string is None:
         return text
     lines = text.split("\n")
     pad = " " * indent

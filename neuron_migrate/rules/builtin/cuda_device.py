@@ -15,7 +15,7 @@ import ast
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, device_flow, values
 from neuron_migrate.rules.helpers import HELPERS, Helper
-from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin import cuda_picker
 from neuron_migrate.rules.builtin.xla_core import LOCAL_DEVICE_NOTE, device_string_context
 
@@ -797,7 +797,7 @@ def cuda_device_module(site, ctx):
     args = call_args_src(call, ctx)
     if guard and site.is_statement and default == "None":
         # a statement: guard it with `if`, not a conditional expression
-        fx.replace(site.stmt, f"if {fx.ref('torch')}.accelerator.is_available():\n    {target}({args})")
+        fx.replace(site.stmt, f"if {fx.ref('torch')}.accelerator.is_available():\n" + indent_statement(f"{target}({args})"))
         return ctx.finding(site, f"torch.cuda.{name}() needs CUDA: use {target}()", fix=fx.build(safety), note=note)
     text = wrap(f"{target}({args})")
     if guard and (site.is_statement or isinstance(site.parent, (ast.Assign, ast.keyword, ast.Return))):

@@ -18,7 +18,7 @@ from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import WRAPPERS, DistributedFacts, Group
 from neuron_migrate.program.distributed import facts as distributed_facts
-from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin import xla_distributed_helpers  # noqa: F401  (registers the helpers)
 
 XM = "torch_xla.core.xla_model"
@@ -548,17 +548,12 @@ def _plain_print(site, ctx):
     """print(...) in a single-device program; `if dist.get_rank() == 0: print(...)` after a sure init."""
     call = site.call
     local = None
-    parts = [ctx.src(a) for a in call.args]
     for kw in call.keywords:
         if kw.arg == "local":
             local = const_value(kw.value, None)
             if not isinstance(local, bool):
                 return None
-        elif kw.arg == "fd":
-            parts.append(f"file={ctx.src(kw.value)}")
-        else:
-            parts.append(f"{kw.arg}={ctx.src(kw.value)}")
-    text = f"print({', '.join(parts)})"
+    text = _print_text(ctx, call)
     state = group_at(ctx, site)
     fx = ctx.fixer()
     if state is Group.NONE:
@@ -595,18 +590,20 @@ def _plain_print(site, ctx):
         prints = [text] + [_print_text(ctx, r.value) for r in run[1:]]
         for r in run[1:]:
             fx.delete(r)
-        fx.replace(stmt, f"if {test}:\n" + "".join(f"    {p}\n" for p in prints))
+        fx.replace(stmt, f"if {test}:\n" + "".join(indent_statement(p) + "\n" for p in prints))
     return ctx.finding(site, f"xm.master_print: becomes print() on {'rank 0 of each host' if local else 'global rank 0'} (`if {test}:`)",
                        fix=fx.build())
 
 
 def _print_text(ctx, call) -> str:
-    parts = [ctx.src(a) for a in call.args]
+    """`print(...)` with the arguments of an `xm.master_print(...)` call (`fd=` becomes `file=`, `local=` goes), their
+    continuation lines relative to the statement, as a fix's text is written."""
+    parts = [ctx.src_relative(a) for a in call.args]
     for kw in call.keywords:
         if kw.arg == "fd":
-            parts.append(f"file={ctx.src(kw.value)}")
+            parts.append(f"file={ctx.src_relative(kw.value)}")
         elif kw.arg != "local":
-            parts.append(f"{kw.arg}={ctx.src(kw.value)}")
+            parts.append(f"{kw.arg}={ctx.src_relative(kw.value)}")
     return f"print({', '.join(parts)})"
 
 

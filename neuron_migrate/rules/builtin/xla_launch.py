@@ -9,7 +9,7 @@ import re
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import Group
-from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
     DIST, DIST_GUIDE, XM, XMP, alone_on_lines, atom, call_and_ref, dropped, dropped_words, group_at,
@@ -84,7 +84,7 @@ def _plain_save(site, ctx):
         if not master_only or master:
             fx.replace(stmt, save + "\n")
         else:
-            fx.replace(stmt, f"if {dist}.get_node_local_rank(fallback_rank=0) == 0:\n    {save}\n")
+            fx.replace(stmt, f"if {dist}.get_node_local_rank(fallback_rank=0) == 0:\n{indent_statement(save)}\n")
         return ctx.finding(site, f"xm.save under `if {ctx.src(guard.test)}:`: becomes torch.save of a CPU copy (no "
                                  "barrier: only the guarded ranks get here, and xm.save did not wait)", fix=fx.build())
     lines = []
@@ -183,7 +183,7 @@ def xla_process_group(site, ctx):
                                  "always started before this point (by the launch rewrite's init, or the program's own): removed",
                            fix=fx.build())
     fx = ctx.fixer()
-    new_call = ctx.src(call)
+    new_call = ctx.src_relative(call)
     drops = []
     if xla_backend or xla_init:
         parts = []
@@ -196,12 +196,12 @@ def xla_process_group(site, ctx):
                     continue
                 parts.append("None")
             else:
-                parts.append(ctx.src(a))
+                parts.append(ctx.src_relative(a))
         for kw in call.keywords:
             if kw.value is init:
                 drops.append((kw, f"init_method={ctx.src(kw.value)} (torchrun's env:// rendezvous replaces it)"))
                 continue
-            parts.append(f'{kw.arg}="neuron"' if kw.value is backend else f"{kw.arg}={ctx.src(kw.value)}")
+            parts.append(f'{kw.arg}="neuron"' if kw.value is backend else f"{kw.arg}={ctx.src_relative(kw.value)}")
         if backend is None:
             parts.insert(0, '"neuron"')
         new_call = f"{ctx.src(call.func)}({', '.join(parts)})"
@@ -228,7 +228,7 @@ def xla_process_group(site, ctx):
             fx.replace(test, f"{test_src} and not {dist}.is_initialized()")
             fx.replace(call, new_call)
         elif alone_on_lines(ctx, stmt):
-            fx.replace(stmt, f"if not {dist}.is_initialized():\n    {new_call}\n")
+            fx.replace(stmt, f"if not {dist}.is_initialized():\n{indent_statement(new_call)}\n")
         else:
             return [ctx.finding(site, "init_process_group on a shared line in a program whose launch now starts the group: "
                                       "guard it with `if not dist.is_initialized():` by hand"), *extra]
@@ -343,7 +343,9 @@ _LAUNCH = {"torch_xla.launch", "torch_xla.torch_xla.launch"}
         group itself first, the rewrite starts it before the call: torchrun's group (`dist.init_process_group(
         "neuron")` when torchrun set `WORLD_SIZE`), else a group of one process (`store=dist.HashStore(), rank=0,
         world_size=1`), so the script still runs as one process without torchrun and every rewritten collective,
-        rank and barrier is a plain `torch.distributed` call that works in both. The script's own init (behind a
+        rank and barrier is a plain `torch.distributed` call that works in both. In the `else:` of the script's
+        own torchrun test (`if os.environ.get("WORLD_SIZE"): ... else: xmp.spawn(...)`, AWS's samples) only the
+        group of one process is started. The script's own init (behind a
         flag, say) is then guarded with `not dist.is_initialized()` (NM126). When the worker always starts the
         group itself, the index is `int(os.environ.get("RANK", 0))`. The group is destroyed after the worker
         returns. `nprocs`, `join`,
@@ -403,7 +405,11 @@ def xmp_spawn(site, ctx):
     elif args is not None and not is_none(args):
         call_args.append(f"*{atom(ctx, args)}")
     lines = []
-    if owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
+    if owns_group and _outside_torchrun(ctx, site.stmt):
+        # the `else:` of the script's own torchrun test (`if os.environ.get("WORLD_SIZE"): ... else: xmp.spawn(...)`):
+        # torchrun did not start this process
+        lines.append(f'{dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)')
+    elif owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
         lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
                   f'    {dist}.init_process_group("neuron")',
                   "else:  # run without torchrun: a group of one process",
@@ -437,6 +443,38 @@ def xmp_spawn(site, ctx):
                               "per NeuronCore" + ("; a process group is started first (torchrun's, else one of a single process)"
                                                   if owns_group else "")
                               + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
+
+
+_TORCHRUN_VARS = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"}
+
+
+def _outside_torchrun(ctx, stmt) -> bool:
+    """`stmt` runs only when torchrun did not start the process: it is in the `else:` of an `if` that tests for one
+    of torchrun's variables (`os.environ.get("WORLD_SIZE")`, `os.getenv("RANK")`, `"WORLD_SIZE" in os.environ`), or
+    under `if not <such a test>:`."""
+    parents = ctx.analysis.parent_of
+    child, p = stmt, parents.get(stmt)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(p, ast.If):
+            in_else = any(child is st for st in p.orelse)
+            test = p.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            if negated:
+                test = test.operand
+            if in_else != negated and _tests_torchrun(ctx, test):
+                return True
+        child, p = p, parents.get(p)
+    return False
+
+
+def _tests_torchrun(ctx, test) -> bool:
+    a = ctx.analysis
+    if isinstance(test, ast.Call) and test.args and const_value(test.args[0]) in _TORCHRUN_VARS:
+        return a.resolve(test.func, a.module_scope, count_use=False) in ("os.environ.get", "os.getenv")
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)
+            and const_value(test.left) in _TORCHRUN_VARS):
+        return a.resolve(test.comparators[0], a.module_scope, count_use=False) == "os.environ"
+    return False
 
 
 _FORK_SHARERS = {f"{XMP}.MpModelWrapper", f"{XMP}.MpSerialExecutor"}
