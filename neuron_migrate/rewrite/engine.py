@@ -271,6 +271,11 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
                 current, _ = apply_fixes(current, prune, _tree_of(last_tree, current))
             except ApplyError as exc:
                 raise FixError(f"removing imports the rewrite left unused: {exc}") from None
+        from neuron_migrate.rewrite.prune import drop_orphaned_comments
+
+        pruned = drop_orphaned_comments(text, current)
+        if pruned != current:
+            current, last_tree = pruned, None
     outcome.text = current
     outcome.tree = _tree_of(last_tree, current)
     # every line reported refers to the rewritten text (the file the user gets), not the round a fix was found in

@@ -466,3 +466,88 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
     out = "".join(ln for i, ln in enumerate(lines) if i not in drop)
     out_tree = _parse_or_none(out)
     return (out, out_tree) if out_tree is not None else (after, None)
+
+
+# -- comments about a statement the rewrite removed -----------------------------------------------------------
+# words that tie a comment to torch_xla code: a comment that names one of them, directly above statements that named
+# it too and that the rewrite removed, explains code that is gone
+_XLA_WORDS = frozenset({"xla", "xm", "xmp", "xr", "pjrt", "xrt", "tpu", "mark_step", "torch_xla"})
+_XLA_COMMENT = re.compile(r"^[ \t]*#.*?(?<![A-Za-z0-9])(?:xla|xm|xmp|xr|pjrt|xrt|tpu|mark_step)(?![A-Za-z0-9])",
+                          re.M | re.I)
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+_MAX_REMOVED_RUN = 30  # lines of removed code a comment block may have stood above
+
+
+def _xla_words(text: str) -> set:
+    """The torch_xla words of a text: whole identifiers and their `_`-separated parts, lowercased."""
+    out = set()
+    for w in _WORD.findall(text.lower()):
+        if w in _XLA_WORDS:
+            out.add(w)
+        out.update(p for p in w.split("_") if p in _XLA_WORDS)
+    return out
+
+
+def drop_orphaned_comments(before: str, after: str) -> str:
+    """`after` without the comment blocks that stood directly above torch_xla statements the rewrite removed and that
+    speak of them (`## xm.mark_step is executing the current graph ...` above `xm.mark_step()`, `# XLA imports` above
+    the torch_xla imports): a block of whole-line comments at the statements' indentation, naming a torch_xla word
+    (`xla`, `xm`, `mark_step`, ...) that the removed lines name too, found once in each text, and followed in `after`
+    by what followed the removed lines in `before`. Comments above code that was replaced, not removed, stay."""
+    if not _XLA_COMMENT.search(before):
+        return after
+    old = source_lines(before, keepends=True)
+    new = source_lines(after, keepends=True)
+    drop: set = set()
+    seen_blocks: set = set()
+    for m in _XLA_COMMENT.finditer(before):
+        i = before.count("\n", 0, m.start())
+        indent = old[i][: len(old[i]) - len(old[i].lstrip(" \t"))]
+
+        def is_comment(k: int) -> bool:
+            return 0 <= k < len(old) and old[k].startswith(indent) and old[k][len(indent):].startswith("#")
+
+        s, e = i, i
+        while is_comment(s - 1):
+            s -= 1
+        while is_comment(e + 1):
+            e += 1
+        if (s, e) in seen_blocks:
+            continue
+        seen_blocks.add((s, e))
+        nxt = e + 1
+        if nxt >= len(old) or not old[nxt].strip() or not old[nxt].startswith(indent) or old[nxt][len(indent)] in " \t":
+            continue  # not directly above a statement at its own indentation
+        block = old[s : e + 1]
+        at = _only_occurrence(new, block)
+        if at is None or _only_occurrence(old, block) != s:
+            continue
+        j = at + len(block)
+        following = new[j] if j < len(new) else None
+        if following == old[nxt]:
+            continue  # the statement below it is still there
+        for k in range(1, _MAX_REMOVED_RUN + 1):
+            if (old[nxt + k] if nxt + k < len(old) else None) == following:
+                break
+        else:
+            continue
+        if not (_xla_words("".join(block)) & _xla_words("".join(old[nxt : nxt + k]))):
+            continue
+        lines = set(range(at, j))
+        if following is not None and not following.strip() and (at == 0 or not new[at - 1].strip()):
+            lines.add(j)  # the blank line that separated the removed code from what follows: one is enough
+        drop |= lines
+    if not drop:
+        return after
+    return "".join(line for n, line in enumerate(new) if n not in drop)
+
+
+def _only_occurrence(lines: list, block: list):
+    """The index at which `block` (a list of lines) starts in `lines` when it occurs there exactly once, else None."""
+    first, found = block[0], None
+    for n, line in enumerate(lines):
+        if line == first and lines[n : n + len(block)] == block:
+            if found is not None:
+                return None
+            found = n
+    return found
