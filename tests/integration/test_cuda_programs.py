@@ -49,6 +49,10 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   True`, a checkpoint of `net.state_dict()` that `--resume` loads. Before: the test became `device == 'neuron'`, so
   the DataParallel wrap ran on the neuron device and its forward failed (CUDA's scatter); the wrap and the cudnn
   setting are now removed with the emptied `if`, and the program trains and resumes on one NeuronCore.
+- `tp_mesh/`: in the style of pytorch/examples' tensor_parallel_example.py: a GPU-count check in a helper module
+  (`torch.cuda.is_available()` and `torch.cuda.device_count() >= 2`, else exit), `init_device_mesh(device_type="cuda",
+  ...)`, `parallelize_module` with ColwiseParallel/RowwiseParallel (DTensor), inputs made with `device="cuda"`. Trained
+  under torchrun in two processes: each rank holds half of the first layer, and both see the same losses.
 
 Fast tests: `rewrite --write --unsafe-fixes` makes the changes each pattern needs (and no half of one). Slow tests: the
 rewritten programs train, unchanged, on the EMULATED neuron device (`neuron_emulated/sitecustomize.py`, a real
@@ -207,6 +211,16 @@ def test_cifar_style_data_parallel_block_goes(tmp_path):
     assert "NM230" in out and "module." in out  # the finding and its note about the checkpoint keys
     for name in ("data.py", "utils.py", "models/small.py", "models/__init__.py"):
         assert (work / name).read_bytes() == (PROGRAMS / "cifar_dp" / name).read_bytes(), name
+
+
+def test_tensor_parallel_mesh_moves_to_neuron(tmp_path):
+    work, out = _rewrite(tmp_path, "tp_mesh")
+    text = (work / "tp_train.py").read_text()
+    assert 'init_device_mesh(device_type="neuron", mesh_shape=(world_size,))' in text
+    assert 'ToyModel().to("neuron")' in text and 'device="cuda"' not in text
+    helpers = (work / "log_utils.py").read_text()
+    assert "torch.accelerator.is_available()" in helpers and "torch.accelerator.device_count()" in helpers
+    assert "manual migration" not in out
 
 
 def test_spawned_workers_keep_the_module_device_index(tmp_path):
@@ -452,6 +466,20 @@ def test_cifar_style_program_trains_and_resumes_on_emulated_neuron(tmp_path, emu
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "resumed at epoch" in again.stdout, again.stdout + again.stderr[-4000:]
     assert re.search(r"^device neuron best accuracy", again.stdout, re.M), again.stdout
+
+
+@pytest.mark.slow
+def test_tensor_parallel_example_trains_under_torchrun(tmp_path, emulator):
+    work, _ = _rewrite(tmp_path, "tp_mesh")
+    proc = run_torchrun(["tp_train.py"], nproc=2, cwd=work, env=_env(), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    found = re.findall(r"rank (\d) device (\w+) shard \((\d+), (\d+)\) first ([0-9.]+) last ([0-9.]+)", out)
+    assert sorted(f[0] for f in found) == ["0", "1"], out[-4000:]
+    # each rank holds half of the first layer's rows, on the neuron device; the row-parallel output is all-reduced, so
+    # both ranks computed the same losses, and training lowered them
+    assert all(f[1] == "neuron" and f[2:4] == ("16", "10") for f in found), found
+    assert len({f[4:] for f in found}) == 1 and float(found[0][5]) < float(found[0][4]), found
 
 
 def test_ddp_series_snapshot_load_maps_device_tensors(tmp_path):

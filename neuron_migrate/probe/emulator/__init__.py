@@ -285,12 +285,35 @@ def _register_process_group_backend(torch) -> None:
         return ProcessGroupGloo(store, rank, size, timeout)
 
     dist.Backend.register_backend(BACKEND_NAME, make, devices=["cpu", "neuron"])
+    _cpu_route_for_default_groups(dist)
     c10d = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("c10d::")
             and torch._C._dispatch_has_kernel_for_dispatch_key(n, "PrivateUse1")]
     with warnings.catch_warnings(), _quiet_stderr():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": intended
         failed = torch.ops.neuron_emu.register_kernels("collective", c10d)
     _state["collectives"] = [n for n in c10d if not any(f.startswith(n + ":") for f in failed)]
+
+
+def _cpu_route_for_default_groups(dist) -> None:
+    """A group started without a backend (`init_process_group()`, as `init_device_mesh("neuron")` does) maps only the
+    accelerator's device type to its backend (torch's BackendConfig). The emulator's collectives on `neuron` tensors
+    run on their host aliases, through the group's CPU route, so such a group gets the `neuron` backend for `cpu`
+    too, as `init_process_group("neuron")` has (its devices are cpu and neuron). TorchNeuron's own backend takes the
+    device tensors directly: this is the emulator's need, not the program's."""
+    from torch.distributed import distributed_c10d as c10d
+
+    config = c10d.BackendConfig
+    if getattr(config, "_neuron_emulator", False):
+        return
+    original = config.__init__
+
+    def __init__(self, backend):
+        original(self, backend)
+        if str(backend) == dist.Backend.UNDEFINED and list(self.device_backend_map) == [BACKEND_NAME]:
+            self.device_backend_map["cpu"] = self.device_backend_map[BACKEND_NAME]
+
+    config.__init__ = __init__
+    config._neuron_emulator = True
 
 
 class _quiet_stderr:
