@@ -268,6 +268,18 @@ def _groups(lines: list[str], imports: list[ast.stmt]) -> list[list[ast.stmt]]:
     return groups
 
 
+def _roots(group: list[ast.stmt]) -> set:
+    """The top-level packages a group of import statements names."""
+    out = set()
+    for s in group:
+        if isinstance(s, ast.ImportFrom):
+            if not s.level:
+                out.add((s.module or "").split(".")[0])
+        else:
+            out.update(a.name.split(".")[0] for a in s.names)
+    return out
+
+
 def _group_category(group: list[ast.stmt], after_third: bool) -> int:
     cats = {_import_category(s) for s in group}
     if _LOCAL in cats:
@@ -293,7 +305,11 @@ def _import_line(lines: list[str], imports: list[ast.stmt], req: ImportReq, firs
         seen_third = seen_third or c == _THIRD
         cats.append(c)
     want = _FIRST if first_party else _module_category(req.module)
-    for g, c in zip(groups, cats):
+    root = req.module.split(".")[0]
+    # a section of its kind that already imports from its package (`import torch` for torch.distributed) before the
+    # first one of its kind (a project module above the torch imports, taken for a third-party one)
+    kin = [(g, c) for g, c in zip(groups, cats) if c == want and root in _roots(g)]
+    for g, c in kin or zip(groups, cats):
         if c != want:
             continue
         keys = [_sort_key(s) for s in g]

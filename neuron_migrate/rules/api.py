@@ -141,6 +141,23 @@ class Ctx:
         indent = len(first) - len(first.lstrip(" "))
         return _dedent_continuation(text, indent)
 
+    def src_moved(self, node: ast.AST, column: int) -> str:
+        """`src_relative(node)` for a fix that writes the node's text starting at `column` (0-based, in characters)
+        instead of where it starts now: continuation lines move by the same amount, so that what was aligned under
+        an opening bracket stays aligned (lines inside a multi-line string stay as they are)."""
+        text = self.src_relative(node)
+        delta = column - self.analysis.span(node).col
+        if "\n" not in text or not delta:
+            return text
+        in_string = _string_lines(text) or set()
+        lines = text.split("\n")
+        for i in range(1, len(lines)):
+            if i + 1 in in_string or not lines[i].strip():
+                continue
+            ln = lines[i]
+            lines[i] = " " * delta + ln if delta > 0 else ln[min(-delta, len(ln) - len(ln.lstrip(" "))):]
+        return "\n".join(lines)
+
     def args_src(self, call: ast.Call) -> str:
         """The text between a call's parentheses as `src_relative` gives it (comments, line breaks and
         alignment kept), for a fix that keeps the arguments of a call it rewrites: `f"{new}({ctx.args_src(call)})"`."""

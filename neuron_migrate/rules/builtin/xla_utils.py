@@ -440,9 +440,12 @@ def xla_sample_generator(site, ctx):
     count_src = ctx.src(count)
     if not isinstance(count, (ast.Name, ast.Attribute, ast.Constant, ast.Call, ast.Subscript)):
         count_src = f"({count_src})"
-    text = f"[{ctx.src(data)}] * {count_src}"
     parent = site.parent
-    if not isinstance(parent, (ast.Assign, ast.AnnAssign, ast.keyword, ast.Call, ast.Return)):
+    wrap = not isinstance(parent, (ast.Assign, ast.AnnAssign, ast.keyword, ast.Call, ast.Return))
+    # the data's lines keep their alignment where the list puts it: `[(a,\n  b)]` one column right of the call
+    opening = ctx.analysis.span(call).col + (2 if wrap else 1)
+    text = f"[{ctx.src_moved(data, opening)}] * {count_src}"
+    if wrap:
         text = f"({text})"
     fx = ctx.fixer()
     fx.replace(call, text)
