@@ -156,12 +156,40 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
         if not keep:
             edit = Edit("delete_stmt", span)
         elif is_from:
-            names = ", ".join(_alias_text(a) for a in keep)
-            edit = Edit("replace_stmt", span, f"from {'.' * stmt.level}{stmt.module or ''} import {names}")
+            kept_lines = _without_alias_lines(seg, gone, stmt.col_offset) if stmt.end_lineno > stmt.lineno else None
+            if kept_lines is not None:
+                # one name per line in parentheses: only the lines of the names that go go (a reviewer's diff)
+                edit = Edit("replace_stmt", span, kept_lines)
+            else:
+                names = ", ".join(_alias_text(a) for a in keep)
+                edit = Edit("replace_stmt", span, f"from {'.' * stmt.level}{stmt.module or ''} import {names}")
         else:
             edit = Edit("replace_stmt", span, "import " + ", ".join(_alias_text(a) for a in keep))
         fixes.append(Fix(FixSafety.SAFE, [edit], description="remove an import the rewrite left unused"))
     return fixes
+
+
+def _without_alias_lines(seg: str, gone: list, col: int):
+    """The text of a parenthesised `from ... import (` statement (`seg`: its whole lines; `col`: where it starts on
+    the first) without the lines that hold only one of the `gone` aliases, relative to the statement's indentation
+    as fix texts are; None when a gone name shares its line with another or the statement is not laid out one name
+    per line."""
+    lines = [ln.rstrip("\r") for ln in seg.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines[0].rstrip().endswith("(") or lines[0][:col].strip():
+        return None
+    patterns = [re.compile(rf"^[ \t]*{re.escape(a.name)}(?:[ \t]+as[ \t]+{re.escape(a.asname)})?[ \t]*,?[ \t]*\r?$")
+                if a.asname else re.compile(rf"^[ \t]*{re.escape(a.name)}[ \t]*,?[ \t]*\r?$") for a in gone]
+    kept, dropped = [], 0
+    for i, line in enumerate(lines):
+        if 0 < i < len(lines) - 1 and any(p.match(line) for p in patterns):
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped != len(gone):
+        return None
+    return "\n".join([kept[0][col:], *(ln[col:] if not ln[:col].strip() else ln for ln in kept[1:])])
 
 
 def _added_top_level_defs(before: str, after: str, before_tree=None, after_tree=None):

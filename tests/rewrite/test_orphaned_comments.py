@@ -60,3 +60,29 @@ def test_comment_repeated_elsewhere_stays():
     text = LOOP + "# XLA imports\nprint(model)\n"
     out = _rewrite(text)
     assert out.count("XLA imports") == 2, out
+
+
+def test_unused_names_leave_a_one_per_line_import_line_by_line():
+    # accelerate's utils/other.py: once xm._maybe_convert_to_cpu is migrated, the guarded torch_xla import and
+    # is_torch_xla_available go; the parenthesised import keeps its layout, less that one line
+    text = """\
+import torch
+
+from mylib.imports import (
+    is_numpy_available,
+    is_torch_xla_available,
+    is_weights_only_available,
+)
+
+if is_torch_xla_available():
+    import torch_xla.core.xla_model as xm
+
+
+def save(obj):
+    if is_numpy_available() and is_weights_only_available():
+        obj = xm._maybe_convert_to_cpu(obj)
+    torch.save(obj, "x.pt")
+"""
+    out = _rewrite(text)
+    assert "from mylib.imports import (\n    is_numpy_available,\n    is_weights_only_available,\n)\n" in out, out
+    assert "torch_xla" not in out and "_neuron_to_cpu(obj)" in out

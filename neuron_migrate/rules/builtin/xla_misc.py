@@ -541,6 +541,46 @@ def xla_is_tensor(site, ctx):
                        fix=fx.build())
 
 
+# -- NM159 ------------------------------------------------------------------------------------------
+_TO_CPU = f"{XM}._maybe_convert_to_cpu"
+
+
+@rule(
+    code="NM159",
+    name="xla-convert-to-cpu",
+    summary="xm._maybe_convert_to_cpu(data) becomes a copy of data with its tensors on the CPU",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", _TO_CPU), ("ref", _TO_CPU)],
+    docs="""
+        `xm._maybe_convert_to_cpu(data)`, a private torch_xla function that checkpointing code calls before
+        `torch.save` (AWS's BERT pretraining sample: `cpu_data = xm._maybe_convert_to_cpu(data)`), waits for the
+        device and returns `data` with every XLA tensor replaced by a CPU copy: dicts become plain dicts, lists and
+        tuples become lists, a tensor reached twice is copied once (torch_xla 2.9, `ToXlaTensorArena` and
+        `utils.for_each_instance_rewrite`). It becomes `_neuron_to_cpu(data)`, the helper `xm.save`'s migration
+        uses, which walks the same containers the same way (a `.cpu()` copy waits for the device). With
+        `convert=False` the call only synchronised: it is reported.
+    """,
+    examples=[("cpu_data = xm._maybe_convert_to_cpu({'model': model.state_dict()})",
+               "cpu_data = _neuron_to_cpu({'model': model.state_dict()})")],
+)
+def xla_convert_to_cpu(site, ctx):
+    if site.kind == "ref":
+        return ctx.finding(site, "xm._maybe_convert_to_cpu used as a value: move the tensors to the CPU by hand")
+    call = site.call
+    data = kwarg(call, "data", 0)
+    convert = kwarg(call, "convert", 1)
+    if has_star_args(call) or data is None or (convert is not None and not (
+            isinstance(convert, ast.Constant) and convert.value is True)):
+        return ctx.finding(site, "xm._maybe_convert_to_cpu with other arguments: move the tensors to the CPU by hand "
+                                 "(.cpu() of each)")
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    fx.replace(call, f"{fx.helper('_neuron_to_cpu')}({ctx.src_relative(data)})")
+    return ctx.finding(site, "xm._maybe_convert_to_cpu: becomes _neuron_to_cpu, the same walk with .cpu() copies",
+                       fix=fx.build())
+
+
 # -- NM139 ------------------------------------------------------------------------------------------
 _AVAILABLE = [f"{lib}.{mod}is_torch_xla_available" for lib in ("transformers", "accelerate", "diffusers", "optimum.neuron")
               for mod in ("", "utils.", "utils.import_utils.", "utils.imports.")]
