@@ -158,7 +158,7 @@ def unused_import_fixes(before: str, after: str, before_tree: Optional[ast.Modul
         elif is_from:
             kept_lines = _without_alias_lines(seg, gone, stmt.col_offset) if stmt.end_lineno > stmt.lineno else None
             if kept_lines is not None:
-                # one name per line in parentheses: only the lines of the names that go go (a reviewer's diff)
+                # one name per line in parentheses: only the removed names' lines go (the diff a reviewer expects)
                 edit = Edit("replace_stmt", span, kept_lines)
             else:
                 names = ", ".join(_alias_text(a) for a in keep)

@@ -566,14 +566,15 @@ def _removable_wrap(site, ctx):
 def _wrapper_tested(node, ctx) -> bool:
     """`node` (a `model.module` read) sits under a test of whether the model is wrapped: `hasattr(model, "module")`
     or `isinstance(model, ...)`, in an `if` or a conditional expression."""
+    name = node.value.id
     parents = ctx.analysis.parent_of
     child, p = node, parents.get(node)
     while p is not None:
         if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
             for n in walk(p.test):
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and (
-                        (n.func.id == "hasattr" and len(n.args) == 2 and const_value(n.args[1]) == "module")
-                        or n.func.id == "isinstance"):
+                if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and len(n.args) == 2
+                        and isinstance(n.args[0], ast.Name) and n.args[0].id == name
+                        and (n.func.id == "isinstance" or n.func.id == "hasattr" and const_value(n.args[1]) == "module")):
                     return True
         child, p = p, parents.get(p)
     return False
@@ -725,13 +726,13 @@ def _neuron_only_guard(site, ctx):
             or isinstance(stmt, ast.Expr) and site.kind == "call" and stmt.value is site.call):
         return None
     parent = ctx.analysis.parent_of.get(stmt)
-    if not isinstance(parent, ast.If) or not any(st is stmt for st in parent.body) or ctx.rule is None:
+    if not isinstance(parent, ast.If) or not any(st is stmt for st in parent.body):
         return None
     test = parent.test
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return None
     member = next((n for n in (test.left, test.comparators[0]) if isinstance(n, ast.Constant) and n.value == "cuda"), None)
-    if member is None or "NM201" not in ctx.ruleset.codes or skip_dispatch(site, ctx)[0]:
+    if member is None or ctx.ruleset is None or "NM201" not in ctx.ruleset.codes or skip_dispatch(site, ctx)[0]:
         return None
     vs = values.facts(ctx.analysis).set_of(member)
     if vs is None or vs.multi_backend or vs.plan() != "all":
