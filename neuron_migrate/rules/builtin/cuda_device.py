@@ -864,6 +864,12 @@ def cuda_api(site, ctx):
     name = site.key[len("torch.cuda."):]
     if name == "device_count" and site.kind == "call" and data_parallel_guard(site.call, ctx) is not None:
         return None  # kept on purpose (NM230 says why at the DataParallel wrap)
+    if site.kind == "store":
+        # `torch.cuda.is_bf16_supported = lambda: True` (AWS's BERT sample, so that CUDA-style autocast ran on XLA):
+        # nothing needs CUDA here, but the patch only matters to code that still asks torch.cuda
+        return ctx.finding(site, f"`torch.cuda.{name}` is replaced here: TorchNeuron's code paths (autocast on 'neuron', "
+                                 "torch.accelerator) do not read it; remove the assignment unless other code still asks "
+                                 f"torch.cuda.{name}")
     return ctx.finding(site, f"`torch.cuda.{name}` needs CUDA: replace it with its torch.accelerator / torch.neuron equivalent by hand")
 
 
