@@ -434,8 +434,10 @@ def xmp_spawn(site, ctx):
             if kw.value is node:
                 node = kw
         value = node.value if isinstance(node, ast.keyword) else node
-        if name == "nprocs" and const_value(value, 0) not in (None, 1):
+        if name == "nprocs" and isinstance(value, ast.Constant) and const_value(value, 0) not in (None, 1):
             note += f" (nprocs={ctx.src(value)} becomes --nproc_per_node={ctx.src(value)})"
+        elif name == "nprocs" and not isinstance(value, ast.Constant):
+            note += f" (the process count came from `{ctx.src(value)}`: give that number as --nproc_per_node)"
         why = ("nothing is shared through the fork: each torchrun process builds what the worker reads"
                if name == "start_method" and forked else "torchrun decides how processes start")
         drops.append((node, f"{name}={ctx.src(value)} ({why})"))
