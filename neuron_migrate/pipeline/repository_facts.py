@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _PYTHON = (".py", ".pyi")
 # the layout of a facts cache file (2: "closed" classes, 3: "sinks", 4: "rate_trackers", 5: "loaders", "foreign",
 # 6: "spmd_bases", 7: "tags", each file's `tag`, 8: "spmd_models", 9: "imported")
-FACTS = 9
+FACTS = 10
 UNKNOWN = {"modes": ["unknown"]}  # a file of a repository too large to model: its programs are not known
 # root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
 _KNOWN: dict = {}

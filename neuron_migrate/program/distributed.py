@@ -111,7 +111,11 @@ class DistributedFacts:
         self._env_strings = False
         self._rewritten: Optional[bool] = None
         self._index(a.tree)
-        self.entry_point = self._has_main_guard() or bool(self._launch_calls())
+        outside = getattr(a, "outside", None)
+        # the repository model saw every file that could call into this one, and none imports it (None: no model)
+        self.imported_elsewhere = (None if outside is None or "unknown" in outside.get("modes", ())
+                                   else bool(outside.get("imported")))
+        self.entry_point = self._has_main_guard() or bool(self._launch_calls()) or self._script()
         inits = self._calls_of(INIT)
         if self._calls_of(SPAWN):
             self.launch: Optional[str] = "spawn"
@@ -128,14 +132,10 @@ class DistributedFacts:
         self.starts_group = bool(inits or self._launch_calls() or others or wrappers)
         # a distributed program of the repository runs this file (it imports it, or starts it with torchrun): what
         # the file shows alone does not make it single-process (repository/model.py)
-        outside = getattr(a, "outside", None)
         self.distributed_elsewhere = bool(outside) and any(m != "single" for m in outside.get("modes", ()))
         # every program that runs this module starts it through xmp.spawn / torch_xla.launch, whose rewrite (NM127) starts
         # the process group before it calls the worker: a function of the module runs inside a group
         self.group_elsewhere = bool(outside) and bool(outside.get("group")) and not self.entry_point
-        # the repository model saw every file that could call into this one, and none imports it (None: no model)
-        self.imported_elsewhere = (None if outside is None or "unknown" in outside.get("modes", ())
-                                   else bool(outside.get("imported")))
         self.single_device = (self.entry_point and not self.starts_group and not self._env_strings
                               and not self.distributed_elsewhere)
         self._entry: dict[int, Group] = {}
@@ -145,6 +145,15 @@ class DistributedFacts:
         # id(block) -> what the statements of block[:k] start, for the k asked so far (_state_before asks about
         # every site's statement, and scanning its block again each time made long functions quadratic)
         self._prefix_starts: dict[int, list] = {}
+
+    def _script(self) -> bool:
+        """A script without a `__main__` guard: its module level loops (a training loop written at the top level,
+        as quick experiments and notebooks exported to files are), and the repository model saw that no file
+        imports it ("script"). A lone file (no model) is not judged so: a library module may be imported from
+        elsewhere."""
+        outside = getattr(self.analysis, "outside", None)
+        return bool(outside and outside.get("script")) and any(
+            isinstance(s, (ast.For, ast.While, ast.AsyncFor)) for s in self.analysis.tree.body)
 
     # -- index ------------------------------------------------------------------------------------
     def qualname(self, node: ast.AST) -> Optional[str]:

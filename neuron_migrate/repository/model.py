@@ -34,7 +34,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 8  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 9  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -417,7 +417,8 @@ class RepositoryModel:
         calls of those defs and of the methods of those classes (their bases' included), keyed "name" and
         "Class.method" by the local name (what NM406 and NM105 look up for `self.step_fn` or an imported step);
         "closed": the file's top-level classes that no other repository file imports (NM130, NM144);
-        "imported": the names other repository files import from it ("*": the whole module) (NM126);
+        "imported": the names other repository files import from it ("*": the whole module) (NM126); "script": no
+        file imports it and a loop starts at its module level (program/distributed.py: an entry point without a guard);
         "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144);
         "spmd_bases", "spmd_models": see `_spmd_bases`, `_spmd_models` (NM150)."""
         rel = self.rel(path)
@@ -453,6 +454,8 @@ class RepositoryModel:
         imported = self._imported_names(rel)
         if imported:
             out["imported"] = sorted(imported)
+        elif self.py[rel].get("tl"):
+            out["script"] = 1  # no file imports it and it loops at module level: a script, guard or none (NM110)
         if self.py[rel].get("ml") or self.py[rel].get("rt"):
             out.update(self._loader_flows(rel))
         if self.py[rel].get("rt"):

@@ -43,6 +43,9 @@ _IMPORT = _Lazy(
 _DYNAMIC = _Lazy(rb"""\(\s*["']([\w.]+)["']""")  # after `import_module`
 _MAIN = _Lazy(rb"""if[ \t(]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""")
 _TOP_LEVEL = _Lazy(rb"^(?=[^\s#])(?!else\b|elif\b|except\b|finally\b)", re.M)
+# a loop header at column 0 (`for batch in loader:`, `while step < n:`): code a script runs at module level; prose in a
+# docstring seldom has the statement's shape (the rule that reads the flag checks the tree again)
+_TOP_LOOP = _Lazy(rb"^(?:(?:async[ \t]+)?for[ \t][^\n]*[ \t]in[ \t][^\n]*|while[ \t][^\n]*):[ \t]*(?:#[^\n]*)?\r?$", re.M)
 _SYS_PATH = _Lazy(rb"\bsys\.path\.(?:append|insert|extend)[ \t]*\(")
 _PATH_ASSIGN = _Lazy(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*([^\n]*(?:__file__|argv\[0\]|dirname|\.parent)[^\n]*)$", re.M)
 _CLASS = _Lazy(rb"class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:")
@@ -199,7 +202,8 @@ def scan_python(data: bytes) -> dict:
     - "ml": 1 when the file names `MpDeviceLoader` or `per_device_loader` (NM130 follows its loaders: flows.py),
     - "x": the files it runs with `exec(open("literal").read())`, "*" for a file named by a variable (nanoGPT's
       configurator runs the config files of the command line so),
-    - "cf": the names a file of top-level assignments only assigns (a config file such a configurator may run).
+    - "cf": the names a file of top-level assignments only assigns (a config file such a configurator may run),
+    - "tl": 1 when a loop starts at column 0 (a script without a `__main__` guard runs its training loop there).
     """
     rec: dict = {}
     imports = []
@@ -283,6 +287,8 @@ def scan_python(data: bytes) -> dict:
     names = config_names(data)
     if names:
         rec["cf"] = names
+    if (b"for " in data or b"while " in data) and _TOP_LOOP.search(data):
+        rec["tl"] = 1
     return rec
 
 

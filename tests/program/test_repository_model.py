@@ -974,3 +974,37 @@ def test_nm150_single_file_data_parallel_checks_the_model_for_batchnorm(tmp_path
     assert ("Write `model = DistributedDataParallel(nn.SyncBatchNorm.convert_sync_batchnorm(model, "
             "mesh['data'].get_group()), device_mesh=mesh['data'])` after the mesh and before the optimizer") in out
     assert "DistributedDataParallel(" not in fixed and "init_device_mesh" not in fixed
+
+
+SCRIPT = """\
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    from helpers import make_model
+
+    device = "xla"
+    model = make_model().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        loss = model(torch.ones(2, 4, device=device)).sum()
+        loss.backward()
+        xm.optimizer_step(optimizer)
+"""
+
+
+def test_a_script_without_a_main_guard_that_no_file_imports_is_a_program(tmp_path, monkeypatch):
+    """A training loop written at module level (no `if __name__ == "__main__":`), in a file no other file imports, is
+    a single-process program: xm.optimizer_step's average over one process is nothing, so it is a plain step. The
+    same file imported by another keeps the average (its loop may run inside that program)."""
+    root = write(tmp_path, {"pyproject.toml": "", "train.py": SCRIPT,
+                            "helpers.py": "import torch\n\n\ndef make_model():\n    return torch.nn.Linear(4, 2)\n"})
+    monkeypatch.chdir(root)
+    assert scan_python((root / "train.py").read_bytes()).get("tl") == 1
+    assert "tl" not in scan_python(b'"""Loops:\n\nfor each batch the model steps\n"""\nimport torch\n')
+    facts = repository_facts([str(root / "train.py"), str(root / "helpers.py")])
+    assert facts[str(root / "train.py")].get("script") == 1 and "script" not in (facts.get(str(root / "helpers.py")) or {})
+    out = _rewritten(root / "train.py")
+    assert "+    optimizer.step()" in out and "_neuron_" not in out, out
+    (root / "run.py").write_text("import train  # noqa: F401\n")
+    out = _rewritten(root / "train.py")
+    assert "_neuron_reduce_gradients(optimizer)" in out, out
