@@ -502,6 +502,7 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
 _XLA_WORDS = frozenset({"xla", "xm", "xmp", "xr", "pjrt", "xrt", "tpu", "mark_step", "torch_xla"})
 _XLA_COMMENT = re.compile(r"^[ \t]*#.*?(?<![A-Za-z0-9])(?:xla|xm|xmp|xr|pjrt|xrt|tpu|mark_step)(?![A-Za-z0-9])",
                           re.M | re.I)
+_XLA_TRAILING = re.compile(r"#[^\n]*?(?<![A-Za-z0-9])(?:xla|xm|xmp|xr|pjrt|xrt|tpu|mark_step)(?![A-Za-z0-9])", re.I)
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _MAX_REMOVED_RUN = 30  # lines of removed code a comment block may have stood above
 
@@ -522,7 +523,7 @@ def drop_orphaned_comments(before: str, after: str) -> str:
     the torch_xla imports): a block of whole-line comments at the statements' indentation, naming a torch_xla word
     (`xla`, `xm`, `mark_step`, ...) that the removed lines name too, found once in each text, and followed in `after`
     by what followed the removed lines in `before`. Comments above code that was replaced, not removed, stay."""
-    if not _XLA_COMMENT.search(before):
+    if not _XLA_COMMENT.search(before) and not _XLA_TRAILING.search(before):
         return after
     old = source_lines(before, keepends=True)
     new = source_lines(after, keepends=True)
@@ -565,9 +566,44 @@ def drop_orphaned_comments(before: str, after: str) -> str:
         if following is not None and not following.strip() and (at == 0 or not new[at - 1].strip()):
             lines.add(j)  # the blank line that separated the removed code from what follows: one is enough
         drop |= lines
-    if not drop:
+    trailing = _stale_trailing_comments(old, new)
+    if not drop and not trailing:
         return after
-    return "".join(line for n, line in enumerate(new) if n not in drop)
+    return "".join(trailing.get(n, line) for n, line in enumerate(new) if n not in drop)
+
+
+_TRAILING = re.compile(r"^(?P<code>[ \t]*[^#'\"\s][^#'\"\n]*?)[ \t]+(?P<comment>#[^\n]*?)(?P<end>\r?\n?)$")
+
+
+def _stale_trailing_comments(old: list, new: list) -> dict:
+    """{line index in `new`: the line without its trailing comment} for the lines whose code the rewrite changed from
+    torch_xla code to code without it, where the comment names torch_xla (`optimizer.step()  # XLA MP: performs grad
+    allreduce and optimizer step` after `xm.optimizer_step(optimizer)`): the same comment, once in each text, on a
+    line without quotes (no '#' inside a string)."""
+    def comments(lines):
+        found: dict = {}
+        for n, line in enumerate(lines):
+            if "#" not in line:
+                continue
+            m = _TRAILING.match(line)
+            if m and _XLA_COMMENT.search(m.group("comment")):
+                found.setdefault(m.group("comment"), []).append((n, m))
+        return found
+
+    after = comments(new)
+    if not after:
+        return {}
+    before = comments(old)
+    out = {}
+    for comment, hits in after.items():
+        was = before.get(comment)
+        if len(hits) != 1 or not was or len(was) != 1:
+            continue
+        n, m = hits[0]
+        code_before, code_after = was[0][1].group("code"), m.group("code")
+        if code_before != code_after and _xla_words(code_before) and not _xla_words(code_after):
+            out[n] = code_after + m.group("end")
+    return out
 
 
 def _only_occurrence(lines: list, block: list):

@@ -86,3 +86,22 @@ def save(obj):
     out = _rewrite(text)
     assert "from mylib.imports import (\n    is_numpy_available,\n    is_weights_only_available,\n)\n" in out, out
     assert "torch_xla" not in out and "_neuron_to_cpu(obj)" in out
+
+
+def test_a_trailing_comment_about_the_xla_call_goes_with_it():
+    text = """\
+import torch
+import torch_xla.core.xla_model as xm
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if __name__ == "__main__":
+    model(torch.ones(1, 2)).sum().backward()
+    xm.optimizer_step(optimizer) # XLA MP: performs grad allreduce and optimizer step
+    optimizer.zero_grad()  # plain PyTorch (XLA or not): stays
+    print("done")  # stays: the line did not change
+"""
+    out = _rewrite(text)
+    assert "    optimizer.step()\n" in out, out
+    assert "optimizer.zero_grad()  # plain PyTorch (XLA or not): stays" in out
+    assert 'print("done")  # stays' in out
