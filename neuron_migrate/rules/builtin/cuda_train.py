@@ -498,7 +498,8 @@ def _in_picker_fallback(node, ctx) -> bool:
         with one GPU. A wrap in a device picker's final `else` (the CPU fallback, pytorch/examples' imagenet) is
         not reported: once the picker has its neuron branch a Trainium host never reaches it (NM203 reports a picker
         that cannot get one).
-        Unsafe fix: the statement `model = nn.DataParallel(model, ...)` (under any other guard, such as the
+        Unsafe fix: the statement `model = nn.DataParallel(model, ...)` (also followed by `.cuda()` or `.to(...)`,
+        which then moves the model itself; under any other guard, such as the
         `if device == 'cuda':` of pytorch-cifar, whose test becomes `'neuron'`) is removed when nothing in the file
         needs the wrapper: `model.module` is read only under a `hasattr(model, "module")` or `isinstance` test, and
         no function returns the wrapped model to its callers. The program then computes the same in one process
@@ -527,7 +528,10 @@ def data_parallel(site, ctx):
     if name is None:
         return ctx.finding(site, message + (kept or why))
     fx = ctx.fixer("unsafe")
-    fx.delete(site.stmt)
+    if site.stmt.value is site.call:
+        fx.delete(site.stmt)
+    else:  # `model = nn.DataParallel(model).cuda()`: the move stays, on the model itself
+        fx.replace(site.call, name)
     return ctx.finding(site, f"{message}; this wrap is removed, so `{name}` trains unwrapped on one NeuronCore (the same "
                              "computation in one process)", fix=fx.build(),
                        note=f"`{name}.state_dict()` keys lose the `module.` prefix DataParallel added: a checkpoint saved "
@@ -543,7 +547,10 @@ def _removable_wrap(site, ctx):
     why the wrap stays, or "" for other forms and for code that dispatches over backends, whose CUDA branch keeps
     its wrap)."""
     stmt, call = site.stmt, site.call
-    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+    value = stmt.value if isinstance(stmt, ast.Assign) else None
+    moved = (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.value is call
+             and value.func.attr in ("cuda", "to"))  # `model = nn.DataParallel(model).cuda()`
+    if not ((value is call or moved) and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name) and call.args and isinstance(call.args[0], ast.Name)
             and call.args[0].id == stmt.targets[0].id and not has_star_args(call)):
         return None, ""
