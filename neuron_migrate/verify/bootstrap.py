@@ -170,15 +170,19 @@ class Recorder:
             register_optimizer_step_pre_hook,
         )
 
-        register_optimizer_step_pre_hook(self._pre_step)
-        register_optimizer_step_post_hook(self._post_step)
+        # inside a compiled step (torch.compile of a function that calls optimizer.step(), the migration of
+        # torch_xla.compile) Dynamo would trace the recorder into the graph and keep what it saw while tracing: the
+        # hooks run eagerly instead, on the tensors of the run (a graph break there changes no number)
+        eager = getattr(getattr(torch, "compiler", None), "disable", None) or (lambda fn: fn)
+        register_optimizer_step_pre_hook(eager(self._pre_step))
+        register_optimizer_step_post_hook(eager(self._post_step))
         from torch.nn.modules.module import (
             register_module_forward_hook,
             register_module_forward_pre_hook,
         )
 
-        register_module_forward_pre_hook(self._module_pre)
-        register_module_forward_hook(self._module_post)
+        register_module_forward_pre_hook(eager(self._module_pre))
+        register_module_forward_hook(eager(self._module_post))
 
     def _count(self, kind: str, grad: bool) -> None:
         path, line = _user_frame(self.skip_dirs)

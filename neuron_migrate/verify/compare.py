@@ -26,6 +26,12 @@ GATES = {
     "autocast": {"loss": 1e-2, "grad": 0.5, "param": 0.2, "cosine": 0.99, "module": 5e-2},
 }
 HPARAM_REL = 1e-9
+# a gradient whose largest entry is below this fraction of the step's largest gradient entry (over every parameter,
+# both runs) carries only rounding noise (pytorch/xla's decoder example: constant token ids make the attention uniform
+# and the query projection's true gradient zero): it is not compared on its own scale
+GRAD_FLOOR = {"float64": 1e-9, "float32": 1e-5, "autocast": 1e-3}
+# optimizer settings that choose an implementation, not a result (torch.compile of a step turns `capturable` on)
+IMPLEMENTATION_HPARAMS = frozenset({"capturable", "foreach", "fused", "differentiable"})
 
 
 def mode_of(meta_a: dict, meta_b: dict) -> str:
@@ -46,8 +52,18 @@ def _as_tensor(x):
     return x
 
 
-def tensor_diff(a, b) -> tuple[float, float]:
-    """(max |a - b| over max |a|, |b|; cosine) of two tensors of one shape (inf, 0 when shapes differ)."""
+def largest(x) -> float:
+    """max |x| of a kept tensor (0 for None)."""
+    x = _as_tensor(x)
+    if x is None or x.numel() == 0:
+        return 0.0
+    return float(x.detach().double().abs().max().item())
+
+
+def tensor_diff(a, b, floor: float = 0.0) -> tuple[float, float]:
+    """(max |a - b| over max |a|, |b|; cosine) of two tensors of one shape (inf, 0 when shapes differ). `floor`:
+    the smallest scale the difference is measured against; two tensors whose entries all stay below it are the
+    same (their cosine is noise)."""
     import torch
 
     a, b = _as_tensor(a), _as_tensor(b)
@@ -65,8 +81,10 @@ def tensor_diff(a, b) -> tuple[float, float]:
     if not math.isfinite(scale):
         same = bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
         return (0.0, 1.0) if same else (math.inf, 0.0)
+    if scale <= floor:
+        return 0.0, 1.0
     diff = (a - b).abs().max().item()
-    rel = diff / scale if scale > 0 else 0.0
+    rel = diff / max(scale, floor) if scale > 0 else 0.0
     na, nb = a.norm().item(), b.norm().item()
     cos = 1.0 if na == 0 and nb == 0 else (float(a @ b) / (na * nb) if na > 0 and nb > 0 else 0.0)
     return rel, cos
@@ -75,7 +93,7 @@ def tensor_diff(a, b) -> tuple[float, float]:
 def _hparam_diffs(ha: list, hb: list) -> list[dict]:
     out = []
     for gi, (ga, gb) in enumerate(zip(ha, hb)):
-        for key in sorted(set(ga) & set(gb)):
+        for key in sorted((set(ga) & set(gb)) - IMPLEMENTATION_HPARAMS):
             va, vb = ga[key], gb[key]
             if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool):
                 if va == vb or (math.isfinite(va) and abs(va - vb) <= HPARAM_REL * max(abs(va), abs(vb))):
@@ -173,8 +191,9 @@ def compare_runs(meta_a: dict, data_a: dict, meta_b: dict, data_b: dict, mode: s
                 fail(step, "param", f"the optimizer holds {len(pa)} parameters in the original, {len(pb)} in the migrated program")
             else:
                 g_worst = (0.0, 1.0, "")
+                floor = GRAD_FLOOR[mode] * max([largest(t) for t in [*ga, *gb]], default=0.0)
                 for i, (x, y) in enumerate(zip(ga, gb)):
-                    rel, cos = tensor_diff(x, y)
+                    rel, cos = tensor_diff(x, y, floor)
                     if rel > g_worst[0] or cos < g_worst[1]:
                         g_worst = (max(rel, g_worst[0]), min(cos, g_worst[1]), names[i] if i < len(names) else f"#{i}")
                     if rel > gates["grad"] or cos < gates["cosine"]:
