@@ -500,7 +500,8 @@ def _in_picker_fallback(node, ctx) -> bool:
         that cannot get one).
         Unsafe fix: the statement `model = nn.DataParallel(model, ...)` (also followed by `.cuda()` or `.to(...)`,
         which then moves the model itself; under any other guard, such as the
-        `if device == 'cuda':` of pytorch-cifar, whose test becomes `'neuron'`) is removed when nothing in the file
+        `if device == 'cuda':` of pytorch-cifar, whose test becomes `'neuron'`; under the `torch.cuda.device_count()`
+        guard, the whole `if` when the wrap is all it holds) is removed when nothing in the file
         needs the wrapper: `model.module` is read only under a `hasattr(model, "module")` or `isinstance` test, and
         no function returns the wrapped model to its callers. The program then computes the same in one process
         on one NeuronCore. Its `state_dict()` keys lose the `module.` prefix (a checkpoint the CUDA program saved
@@ -524,10 +525,17 @@ def data_parallel(site, ctx):
                 "unwrapped on one NeuronCore")
     message = ("nn.DataParallel fails on TorchNeuron (its scatter and broadcast exist only in CUDA builds of torch): "
                "run one process per NeuronCore with torchrun and DistributedDataParallel")
-    name, why = (None, "") if kept else _removable_wrap(site, ctx)
-    if name is None:
+    name, why = _removable_wrap(site, ctx)
+    # under the CUDA device count the wrap never runs on Trainium: the whole `if` is the block a hand migration
+    # deletes (it stays where more than the wrap sits under it)
+    whole_if = bool(kept) and p.body == [site.stmt] and not p.orelse and site.stmt.value is site.call
+    if name is None or (kept and not whole_if):
         return ctx.finding(site, message + (kept or why))
     fx = ctx.fixer("unsafe")
+    if whole_if:
+        fx.delete(p)
+        return ctx.finding(site, f"{message}{kept}; the (unsafe) fix removes the whole block, which never runs there",
+                           fix=fx.build())
     if site.stmt.value is site.call:
         fx.delete(site.stmt)
     else:  # `model = nn.DataParallel(model).cuda()`: the move stays, on the model itself
