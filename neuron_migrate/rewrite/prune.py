@@ -179,8 +179,9 @@ def _without_alias_lines(seg: str, gone: list, col: int):
         lines.pop()
     if not lines[0].rstrip().endswith("(") or lines[0][:col].strip():
         return None
-    patterns = [re.compile(rf"^[ \t]*{re.escape(a.name)}(?:[ \t]+as[ \t]+{re.escape(a.asname)})?[ \t]*,?[ \t]*\r?$")
-                if a.asname else re.compile(rf"^[ \t]*{re.escape(a.name)}[ \t]*,?[ \t]*\r?$") for a in gone]
+    patterns = [re.compile(rf"^[ \t]*{re.escape(a.name)}"
+                           + (rf"[ \t]+as[ \t]+{re.escape(a.asname)}" if a.asname else "") + r"[ \t]*,?[ \t]*$")
+                for a in gone]
     kept, dropped = [], 0
     for i, line in enumerate(lines):
         if 0 < i < len(lines) - 1 and any(p.match(line) for p in patterns):
@@ -500,9 +501,10 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
 # words that tie a comment to torch_xla code: a comment that names one of them, directly above statements that named
 # it too and that the rewrite removed, explains code that is gone
 _XLA_WORDS = frozenset({"xla", "xm", "xmp", "xr", "pjrt", "xrt", "tpu", "mark_step", "torch_xla"})
-_XLA_COMMENT = re.compile(r"^[ \t]*#.*?(?<![A-Za-z0-9])(?:xla|xm|xmp|xr|pjrt|xrt|tpu|mark_step)(?![A-Za-z0-9])",
-                          re.M | re.I)
-_XLA_TRAILING = re.compile(r"#[^\n]*?(?<![A-Za-z0-9])(?:xla|xm|xmp|xr|pjrt|xrt|tpu|mark_step)(?![A-Za-z0-9])", re.I)
+# one of those words in a comment (`torch_xla` through its `xla`: `_` ends a word here)
+_XLA_WORD = "(?<![A-Za-z0-9])(?:" + "|".join(sorted(_XLA_WORDS - {"torch_xla"})) + ")(?![A-Za-z0-9])"
+_XLA_COMMENT = re.compile(r"^[ \t]*#.*?" + _XLA_WORD, re.M | re.I)  # a whole-line comment
+_XLA_IN_COMMENT = re.compile(r"#[^\n]*?" + _XLA_WORD, re.I)  # any comment (or a '#' in a string: checked later)
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _MAX_REMOVED_RUN = 30  # lines of removed code a comment block may have stood above
 
@@ -523,7 +525,7 @@ def drop_orphaned_comments(before: str, after: str) -> str:
     the torch_xla imports): a block of whole-line comments at the statements' indentation, naming a torch_xla word
     (`xla`, `xm`, `mark_step`, ...) that the removed lines name too, found once in each text, and followed in `after`
     by what followed the removed lines in `before`. Comments above code that was replaced, not removed, stay."""
-    if not _XLA_COMMENT.search(before) and not _XLA_TRAILING.search(before):
+    if not _XLA_IN_COMMENT.search(before):
         return after
     old = source_lines(before, keepends=True)
     new = source_lines(after, keepends=True)
@@ -586,7 +588,7 @@ def _stale_trailing_comments(old: list, new: list) -> dict:
             if "#" not in line:
                 continue
             m = _TRAILING.match(line)
-            if m and _XLA_COMMENT.search(m.group("comment")):
+            if m and _XLA_IN_COMMENT.match(m.group("comment")):
                 found.setdefault(m.group("comment"), []).append((n, m))
         return found
 

@@ -149,14 +149,7 @@ class Ctx:
         delta = column - self.analysis.span(node).col
         if "\n" not in text or not delta:
             return text
-        in_string = _string_lines(text) or set()
-        lines = text.split("\n")
-        for i in range(1, len(lines)):
-            if i + 1 in in_string or not lines[i].strip():
-                continue
-            ln = lines[i]
-            lines[i] = " " * delta + ln if delta > 0 else ln[min(-delta, len(ln) - len(ln.lstrip(" "))):]
-        return "\n".join(lines)
+        return _shift_lines(text, delta, 1, _string_lines(text) or set())
 
     def args_src(self, call: ast.Call) -> str:
         """The text between a call's parentheses as `src_relative` gives it (comments, line breaks and
@@ -304,26 +297,30 @@ def _string_lines(text: str):
     return in_string
 
 
+def _shift_lines(text: str, delta: int, start: int, in_string: set) -> str:
+    """`text` with its lines from index `start` on moved `delta` columns: right, spaces before each line that is not
+    blank; left, up to `-delta` of its leading spaces removed. Lines that begin inside a multi-line string
+    (`in_string`, 1-based numbers) stay: their text is the string's."""
+    lines = text.split("\n")
+    for i in range(start, len(lines)):
+        ln = lines[i]
+        if i + 1 in in_string or (delta > 0 and not ln.strip()):
+            continue
+        lines[i] = " " * delta + ln if delta > 0 else ln[min(-delta, len(ln) - len(ln.lstrip(" "))):]
+    return "\n".join(lines)
+
+
 def indent_statement(text: str, pad: str = "    ") -> str:
     """A statement's text (as `Ctx.src_relative` gives it) moved one block deeper: `pad` before each line, except
     lines that begin inside a multi-line string (their text is the string's)."""
-    in_string = _string_lines(text) or set()
-    return "\n".join(ln if i + 1 in in_string or not ln else pad + ln for i, ln in enumerate(text.split("\n")))
+    return _shift_lines(text, len(pad), 0, _string_lines(text) or set())
 
 
 def _dedent_continuation(text: str, indent: int) -> str:
     """Remove `indent` leading spaces from the second and later lines of `text`, except lines that begin
     inside a multi-line string."""
     in_string = _string_lines(text)
-    if in_string is None:
-        return text
-    lines = text.split("\n")
-    pad = " " * indent
-    for i in range(1, len(lines)):
-        if i + 1 not in in_string:
-            ln = lines[i]
-            lines[i] = ln[indent:] if ln.startswith(pad) else ln.lstrip(" ")
-    return "\n".join(lines)
+    return text if in_string is None else _shift_lines(text, -indent, 1, in_string)
 
 
 # -- small AST helpers rules share ----------------------------------------------------------------

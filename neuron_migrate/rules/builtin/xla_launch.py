@@ -8,7 +8,7 @@ import re
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
-from neuron_migrate.program.distributed import Group
+from neuron_migrate.program.distributed import TORCHRUN_ENV, Group
 from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
@@ -447,7 +447,7 @@ def xmp_spawn(site, ctx):
                               + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
 
 
-_TORCHRUN_VARS = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"}
+_TORCHRUN_VARS = TORCHRUN_ENV | {"TORCHELASTIC_RUN_ID"}
 
 
 def _outside_torchrun(ctx, stmt) -> bool:
