@@ -9,6 +9,8 @@ Unlike the CPU stand-in (`neuron_on_cpu/`), nothing is mapped back to `cpu`: a p
 
 Settings (environment):
 - `NEURON_EMULATED=0` disables it (the folder may stay on PYTHONPATH).
+- Exit: after every other exit handler, the process ends with `os._exit` and the status Python would have used
+  (the CPU stand-in's `_install_fast_exit`; `NEURON_ON_CPU_FAST_EXIT=0` turns it off).
 - `NEURON_ON_CPU_COLLECTIVES=DIR` counts collectives and records the process group joined, as the CPU stand-in does
   (its `_count_collectives` / `_record_group`): DIR/rank<RANK>-<pid>.json at exit.
 """
@@ -27,16 +29,20 @@ def _install() -> None:
     from neuron_migrate.table import load_table
 
     emulator.install(load_table())
-    log_dir = os.environ.get("NEURON_ON_CPU_COLLECTIVES")
-    if not log_dir:
-        return
-    # the CPU stand-in's collective counting, loaded under another name (its own install is off)
+    # the CPU stand-in's exit and collective counting, loaded under another name (its own install is off)
     os.environ["NEURON_ON_CPU"] = "0"
     spec = importlib.util.spec_from_file_location(
         "_neuron_on_cpu_counting", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "neuron_on_cpu",
                                                 "sitecustomize.py"))
     shim = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shim)
+    # A backward pass on the emulated device starts autograd's device thread, which can abort the process after the
+    # program has finished ("terminate called without an active exception" while the interpreter finalizes; seen once
+    # in CI on a busy machine). The probe's child exits the same way.
+    shim._install_fast_exit()
+    log_dir = os.environ.get("NEURON_ON_CPU_COLLECTIVES")
+    if not log_dir:
+        return
     import torch.distributed as dist
 
     shim._count_collectives(dist, log_dir)
@@ -45,7 +51,6 @@ def _install() -> None:
     @functools.wraps(real_init)
     def init_process_group(*args, **kwargs):
         result = real_init(*args, **kwargs)
-        shim._install_fast_exit()
         shim._record_group(dist)
         return result
 

@@ -379,14 +379,14 @@ def _record_group(dist) -> None:
 
 
 def _install_fast_exit() -> None:
-    """Skip C++ teardown at exit in processes that used a gloo process group.
+    """Skip C++ teardown at exit in processes that used a gloo process group (or the emulated device's autograd thread).
 
     torch 2.13's CPU gloo backend aborts some workers *after* a script that ran backward passes and
     collectives has finished ("terminate called without an active exception" while static destructors
     run; reproduced with a 12-line script, with destroy_process_group called). A CPU artefact of the
     stand-in backend, not of the code under test: after every other atexit handler has run, this exits
-    with the status Python would have used (1 after an uncaught exception, the sys.exit code).
-    NEURON_ON_CPU_FAST_EXIT=0 turns it off.
+    with the status Python would have used (1 after an uncaught exception, the sys.exit code; a bare
+    `raise SystemExit(n)` is not seen and exits 0). NEURON_ON_CPU_FAST_EXIT=0 turns it off.
     """
     if _EXIT["installed"] or os.environ.get("NEURON_ON_CPU_FAST_EXIT", "1") == "0":
         return
