@@ -29,10 +29,13 @@ def _loads_and_strings(tree: ast.AST) -> tuple[Counter, str]:
     neither, so the walk need not enter them)."""
     names: Counter = Counter()
     strings = []
-    docs = _docstrings(tree)
+    docs = set()  # the docstrings met so far: a holder is popped before its body's first constant is reached
     stack = [tree]
     while stack:
-        for child in child_nodes(stack.pop()):
+        node = stack.pop()
+        if isinstance(node, _DOC_HOLDERS):
+            docs |= _docstrings(node, ())
+        for child in child_nodes(node):
             t = type(child)
             if t is ast.Name:
                 if type(child.ctx) is not ast.Store:
