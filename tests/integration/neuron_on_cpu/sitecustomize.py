@@ -406,8 +406,11 @@ def _install_fast_exit() -> None:
         real_exit(code)
 
     def fast_exit():
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed (a multiprocessing child closes its stdio before exiting)
+                pass
         os._exit(_EXIT["code"])
 
     sys.excepthook = excepthook
