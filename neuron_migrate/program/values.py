@@ -300,6 +300,8 @@ class _Builder:
         kind = _string_member(node)
         if kind is None or (only is not None and kind not in only):
             return False
+        if type(node) is ast.JoinedStr and len(node.values) == 2 and type(node.values[1]) is ast.FormattedValue:
+            devicey = True  # f'cuda:{gpu}' (all of it): a device with its index, not a backend label
         m = Member(node, kind, role, devicey, slot)
         self.members[id(node)] = m
         key = ("m", id(node))

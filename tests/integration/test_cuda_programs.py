@@ -23,7 +23,9 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   `DDP(model)`), and a placement chain whose first test, `not torch.cuda.is_available() and not
   torch.backends.mps.is_available()`, is true on a Neuron host (before: the neuron branch added to the chain was dead
   code and the program trained on the host CPU, or not at all), and imagenet's validate, which moves each batch in
-  independent `if <backend is available>:` blocks (before: left with a finding; the batches stayed on the CPU);
+  independent `if <backend is available>:` blocks (before: left with a finding; the batches stayed on the CPU), and
+  imagenet's `--resume`, whose `if args.gpu is None: ... elif torch.cuda.is_available(): loc = 'cuda:{}'.format(
+  args.gpu)` chain has no else (before: a spawned worker on a Neuron host took neither branch and failed);
 - `custom_trainer/`: a trainer library without accelerate: a config dataclass whose argparse options are made from its
   fields (`mylib/config.py`: `dist_backend: str = "nccl"`, no literal on any command-line option), device and process
   group helpers in a utils module (`mylib/utils.py`: `get_device()` picks cuda, else mps, else cpu with early returns;
@@ -163,7 +165,12 @@ def test_imagenet_placement_chain_reaches_its_neuron_branches(tmp_path):
             '                model.to(torch.device("neuron", args.gpu))\n') in text
     assert ('            else:\n                model.to("neuron")\n'
             "                model = torch.nn.parallel.DistributedDataParallel(model)\n") in text
-    assert text.count(f"elif {neuron}:") == 3  # the nested block, the placement chain, the device chain
+    assert text.count(f"elif {neuron}:") == 4  # the nested block, the placement chain, the device chain, the resume
+    # resuming picks the checkpoint's location by `if args.gpu is None: ... elif torch.cuda.is_available(): ...`: a
+    # spawned worker (args.gpu set) on a Neuron host took neither branch and never loaded it
+    assert (f"                checkpoint = torch.load(args.resume, map_location=loc)\n            elif {neuron}:\n"
+            "                loc = 'neuron:{}'.format(args.gpu)\n"
+            "                checkpoint = torch.load(args.resume, map_location=loc)\n") in text
     # validate moves each batch in independent blocks per backend: the MPS one gets a neuron twin
     assert (f"                    target = target.to('mps')\n                if {neuron}:\n"
             "                    images = images.to('neuron')\n                    target = target.to('neuron')\n") in text
@@ -419,6 +426,16 @@ def test_imagenet_trains_spawned_and_under_torchrun(tmp_path, emulator, launch):
     assert len(val) == (nproc if launch.startswith("torchrun") else 1) and len(set(val)) == 1, out[-3000:]
     if nproc > 1:  # one process: imagenet starts no process group (`args.distributed = args.world_size > 1 or ...`)
         _groups(logs, nproc)
+    if launch.startswith("spawn"):
+        # each spawned worker resumes from rank 0's checkpoint onto its own device (`args.gpu` is its index)
+        proc = subprocess.run([sys.executable, "main.py", "--epochs", "3", "--multiprocessing-distributed", "--world-size",
+                               "1", "--rank", "0", "--dist-url", f"tcp://127.0.0.1:{_port()}", "--resume",
+                               "checkpoint.pth.tar"], cwd=work, env=env, capture_output=True, text=True, timeout=400)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-4000:]
+        assert out.count("=> loaded checkpoint 'checkpoint.pth.tar' (epoch 2)") == nproc, out[-3000:]
+        again = [float(m) for m in re.findall(r"epoch 2 loss ([0-9.]+)", out)]
+        assert len(again) == nproc and "epoch 0 loss" not in out and max(again) < min(first), out[-3000:]
 
 
 @pytest.mark.slow

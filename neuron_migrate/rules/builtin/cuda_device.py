@@ -471,7 +471,8 @@ class _AsSite:
         `f'cuda:{{rank}}'`, `x.device.type == 'cuda'`, `torch.autocast('cuda')`, `device = 'cuda'`. Where the string
         flows into a device position it becomes `'neuron'` (an index is kept: in a distributed run each process
         owns one NeuronCore whose index is its local rank, so `f'cuda:{{local_rank}}'` keeps its meaning). Strings
-        completed by formatting (`'cuda:%d' % rank`, `'cuda:{{}}'.format(gpu)`) and the location tags of a
+        completed by formatting (`'cuda:%d' % rank`, `'cuda:{{}}'.format(gpu)`, also kept in a local that is only read
+        as a device, `loc = 'cuda:{{}}'.format(gpu)` / `map_location=loc`, or returned) and the location tags of a
         `map_location` table (`{{'cuda:%d' % 0: 'cuda:%d' % rank}}`, the DDP tutorial's checkpoint) change too. Strings that may be configuration (argparse
         choices/defaults, dict values) follow their value set (`neuron_migrate.program.values`, as NM103): a value
         that reaches a torch device position changes in every place together (argparse default and choices
@@ -609,7 +610,10 @@ def _cuda_device_value(node, ctx, site):
         `torch.cuda.is_available()` is False on a Trainium host, so `"cuda" if torch.cuda.is_available() else "cpu"`
         quietly trains on the CPU. The choice becomes `"neuron" if torch.accelerator.is_available() else "cpu"`
         (same for a `torch.device(...)` body); with `device-style = "accelerator"` the whole choice becomes
-        `_accelerator_device()` (`.type` where it chose a string), which is the accelerator or the CPU. Other
+        `_accelerator_device()` (`.type` where it chose a string), which is the accelerator or the CPU. In a function
+        whose device picker gets its neuron branch, a chain with no else whose last branch asks only for CUDA
+        (imagenet's resume: `if args.gpu is None: ... elif torch.cuda.is_available(): loc = 'cuda:{}'.format(args.gpu)`)
+        gets a neuron branch doing the same on the neuron device: a Neuron host would take no branch. Other
         uses become `torch.accelerator.is_available()`, True on a Neuron host (TorchNeuron registers with
         `torch.accelerator`: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html).
     """,
@@ -644,6 +648,16 @@ def cuda_is_available(site, ctx):
                                      "before the CPU fallback; the CUDA branch stays for GPU hosts", fix=fx.build(),
                                note="On a Trainium host the new branch picks `neuron` (TorchNeuron registers it with "
                                     "torch.accelerator); on a GPU or Mac the earlier branches still come first.")
+    tail = cuda_picker.tail_of(site, ctx) if not accelerator(ctx) and device_flow.may_dispatch(ctx.analysis) else None
+    if tail is not None:
+        fx = ctx.fixer()
+        fx.scope = site.scope
+        if cuda_picker.insert_tail(tail, ctx, fx):
+            return ctx.finding(site, "a branch that runs only when CUDA is available ends a chain with no else, in a function "
+                                     "whose device picker gets a neuron branch: a Neuron host would take no branch; a "
+                                     "neuron branch doing the same on the neuron device is added after it", fix=fx.build(),
+                               note="On a Trainium host the new branch does what the CUDA branch does on a GPU host, with "
+                                    "the neuron device (TorchNeuron registers it with torch.accelerator).")
     skip, out = skip_dispatch(site, ctx)
     if skip:
         return out

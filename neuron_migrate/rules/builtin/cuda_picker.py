@@ -29,6 +29,7 @@ from neuron_migrate.program import cached, device_flow
 
 TORCH = "\x00torch\x00"  # where the fix writes the module's name for torch
 NEURON_TEST = '{torch}.accelerator.is_available() and {torch}.accelerator.current_accelerator().type == "neuron"'
+_NEURON_TYPE = 'current_accelerator().type == "neuron"'
 
 
 class Picker:
@@ -348,15 +349,22 @@ def _is_cuda_node(n, a) -> bool:
     return False
 
 
-def _translate(body: list, ctx):
+def _translate(body: list, ctx, strings: bool = False):
     """The text of a CUDA block for the neuron device, relative to its indentation: `torch.cuda.set_device(i)` ->
     `torch.accelerator.set_device_index(i)`, `x.cuda(i)` -> `x.to(torch.device("neuron", i))`, `x.cuda()` ->
-    `x.to("neuron")`, comments cut (they speak of GPUs); None when anything else in it names CUDA."""
+    `x.to("neuron")`, with `strings` a device string `'cuda:{}'` -> `'neuron:{}'` (not inside an f-string), comments
+    cut (they speak of GPUs); None when anything else in it names CUDA."""
     a = ctx.analysis
     edits = []  # (line, col, end line, end col, text)
     handled: set = set()
     for stmt in body:
         for n in walk(stmt):
+            if (strings and type(n) is ast.Constant and isinstance(n.value, str) and n.value.split(":")[0] == "cuda"
+                    and id(n) not in handled and type(a.parent_of.get(n)) is not ast.JoinedStr):
+                handled.add(id(n))
+                edits.append((n.lineno, n.col_offset, n.end_lineno, n.end_col_offset,
+                              a.source(n).replace("cuda", "neuron", 1)))
+                continue
             if not isinstance(n, ast.Call) or not isinstance(n.func, ast.Attribute):
                 continue
             q = a.resolve(n.func, a.module_scope, count_use=False)
@@ -388,6 +396,81 @@ def _translate(body: list, ctx):
         return None
     indent = len(a.lines[first - 1]) - len(a.lines[first - 1].lstrip(" "))
     return "\n".join(ln[indent:] if ln.startswith(" " * indent) else ln for ln in text.split("\n"))
+
+
+def tails(ctx) -> list:
+    """[(chain, CUDA branch, its neuron body)] for the if/elif chains without an else whose last branch asks only
+    whether CUDA is available, while the earlier ones ask no backend, in a function whose device picker gets its
+    neuron branch. pytorch/examples' imagenet resumes with `if args.gpu is None: checkpoint = torch.load(path)` /
+    `elif torch.cuda.is_available(): loc = 'cuda:{}'.format(args.gpu); checkpoint = torch.load(path,
+    map_location=loc)`: a Neuron host (its model on the neuron device through the picker) takes neither branch under
+    torch.multiprocessing, and the checkpoint is never loaded. The body (TORCH where torch is named) is the CUDA
+    branch's for the neuron device (_translate, device strings too); a chain whose CUDA branch holds anything else
+    of CUDA is not one."""
+
+    def build(a):
+        out = []
+        fns = {id(p.fn): p.fn for p in pickers(ctx) if p.blocked is None and p.fn is not None}
+        function_of = device_flow.facts(a).function_of
+        if _NEURON_TYPE in a.text and "torch.cuda.is_available" in a.qualnames:
+            # a picker that got its neuron branch in an earlier round (or run) is no longer a picker
+            for node in walk(a.tree):
+                if type(node) is ast.If and _NEURON_TYPE in a.source(node.test):
+                    fn = function_of(node)
+                    if fn is not None:
+                        fns[id(fn)] = fn
+        if not fns:
+            return out
+        for fn in fns.values():
+            assigns = _availability_names(fn.body, ctx)
+            inner: set = set()
+            for node in walk(fn):
+                if type(node) is not ast.If or id(node) in inner:
+                    continue
+                branches, orelse = if_chain(node)
+                inner.update(id(b) for b in branches[1:])
+                if len(branches) < 2 or orelse or function_of(node) is not fn:
+                    continue
+                kinds = [_backend_of_test(b.test, fn, ctx, assigns) for b in branches]
+                if kinds[-1] != {"cuda"} or any(kinds[:-1]):
+                    continue
+                body = _translate(branches[-1].body, ctx, strings=True)
+                if body is not None:
+                    out.append((node, branches[-1], body))
+        return out
+
+    return cached(ctx.analysis, "device-tails", build)
+
+
+def tail_of(site, ctx):
+    """The tail (see `tails`) whose CUDA branch's test holds this site, or None."""
+    for tail in tails(ctx):
+        if any(sub is site.node for sub in walk(tail[1].test)):
+            return tail
+    return None
+
+
+def insert_tail(tail, ctx, fx) -> bool:
+    """Add to `fx` the edit that appends the neuron branch to a tail's chain; False when the chain's text cannot
+    take it (a line left of the chain, inside a multi-line string; tabs in its indentation)."""
+    a = ctx.analysis
+    top, last, body = tail
+    col = top.col_offset
+    first_body = a.lines[last.body[0].lineno - 1]
+    indent = len(first_body) - len(first_body.lstrip(" "))
+    if first_body[indent:indent + 1] == "\t" or last.body[0].col_offset != indent:
+        return False
+    rel = []
+    for i, line in enumerate(a.lines[top.lineno - 1:top.end_lineno]):
+        line = line.rstrip("\r\n")
+        if i and line.strip() and not line.startswith(" " * col):
+            return False
+        rel.append(line[col:])
+    torch = fx.ref("torch")
+    pad = " " * (indent - col)
+    rel += [f"elif {NEURON_TEST.format(torch=torch)}:"] + [(pad + ln if ln else ln) for ln in body.replace(TORCH, torch).split("\n")]
+    fx.replace(top, "\n".join(rel))
+    return True
 
 
 def _true_without_accelerator(test, fn, ctx, assigns) -> bool:
@@ -577,6 +660,8 @@ def picker_lines(ctx) -> set:
             fixable = _neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)
             if fixable is not None:
                 out |= p.lines
+        for _top, last, _body in tails(ctx):
+            out |= set(range(last.lineno, last.end_lineno + 1))
         return out
 
     return cached(ctx.analysis, "device-picker-lines", build)

@@ -429,6 +429,30 @@ _DEVICE_KWARGS = {"device", "device_type", "map_location", "accelerator_device"}
 _DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype", "torch.is_autocast_enabled"}
 
 
+def _loaded_only_as_device(name: str, assign, scope, a) -> bool:
+    """Every read of local `name` in the function (or module) holding `assign` is a device position (`map_location=`,
+    `device=`, `.to(name)`, `torch.device(name)`), and there is at least one."""
+    holder = a.parent_of.get(assign)
+    while holder is not None and not isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        holder = a.parent_of.get(holder)
+    if holder is None:
+        return False
+    reads = 0
+    for n in walk(holder):
+        if type(n) is not ast.Name or n.id != name or type(n.ctx) is not ast.Load:
+            continue
+        up = a.parent_of.get(n)
+        if isinstance(up, ast.keyword) and up.arg in _DEVICE_KWARGS:
+            reads += 1
+        elif isinstance(up, ast.Call) and up.args and up.args[0] is n and (
+                (isinstance(up.func, ast.Attribute) and up.func.attr == "to")
+                or a.resolve(up.func, scope, count_use=False) in _DEVICE_FUNCS):
+            reads += 1
+        else:
+            return False
+    return reads > 0
+
+
 def device_string_context(site, ctx) -> str | None:
     """Why a string literal names a device here, or None when it may be a config value."""
     node = site.node
@@ -441,6 +465,7 @@ def device_string_context(site, ctx) -> str | None:
         elif isinstance(parent, ast.Attribute) and parent.attr == "format" and isinstance(a.parent_of.get(parent), ast.Call):
             node = a.parent_of[parent]
             parent = a.parent_of.get(node)
+    formatted = node is not site.node or isinstance(node, ast.JoinedStr)  # 'cuda:%d' % i, '...'.format(i), f'cuda:{i}'
     if isinstance(parent, ast.Dict):
         # a map_location table ({'cuda:0': f'cuda:{rank}'}, the DDP tutorial's checkpoint): its keys and values are
         # the devices torch.load maps from and to
@@ -483,9 +508,15 @@ def device_string_context(site, ctx) -> str | None:
             name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
             if "device" in name.lower():
                 return "device assignment"
+        if formatted and len(targets) == 1 and isinstance(targets[0], ast.Name) \
+                and _loaded_only_as_device(targets[0].id, parent, site.scope, a):
+            # imagenet's `loc = 'cuda:{}'.format(args.gpu)` / `torch.load(path, map_location=loc)`
+            return "formatted device assignment"
         return None
     if isinstance(parent, ast.arguments):  # default value of a parameter
         return None
+    if isinstance(parent, ast.Return) and formatted:
+        return "returned formatted device"  # `return 'cuda:{}'.format(gpu)`: a device with its index, not a label
     return None
 
 
