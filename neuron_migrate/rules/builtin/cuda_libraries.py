@@ -49,7 +49,7 @@ def _true(node) -> bool:
           older releases train on the host CPU [verify: first release with #44302]. `fp16=True`: use `bf16=True`
           (loss scaling on Neuron is undocumented); `torch_compile_backend="inductor"`: use `"neuron"`.
         - Lightning `Trainer(...)`: Lightning picks among cuda, mps, xla and cpu and documents no `neuron`
-          accelerator [verify]: `accelerator="gpu"` fails on Trainium and `"auto"` trains on the host CPU; use a
+          accelerator [verify]: `accelerator="gpu"` (or `"tpu"`) fails on Trainium and `"auto"` trains on the host CPU; use a
           custom Accelerator/Strategy or a plain PyTorch loop (which the CUDA rules migrate).
         - ignite `idist.device()`, `idist.Parallel(...)`, `idist.auto_model(...)`: cuda when available, else cpu;
           its backends are nccl, gloo, xla-tpu and horovod, none `neuron` [verify]: pick the device yourself
@@ -89,7 +89,13 @@ def cuda_library_trainer(site, ctx):
         acc = const_value(kwarg(call, "accelerator"))
         if acc == "cpu":
             return None
-        what = f"accelerator={acc!r} fails on Trainium" if acc in ("gpu", "cuda") else "accelerator='auto' trains on the host CPU"
+        given = kwarg(call, "accelerator")
+        if acc in ("gpu", "cuda", "tpu", "mps"):
+            what = f"accelerator={acc!r} fails on Trainium"  # Lightning refuses an accelerator it cannot find
+        elif given is None or acc == "auto":
+            what = "accelerator='auto' trains on the host CPU"
+        else:
+            what = f"accelerator={ctx.src(given)}: 'gpu' or 'tpu' fails on Trainium and 'auto' trains on the host CPU"
         return ctx.finding(site, f"Lightning picks the device among cuda, mps, xla and cpu and documents no neuron accelerator "
                                  f"[verify]: {what}; use a custom Accelerator/Strategy for `neuron` or a plain PyTorch loop")
     # ignite
