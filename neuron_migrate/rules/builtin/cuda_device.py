@@ -67,8 +67,16 @@ def device_type_expr(site, ctx, fx) -> str:
 
 # -- device-dispatching code: CUDA rules leave it alone --------------------------------------------------
 def _cuda_site(s) -> bool:
-    return ((s.kind == "string" and s.key in ("cuda", "cuda:")) or (s.kind in ("call", "ref") and s.key.startswith("torch.cuda."))
+    return ((s.kind == "string" and s.key in ("cuda", "cuda:"))
+            or (s.kind in ("call", "ref") and s.key.startswith("torch.cuda.") and s.key not in _HOST_AGNOSTIC)
             or (s.kind == "method" and s.key == "cuda") or (s.kind == "attr" and s.key == "is_cuda"))
+
+
+# torch.cuda calls whose torch.accelerator form does the same on a CUDA host and works on every other accelerator: NM204
+# rewrites them in device-dispatching code too where no backend test guards them (an unguarded torch.cuda.synchronize()
+# beside a device picker that now picks neuron raised on a Neuron host, where torch is not built with CUDA). Not
+# empty_cache: torch.cuda's does nothing without CUDA, torch.accelerator's raises on a host without an accelerator
+_HOST_AGNOSTIC = {"torch.cuda.synchronize"}
 
 
 def dispatch_guard(site, ctx):
@@ -98,6 +106,24 @@ def dispatch_guard(site, ctx):
                                             "with torch.accelerator); on a GPU or Mac the earlier branches still come first.")
     if node.lineno in covered and not (site.kind == "call" and site.key == "torch.cuda.is_available"):
         return False  # a device picker: NM203 adds its neuron branch and says so
+    if (((site.kind in ("call", "ref") and site.key.startswith("torch.cuda.") and site.key != "torch.cuda.is_available")
+         or (site.kind == "method" and site.key == "cuda")) and fn is not None
+            and cached(ctx.analysis, f"dispatch-neuron:{id(fn)}", lambda _a: _picks_neuron(fn, ctx))
+            and _runs_on_every_host(node, fn, ctx)):
+        # the picker got its neuron branch (an earlier round or run): what still asks CUDA outside any backend test
+        # runs on a Neuron host too
+        what = f"{ctx.src(site.node)}()" if site.kind == "method" else site.key
+        last = site.key.rsplit(".", 1)[-1]
+        if "autocast" in site.key:
+            there, instead = "this autocast is disabled (the model runs in float32)", "torch.autocast(device.type, ...)"
+        elif last.startswith("manual_seed"):
+            there, instead = "it seeds nothing", "torch.manual_seed(...), which seeds every device"
+        elif "memory" in last:
+            there, instead = "it reports CUDA's memory (none)", "torch.accelerator's memory functions"
+        else:
+            there, instead = "it fails (torch is not built with CUDA there) or does nothing", "the device the picker chose"
+        return ctx.finding(site, f"`{what}` runs on every host in `{fn.name}()`, whose device picker now picks neuron, but still "
+                                 f"asks CUDA: on a Neuron host {there} (by hand: use {instead})")
 
     def first_cuda(_a):
         hits = [s.node for s in ctx.analysis.sites if _cuda_site(s) and flow.function_of(s.node) is fn
@@ -139,6 +165,23 @@ def dispatch_guard(site, ctx):
         note="TorchNeuron registers the neuron device with torch.accelerator: a branch such as "
              "`elif torch.accelerator.is_available(): return torch.accelerator.current_accelerator()` before the CPU "
              "fallback picks it up on a Trainium host (on a GPU host the CUDA branch still comes first).")
+
+
+_BACKEND_WORDS = ("cuda", "gpu", "mps", "xpu", "device", "is_available", "amp", "fp16", "half", "accelerator")
+
+
+def _runs_on_every_host(node, fn, ctx) -> bool:
+    """No `if`/`while`/conditional expression between `node` and `fn` has a test that may ask which backend runs
+    (its text names cuda, gpu, mps, a device, an availability, mixed precision...)."""
+    parents = ctx.analysis.parent_of
+    child, up = node, parents.get(node)
+    while up is not None and up is not fn:
+        if isinstance(up, (ast.If, ast.IfExp, ast.While)) and up.test is not child:
+            text = ctx.analysis.source(up.test).lower()
+            if any(w in text for w in _BACKEND_WORDS):
+                return False
+        child, up = up, parents.get(up)
+    return up is fn
 
 
 def _torch_cuda_node(n, ctx) -> bool:
@@ -757,6 +800,11 @@ def _spell(fx, target: str) -> str:
         current accelerator's own answer (torch.neuron has it on TorchNeuron, torch.cuda on a GPU). A `set_device(i)` statement is removed (device-style neuron); elsewhere it becomes `_neuron_set_device(i)`, an inserted helper
         that selects the device only when the process sees several: in a distributed run TorchNeuron gives each
         process one NeuronCore (index: its local rank), already its current device.
+        In device-dispatching code (a function that picks among several backends) these calls stay CUDA, except an
+        unguarded `torch.cuda.synchronize()`, which runs on every host the picker chooses: it becomes
+        `torch.accelerator.synchronize()` (the same on a GPU host). Once the function's picker picks neuron, a CUDA
+        call or `.cuda()` that no backend test guards is reported there (on a Neuron host it fails, seeds nothing,
+        reports no memory, or an autocast is disabled).
         `torch.cuda.device(i)` (the context manager) becomes `torch.accelerator.device_index(i)`,
         `mem_get_info()` `torch.accelerator.get_memory_info()`, and `torch.cuda.Event(enable_timing=...)` /
         `torch.cuda.Stream(priority=...)` the device-generic `torch.Event` / `torch.Stream` (the current
@@ -771,9 +819,11 @@ def _spell(fx, target: str) -> str:
               ("torch.manual_seed(0)\ntorch.cuda.manual_seed_all(0)", "torch.manual_seed(0)")],
 )
 def cuda_device_module(site, ctx):
-    skip, out = skip_dispatch(site, ctx)
-    if skip:
-        return out
+    if not (site.kind == "call" and site.key in _HOST_AGNOSTIC
+            and _runs_on_every_host(site.node, device_flow.facts(ctx.analysis).function_of(site.node), ctx)):
+        skip, out = skip_dispatch(site, ctx)
+        if skip:
+            return out
     name = site.key.rsplit(".", 1)[1]
     neuron_t, acc_t, default = _DEVICE_CALLS[name]
     if name in _CLASSES and (site.kind != "call" or (name != "device" and (site.call.args or has_star_args(site.call)))):
