@@ -23,12 +23,6 @@ def _install() -> None:
     import functools
     import importlib.util
 
-    import torch  # noqa: F401
-    from neuron_migrate.probe import emulator
-
-    from neuron_migrate.table import load_table
-
-    emulator.install(load_table())
     # the CPU stand-in's exit and collective counting, loaded under another name (its own install is off)
     os.environ["NEURON_ON_CPU"] = "0"
     spec = importlib.util.spec_from_file_location(
@@ -38,8 +32,16 @@ def _install() -> None:
     spec.loader.exec_module(shim)
     # A backward pass on the emulated device starts autograd's device thread, which can abort the process after the
     # program has finished ("terminate called without an active exception" while the interpreter finalizes; seen once
-    # in CI on a busy machine). The probe's child exits the same way.
+    # in CI on a busy machine). The probe's child exits the same way. Installed before torch is imported, so that the
+    # exit handlers torch and the program register (logging's shutdown, multiprocessing's) run before it.
     shim._install_fast_exit()
+
+    import torch  # noqa: F401
+    from neuron_migrate.probe import emulator
+
+    from neuron_migrate.table import load_table
+
+    emulator.install(load_table())
     log_dir = os.environ.get("NEURON_ON_CPU_COLLECTIVES")
     if not log_dir:
         return

@@ -386,7 +386,9 @@ def _install_fast_exit() -> None:
     run; reproduced with a 12-line script, with destroy_process_group called). A CPU artefact of the
     stand-in backend, not of the code under test: after every other atexit handler has run, this exits
     with the status Python would have used (1 after an uncaught exception, the sys.exit code; a bare
-    `raise SystemExit(n)` is not seen and exits 0). NEURON_ON_CPU_FAST_EXIT=0 turns it off.
+    `raise SystemExit(n)` is not seen and exits 0). Exit handlers registered before it (the emulated shim installs
+    it before torch is imported) are skipped, and so is the flush of a file the program never closed.
+    NEURON_ON_CPU_FAST_EXIT=0 turns it off.
     """
     if _EXIT["installed"] or os.environ.get("NEURON_ON_CPU_FAST_EXIT", "1") == "0":
         return
