@@ -34,7 +34,7 @@ def _loads_and_strings(tree: ast.AST) -> tuple[Counter, str]:
     while stack:
         node = stack.pop()
         if isinstance(node, _DOC_HOLDERS):
-            docs |= _docstrings(node, ())
+            docs |= _docstrings([node])
         for child in child_nodes(node):
             t = type(child)
             if t is ast.Name:
@@ -51,12 +51,12 @@ def _loads_and_strings(tree: ast.AST) -> tuple[Counter, str]:
 _DOC_HOLDERS = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _docstrings(tree: ast.AST, nodes=None) -> set:
-    """The ids of the docstring constants of the module and of its defs and classes (`nodes`: every node but the
-    root, when the caller has them): prose, which names an imported module without using it, unlike `__all__` or a
-    string annotation."""
+def _docstrings(holders) -> set:
+    """The ids of the docstring constants of `holders` (nodes; the module, defs and classes among them hold
+    docstrings): prose, which names an imported module without using it, unlike `__all__` or a string
+    annotation."""
     out = set()
-    for holder in [tree, *(nodes if nodes is not None else ast.walk(tree))]:
+    for holder in holders:
         if isinstance(holder, _DOC_HOLDERS) and holder.body:
             first = holder.body[0]
             if type(first) is ast.Expr and type(first.value) is ast.Constant and type(first.value.value) is str:
@@ -77,7 +77,7 @@ def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
         defs = (ast.FunctionDef, ast.AsyncFunctionDef)
         nodes += [n for d in nodes if type(d) in defs for tp in d.type_params for n in ast.walk(tp)]
     names = Counter([n.id for n in nodes if type(n) is Name and type(n.ctx) is not Store])
-    docs = _docstrings(tree, [n for n in nodes if isinstance(n, _DOC_HOLDERS)])
+    docs = _docstrings([tree, *(n for n in nodes if isinstance(n, _DOC_HOLDERS))])
     strings = "\n".join([n.value for n in nodes if type(n) is Constant and type(n.value) is str and id(n) not in docs])
     return names, strings, _imports_outside_try(tree)
 

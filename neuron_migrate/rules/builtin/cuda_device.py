@@ -108,7 +108,7 @@ def dispatch_guard(site, ctx):
         return False  # a device picker: NM203 adds its neuron branch and says so
     if (((site.kind in ("call", "ref") and site.key.startswith("torch.cuda.") and site.key != "torch.cuda.is_available")
          or (site.kind == "method" and site.key == "cuda")) and fn is not None
-            and cached(ctx.analysis, f"dispatch-neuron:{id(fn)}", lambda _a: _picks_neuron(fn, ctx))
+            and cuda_picker.picks_neuron(fn, ctx)
             and _runs_on_every_host(node, fn, ctx)):
         # the picker got its neuron branch (an earlier round or run): what still asks CUDA outside any backend test
         # runs on a Neuron host too
@@ -132,7 +132,7 @@ def dispatch_guard(site, ctx):
 
     if cached(ctx.analysis, f"dispatch-first:{id(fn)}", first_cuda) is not node:
         return False
-    if cached(ctx.analysis, f"dispatch-neuron:{id(fn)}", lambda _a: _picks_neuron(fn, ctx)):
+    if cuda_picker.picks_neuron(fn, ctx):
         return False  # the choice already has its neuron branch (NM203's, on an earlier run or round): nothing to add
     if not accelerator(ctx) and any(p.blocked is not None and p.fn is fn for p in cuda_picker.pickers(ctx)):
         return False  # NM203 says at each picker why no neuron branch is added
@@ -194,19 +194,6 @@ def _torch_cuda_node(n, ctx) -> bool:
     return False
 
 
-def _picks_neuron(fn, ctx) -> bool:
-    """The function (or module) tests `torch.accelerator.current_accelerator().type == "neuron"` (the branch NM203
-    inserts into a device picker)."""
-    a = ctx.analysis
-    for n in walk(fn if fn is not None else a.tree):
-        if isinstance(n, ast.Compare) and len(n.comparators) == 1 and isinstance(n.comparators[0], ast.Constant) \
-                and n.comparators[0].value == "neuron" and isinstance(n.left, ast.Attribute) and n.left.attr == "type" \
-                and isinstance(n.left.value, ast.Call) and isinstance(n.left.value.func, (ast.Name, ast.Attribute)) \
-                and a.resolve(n.left.value.func, a.module_scope, count_use=False) == "torch.accelerator.current_accelerator":
-            return True
-    return False
-
-
 def _beside_dispatcher(site, ctx, flow, member, vs):
     """A test for the CUDA device type (`device.type == "cuda"`, `"cuda" in str(device)`) in a file whose own device
     dispatcher still hands out CUDA devices (`default_device()` over cuda/xpu/cpu, left unchanged above): rewritten
@@ -222,7 +209,7 @@ def _beside_dispatcher(site, ctx, flow, member, vs):
         return None
     d = dispatchers[0]
     kinds = sorted(flow.dispatch_backends(d.body[0]) - {"cpu", "meta"})
-    picks = any(p.fn is d and p.blocked is None for p in cuda_picker.pickers(ctx)) or _picks_neuron(d, ctx)
+    picks = any(p.fn is d and p.blocked is None for p in cuda_picker.pickers(ctx)) or cuda_picker.picks_neuron(d, ctx)
     if picks:  # NM203 adds (or added) the neuron branch to the picker: this test still asks about CUDA, and should
         return ctx.finding(site, f"{ctx.src(member)} tests for CUDA beside `{d.name}()` (line {d.lineno}), which picks among "
                                  f"{', '.join(kinds)} and, with NM203's branch, neuron: left unchanged, since a CUDA device "

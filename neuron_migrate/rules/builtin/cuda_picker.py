@@ -29,7 +29,7 @@ from neuron_migrate.program import cached, device_flow
 
 TORCH = "\x00torch\x00"  # where the fix writes the module's name for torch
 NEURON_TEST = '{torch}.accelerator.is_available() and {torch}.accelerator.current_accelerator().type == "neuron"'
-_NEURON_TYPE = 'current_accelerator().type == "neuron"'
+_NEURON_TYPE = 'current_accelerator().type == "neuron"'  # in the text: a neuron branch may be there (picks_neuron)
 
 
 class Picker:
@@ -398,6 +398,23 @@ def _translate(body: list, ctx, strings: bool = False):
     return "\n".join(ln[indent:] if ln.startswith(" " * indent) else ln for ln in text.split("\n"))
 
 
+def picks_neuron(fn, ctx) -> bool:
+    """The function (or module, fn None) tests `torch.accelerator.current_accelerator().type == "neuron"`: the branch
+    NM203 inserts into a device picker, in an earlier round or run (cached per function)."""
+    a = ctx.analysis
+
+    def build(_a):
+        for n in walk(fn if fn is not None else a.tree):
+            if isinstance(n, ast.Compare) and len(n.comparators) == 1 and isinstance(n.comparators[0], ast.Constant) \
+                    and n.comparators[0].value == "neuron" and isinstance(n.left, ast.Attribute) and n.left.attr == "type" \
+                    and isinstance(n.left.value, ast.Call) and isinstance(n.left.value.func, (ast.Name, ast.Attribute)) \
+                    and a.resolve(n.left.value.func, a.module_scope, count_use=False) == "torch.accelerator.current_accelerator":
+                return True
+        return False
+
+    return cached(a, f"dispatch-neuron:{id(fn)}", build)
+
+
 def tails(ctx) -> list:
     """[(chain, CUDA branch, its neuron body)] for the if/elif chains without an else whose last branch asks only
     whether CUDA is available, while the earlier ones ask no backend, in a function whose device picker gets its
@@ -415,12 +432,8 @@ def tails(ctx) -> list:
         if _NEURON_TYPE in a.text and "torch.cuda.is_available" in a.qualnames:
             # a picker that got its neuron branch in an earlier round (or run) is no longer a picker
             for node in walk(a.tree):
-                if type(node) is ast.If and _NEURON_TYPE in a.source(node.test):
-                    fn = function_of(node)
-                    if fn is not None:
-                        fns[id(fn)] = fn
-        if not fns:
-            return out
+                if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and id(node) not in fns and picks_neuron(node, ctx):
+                    fns[id(node)] = node
         for fn in fns.values():
             assigns = _availability_names(fn.body, ctx)
             inner: set = set()
