@@ -51,6 +51,13 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   True`, a checkpoint of `net.state_dict()` that `--resume` loads. Before: the test became `device == 'neuron'`, so
   the DataParallel wrap ran on the neuron device and its forward failed (CUDA's scatter); the wrap and the cudnn
   setting are now removed with the emptied `if`, and the program trains and resumes on one NeuronCore.
+- `gpt2_picker/`: in the shape of build-nanogpt's train_gpt2.py (and its hundreds of forks; model and data loader in
+  their own modules): `if ddp:` asserts `torch.cuda.is_available()`, `init_process_group(backend='nccl')`, `device =
+  f'cuda:{ddp_local_rank}'`, `torch.cuda.set_device(device)`; else `device = "cpu"` then `if torch.cuda.is_available():
+  device = "cuda"` / `elif mps: device = "mps"` with no else (the assignment before the chain is its fallback),
+  `device_type = "cuda" if device.startswith("cuda") else "cpu"`, gradient accumulation with
+  `require_backward_grad_sync`, `dist.all_reduce(loss_accum, op=dist.ReduceOp.AVG)`. Before: one finding ("dispatches
+  over several backends"), the program trained on the host CPU in one process and died on the assert under torchrun.
 - `tp_mesh/`: in the style of pytorch/examples' tensor_parallel_example.py: a GPU-count check in a helper module
   (`torch.cuda.is_available()` and `torch.cuda.device_count() >= 2`, else exit), `init_device_mesh(device_type="cuda",
   ...)`, `parallelize_module` with ColwiseParallel/RowwiseParallel (DTensor), inputs made with `device="cuda"`. Trained
@@ -206,6 +213,23 @@ def test_word_lm_flag_picker_gets_a_neuron_branch(tmp_path):
             '    device = torch.device("neuron")\nelse:\n    device = torch.device("cpu")\n') in text
     assert 'if args.cuda:\n    device = torch.device("cuda")' in text  # --cuda still asks for CUDA on a GPU host
     assert "manual migration" not in out and "dispatches over" not in out
+
+
+def test_default_picker_and_ddp_block_keep_both_hosts(tmp_path):
+    work, out = _rewrite(tmp_path, "gpt2_picker")
+    text = (work / "train_gpt2.py").read_text()
+    # the chain with no else gets its neuron branch at its end (the assignment before it is the CPU fallback)
+    assert ('    device = "cpu"\n    if torch.cuda.is_available():\n        device = "cuda"\n'
+            '    elif hasattr(torch.backends, "mps") and torch.backends.mps.is_available():\n        device = "mps"\n'
+            '    elif torch.accelerator.is_available() and torch.accelerator.current_accelerator().type == "neuron":\n'
+            '        device = "neuron"\n') in text
+    # the DDP block runs on every host: each statement keeps its CUDA form where CUDA is, its neuron form elsewhere
+    assert 'assert torch.accelerator.is_available(), "for now i think we need CUDA for DDP"' in text
+    assert "init_process_group(backend='nccl' if torch.cuda.is_available() else 'neuron')" in text
+    assert "device = f'cuda:{ddp_local_rank}' if torch.cuda.is_available() else f'neuron:{ddp_local_rank}'" in text
+    assert "    if torch.cuda.is_available():\n        torch.cuda.set_device(device)\n" in text
+    assert "dispatches over" not in out and "manual migration" not in out, out
+    assert (work / "data.py").read_bytes() == (PROGRAMS / "gpt2_picker" / "data.py").read_bytes()
 
 
 def test_cifar_style_data_parallel_block_goes(tmp_path):
@@ -452,6 +476,41 @@ def test_custom_trainer_trains_under_torchrun(tmp_path, emulator, nproc):
     assert len(losses) == 4 and losses[-1] < losses[0], out[-3000:]
     if nproc > 1:  # one process: the trainer wraps no DDP (`if world_size > 1`), so nothing is all-reduced
         _groups(logs, nproc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_gpt2_picker_trains_under_torchrun(tmp_path, emulator, nproc):
+    work, _ = _rewrite(tmp_path, "gpt2_picker")
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train_gpt2.py", "8"], nproc=nproc, cwd=work, env=_env(logs), timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    losses = [float(x) for x in re.findall(r"^step +\d+ \| loss: ([0-9.]+)", out, re.M)]
+    assert len(losses) == 8 and losses[-1] < losses[0], out[-3000:]
+    _groups(logs, nproc)
+
+
+@pytest.mark.slow
+def test_gpt2_picker_single_process_picks_neuron(tmp_path, emulator):
+    """Without torchrun the picker decides: before migration the host CPU, after it the neuron device."""
+    before = subprocess.run([sys.executable, "train_gpt2.py", "2"], cwd=PROGRAMS / "gpt2_picker", env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert before.returncode == 0 and "device cpu checksum" in before.stdout, before.stdout + before.stderr[-3000:]
+    work, _ = _rewrite(tmp_path, "gpt2_picker")
+    after = subprocess.run([sys.executable, "train_gpt2.py", "2"], cwd=work, env=_env(), capture_output=True,
+                           text=True, timeout=300)
+    assert after.returncode == 0 and "using device: neuron" in after.stdout, after.stdout + after.stderr[-3000:]
+    assert "rank 0 world 1 device neuron checksum" in after.stdout, after.stdout
+
+
+@pytest.mark.slow
+def test_gpt2_picker_before_migration_needs_cuda(tmp_path, emulator):
+    """The control: unmigrated, 2 processes stop at the program's own assert."""
+    shutil.copytree(PROGRAMS / "gpt2_picker", tmp_path / "gpt2_picker")
+    proc = run_torchrun(["train_gpt2.py", "2"], nproc=2, cwd=tmp_path / "gpt2_picker", env=_env(), timeout=300)
+    assert proc.returncode != 0 and "we need CUDA for DDP" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

@@ -106,12 +106,15 @@ def dispatch_guard(site, ctx):
                                             "with torch.accelerator); on a GPU or Mac the earlier branches still come first.")
     if node.lineno in covered and not (site.kind == "call" and site.key == "torch.cuda.is_available"):
         return False  # a device picker: NM203 adds its neuron branch and says so
-    if (((site.kind in ("call", "ref") and site.key.startswith("torch.cuda.") and site.key != "torch.cuda.is_available")
-         or (site.kind == "method" and site.key == "cuda")) and fn is not None
-            and cuda_picker.picks_neuron(fn, ctx)
-            and _runs_on_every_host(node, fn, ctx)):
+    if not accelerator(ctx) and cuda_picker.gets_neuron(fn, ctx) and _runs_on_every_host(node, fn, ctx):
         # the picker got its neuron branch (an earlier round or run): what still asks CUDA outside any backend test
         # runs on a Neuron host too
+        every_host = _every_host_fix(site, ctx, fn)
+        if every_host is not None:
+            return every_host
+    if (((site.kind in ("call", "ref") and site.key.startswith("torch.cuda.") and site.key != "torch.cuda.is_available")
+         or (site.kind == "method" and site.key == "cuda")) and cuda_picker.gets_neuron(fn, ctx)
+            and _runs_on_every_host(node, fn, ctx)):
         what = f"{ctx.src(site.node)}()" if site.kind == "method" else site.key
         last = site.key.rsplit(".", 1)[-1]
         if "autocast" in site.key:
@@ -122,7 +125,8 @@ def dispatch_guard(site, ctx):
             there, instead = "it reports CUDA's memory (none)", "torch.accelerator's memory functions"
         else:
             there, instead = "it fails (torch is not built with CUDA there) or does nothing", "the device the picker chose"
-        return ctx.finding(site, f"`{what}` runs on every host in `{fn.name}()`, whose device picker now picks neuron, but still "
+        where = f"`{fn.name}()`" if fn is not None else "module-level code"
+        return ctx.finding(site, f"`{what}` runs on every host in {where}, whose device picker now picks neuron, but still "
                                  f"asks CUDA: on a Neuron host {there} (by hand: use {instead})")
 
     def first_cuda(_a):
@@ -132,7 +136,7 @@ def dispatch_guard(site, ctx):
 
     if cached(ctx.analysis, f"dispatch-first:{id(fn)}", first_cuda) is not node:
         return False
-    if cuda_picker.picks_neuron(fn, ctx):
+    if cuda_picker.gets_neuron(fn, ctx):
         return False  # the choice already has its neuron branch (NM203's, on an earlier run or round): nothing to add
     if not accelerator(ctx) and any(p.blocked is not None and p.fn is fn for p in cuda_picker.pickers(ctx)):
         return False  # NM203 says at each picker why no neuron branch is added
@@ -165,6 +169,62 @@ def dispatch_guard(site, ctx):
         note="TorchNeuron registers the neuron device with torch.accelerator: a branch such as "
              "`elif torch.accelerator.is_available(): return torch.accelerator.current_accelerator()` before the CPU "
              "fallback picks it up on a Trainium host (on a GPU host the CUDA branch still comes first).")
+
+
+def _every_host_fix(site, ctx, fn):
+    """The fix of a CUDA-only statement that runs on every host, in code whose device picker now picks neuron
+    (build-nanogpt's `if ddp:` block beside its cuda/mps/cpu picker), or None. Each keeps its CUDA form where
+    CUDA is available (where the picker picks cuda) and takes its neuron form elsewhere:
+    `assert torch.cuda.is_available()` -> `assert torch.accelerator.is_available()`;
+    `init_process_group(backend='nccl')` -> `backend='nccl' if torch.cuda.is_available() else 'neuron'`;
+    `device = f'cuda:{rank}'` -> `f'cuda:{rank}' if torch.cuda.is_available() else f'neuron:{rank}'`;
+    `torch.cuda.set_device(d)` -> under `if torch.cuda.is_available():` (TorchNeuron's process group makes each
+    process's NeuronCore its current device)."""
+    a = ctx.analysis
+    node = site.node
+    parent = a.parent_of.get(node)
+    where = f"`{fn.name}()`" if fn is not None else "module-level code"
+    why = f"runs on every host in {where}, whose device picker now picks neuron"
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    if site.kind == "call" and site.key == "torch.cuda.is_available":
+        if not (isinstance(parent, ast.Assert) and parent.test is node):
+            return None
+        fx.replace(node, f"{fx.ref('torch')}.accelerator.is_available()")
+        return ctx.finding(site, f"`assert torch.cuda.is_available()` {why}: it asks for an accelerator, CUDA or neuron",
+                           fix=fx.build())
+    if site.kind == "call" and site.key == "torch.cuda.set_device" and site.is_statement:
+        test = f"{fx.ref('torch')}.cuda.is_available()"
+        fx.replace(site.stmt, f"if {test}:\n" + indent_statement(a.source(site.stmt)))
+        return ctx.finding(site, f"`torch.cuda.set_device()` {why}: it runs only where CUDA is (on Neuron the process group "
+                                 "makes each process's NeuronCore its current device)", fix=fx.build())
+    if site.kind == "call" and site.key in ("torch.distributed.init_process_group", "torch.distributed.new_group"):
+        pos = 0 if site.key.endswith("init_process_group") else 1
+        backend = kwarg(site.call, "backend", pos)
+        if const_value(backend) != "nccl":
+            return None
+        q = ctx.src(backend)[0]
+        fx.replace(backend, f"{q}nccl{q} if {fx.ref('torch')}.cuda.is_available() else {q}neuron{q}")
+        return ctx.finding(site, f"backend 'nccl' {why}: 'nccl' where CUDA is, else 'neuron'", fix=fx.build())
+    if site.kind == "string":
+        member = string_member(site)
+        parent = a.parent_of.get(member)
+        if member is None or not (isinstance(parent, ast.Assign) and parent.value is member
+                                  and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+            return None
+        text = ctx.src(member)
+        if text.count("cuda") != 1 or len(_cuda_strings(member)) != 1:
+            return None
+        fx.replace(member, f"{text} if {fx.ref('torch')}.cuda.is_available() else {text.replace('cuda', 'neuron', 1)}")
+        return ctx.finding(site, f"device {text} {why}: it stays where CUDA is, else names the neuron device (its index "
+                                 "kept: a rank's NeuronCore has its local rank as index)", fix=fx.build())
+    return None
+
+
+def _cuda_strings(node) -> list:
+    """The 'cuda'/'cuda:' string constants in `node`."""
+    return [n for n in walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value.split(":")[0] == "cuda"]
 
 
 _BACKEND_WORDS = ("cuda", "gpu", "mps", "xpu", "device", "is_available", "amp", "fp16", "half", "accelerator")
@@ -643,7 +703,14 @@ def _cuda_device_value(node, ctx, site):
         `_accelerator_device()` (`.type` where it chose a string), which is the accelerator or the CPU. In a function
         whose device picker gets its neuron branch, a chain with no else whose last branch asks only for CUDA
         (imagenet's resume: `if args.gpu is None: ... elif torch.cuda.is_available(): loc = 'cuda:{}'.format(args.gpu)`)
-        gets a neuron branch doing the same on the neuron device: a Neuron host would take no branch. Other
+        gets a neuron branch doing the same on the neuron device: a Neuron host would take no branch. A picker
+        with no else whose fallback is the assignment right before it (`device = "cpu"` / `if
+        torch.cuda.is_available(): device = "cuda"` / `elif ...mps...: device = "mps"`, build-nanogpt's) gets its
+        neuron branch at its end. Beside such a picker, CUDA-only statements that run on every host (its `if ddp:`
+        block) keep their CUDA form where CUDA is available and take their neuron form elsewhere: `assert
+        torch.cuda.is_available()` asks `torch.accelerator.is_available()`, `backend='nccl'` becomes `'nccl' if
+        torch.cuda.is_available() else 'neuron'`, `device = f'cuda:{rank}'` likewise, and `torch.cuda.set_device()`
+        runs under `if torch.cuda.is_available():`. Other
         uses become `torch.accelerator.is_available()`, True on a Neuron host (TorchNeuron registers with
         `torch.accelerator`: https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html).
     """,

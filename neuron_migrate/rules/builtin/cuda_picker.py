@@ -49,6 +49,9 @@ class Picker:
         self.blocked = None
         self.flag = False  # the CUDA branch is chosen by a flag (`if args.cuda:`), not an availability test
         self.returns = False  # a chain of early returns (`if cuda: return ...` / `if mps: return ...` / `return cpu`)
+        # no else: the assignment right before the chain is its fallback (`device = "cpu"` / `if cuda: device = "cuda"`
+        # / `elif mps: device = "mps"`, build-nanogpt's and llm.c's picker); the neuron branch ends the chain
+        self.default = False
 
 
 def if_chain(top: ast.If):
@@ -140,6 +143,10 @@ def pickers(ctx) -> list:
             branches, orelse = if_chain(node) if isinstance(node, ast.If) else _expr_chain(node)
             for b in branches[1:]:
                 inner.add(id(b))
+            default = False
+            if not orelse and len(branches) >= 2 and isinstance(node, ast.If):
+                orelse = _default_before(node, branches, a)
+                default = bool(orelse)
             if len(branches) < 2 or not orelse:
                 continue
             fn = flow.function_of(node)
@@ -171,6 +178,7 @@ def pickers(ctx) -> list:
             other = others[0]
             p = Picker(node, branches, orelse, cuda[0], other, next(iter(kinds[other])))
             p.flag = flag
+            p.default = default
             # the lines the picker decides from: its own and those of the availability names its tests read
             p.lines = set(range(node.lineno, node.end_lineno + 1))
             for b in branches:
@@ -206,6 +214,31 @@ def flag_site(p: Picker, ctx):
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "cuda":
                 return n
     return None
+
+
+def _default_before(top: ast.If, branches: list, a) -> list:
+    """[the statement right before the chain] when it assigns the one name every branch of the chain assigns
+    (`device = "cpu"` before `if torch.cuda.is_available(): device = "cuda"` / `elif ...: device = "mps"`): the
+    chain's fallback; else []."""
+    parent = a.parent_of.get(top)
+    if parent is None:
+        return []
+    for field in ("body", "orelse", "finalbody"):
+        stmts = getattr(parent, field, None)
+        if isinstance(stmts, list) and any(s is top for s in stmts):
+            break
+    else:
+        return []
+    at = next(i for i, s in enumerate(stmts) if s is top)
+    prev = stmts[at - 1] if at else None
+    if not (isinstance(prev, ast.Assign) and len(prev.targets) == 1 and isinstance(prev.targets[0], ast.Name)):
+        return []
+    name = prev.targets[0].id
+    for b in branches:
+        if not any(isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets)
+                   for s in b.body):
+            return []
+    return [prev]
 
 
 def _names_cuda(test) -> bool:
@@ -415,6 +448,19 @@ def picks_neuron(fn, ctx) -> bool:
     return cached(a, f"dispatch-neuron:{id(fn)}", build)
 
 
+def gets_neuron(fn, ctx) -> bool:
+    """The function (or module, fn None) picks neuron: its picker has its neuron branch (picks_neuron) or gets one
+    in this round (a picker of it that is not blocked and has a neuron body)."""
+    if picks_neuron(fn, ctx):
+        return True
+    for p in pickers(ctx):
+        if p.fn is fn and p.blocked is None:
+            made = _neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)
+            if made is not None:
+                return True
+    return False
+
+
 def tails(ctx) -> list:
     """[(chain, CUDA branch, its neuron body)] for the if/elif chains without an else whose last branch asks only
     whether CUDA is available, while the earlier ones ask no backend, in a function whose device picker gets its
@@ -466,8 +512,14 @@ def tail_of(site, ctx):
 def insert_tail(tail, ctx, fx) -> bool:
     """Add to `fx` the edit that appends the neuron branch to a tail's chain; False when the chain's text cannot
     take it (a line left of the chain, inside a multi-line string; tabs in its indentation)."""
-    a = ctx.analysis
     top, last, body = tail
+    return _append_branch(top, last, body, ctx, fx)
+
+
+def _append_branch(top: ast.If, last: ast.If, body: str, ctx, fx) -> bool:
+    """Add to `fx` the edit that appends `elif <neuron test>:` with `body` (relative to its indentation, TORCH where
+    torch is named) to the chain `top` whose last branch is `last`; False when the chain's text cannot take it."""
+    a = ctx.analysis
     col = top.col_offset
     first_body = a.lines[last.body[0].lineno - 1]
     indent = len(first_body) - len(first_body.lstrip(" "))
@@ -572,7 +624,7 @@ def neuron_body(p: Picker, ctx):
     common = set.intersection(*targets) if targets else set()
     if len(common) == 1:
         name = next(iter(common))
-        first = p.orelse[0]
+        first = p.branches[p.other_index].body[0] if p.default else p.orelse[0]
         indent = len(a.lines[first.lineno - 1]) - len(a.lines[first.lineno - 1].lstrip(" "))
         return f'{name} = {TORCH}.device("neuron")', indent
     return None
@@ -603,6 +655,8 @@ def insert_branch(p: Picker, ctx, fx) -> bool:
         lines = [f"if {NEURON_TEST.format(torch=torch)}:"] + [(pad + ln if ln else ln) for ln in body.replace(TORCH, torch).split("\n")]
         fx.replace(fallback, "\n".join([*lines, a.source(fallback)]))
         return True
+    if p.default:  # no else: the neuron branch ends the chain
+        return p.reach is None and _append_branch(p.top, p.branches[-1], body, ctx, fx)
     first = p.orelse[0]
     else_line = None
     for ln in range(first.lineno - 1, p.branches[-1].body[-1].end_lineno, -1):

@@ -296,6 +296,10 @@ def _nccl_value(site, ctx):
             q = ctx.analysis.resolve(call.func, site.scope, count_use=False) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
             if q and q.startswith("torch.distributed.") and q.rsplit(".", 1)[1] in ("init_process_group", "new_group"):
                 return None  # the literal in the call: the call's own finding
+    if (isinstance(parent, ast.IfExp) and parent.body is node and isinstance(parent.test, ast.Call)
+            and isinstance(parent.test.func, (ast.Name, ast.Attribute))
+            and ctx.analysis.resolve(parent.test.func, site.scope, count_use=False) == "torch.cuda.is_available"):
+        return None  # `'nccl' if torch.cuda.is_available() else 'neuron'`: the GPU host's choice (NM208's own fix)
     vs = values.facts(ctx.analysis).set_of(node)
     if vs is None or not vs.sink:
         return None
