@@ -57,7 +57,8 @@ Three multi-file programs under `cuda_programs/`, in the style of well-known CUD
   device = "cuda"` / `elif mps: device = "mps"` with no else (the assignment before the chain is its fallback),
   `device_type = "cuda" if device.startswith("cuda") else "cpu"`, gradient accumulation with
   `require_backward_grad_sync`, `dist.all_reduce(loss_accum, op=dist.ReduceOp.AVG)`. Before: one finding ("dispatches
-  over several backends"), the program trained on the host CPU in one process and died on the assert under torchrun.
+  over several backends"), the program trained on the host CPU in one process and died on the assert under torchrun;
+  then, with the picker's neuron branch, `device_type` was 'cpu' on the neuron device and the bf16 autocast did nothing.
 - `tp_mesh/`: in the style of pytorch/examples' tensor_parallel_example.py: a GPU-count check in a helper module
   (`torch.cuda.is_available()` and `torch.cuda.device_count() >= 2`, else exit), `init_device_mesh(device_type="cuda",
   ...)`, `parallelize_module` with ColwiseParallel/RowwiseParallel (DTensor), inputs made with `device="cuda"`. Trained
@@ -228,6 +229,8 @@ def test_default_picker_and_ddp_block_keep_both_hosts(tmp_path):
     assert "init_process_group(backend='nccl' if torch.cuda.is_available() else 'neuron')" in text
     assert "device = f'cuda:{ddp_local_rank}' if torch.cuda.is_available() else f'neuron:{ddp_local_rank}'" in text
     assert "    if torch.cuda.is_available():\n        torch.cuda.set_device(device)\n" in text
+    # the device type the autocast reads: the neuron device gets its own answer, not the CPU's
+    assert 'device_type = "cuda" if device.startswith("cuda") else "neuron" if device.startswith("neuron") else "cpu"' in text
     assert "dispatches over" not in out and "manual migration" not in out, out
     assert (work / "data.py").read_bytes() == (PROGRAMS / "gpt2_picker" / "data.py").read_bytes()
 
@@ -486,7 +489,9 @@ def test_gpt2_picker_trains_under_torchrun(tmp_path, emulator, nproc):
     proc = run_torchrun(["train_gpt2.py", "8"], nproc=nproc, cwd=work, env=_env(logs), timeout=500)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    # bfloat16: the autocast runs on the neuron device (before the device type fix it was the CPU's, a no-op there)
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron logits bfloat16 checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})",
+           nproc)
     losses = [float(x) for x in re.findall(r"^step +\d+ \| loss: ([0-9.]+)", out, re.M)]
     assert len(losses) == 8 and losses[-1] < losses[0], out[-3000:]
     _groups(logs, nproc)
@@ -497,12 +502,13 @@ def test_gpt2_picker_single_process_picks_neuron(tmp_path, emulator):
     """Without torchrun the picker decides: before migration the host CPU, after it the neuron device."""
     before = subprocess.run([sys.executable, "train_gpt2.py", "2"], cwd=PROGRAMS / "gpt2_picker", env=_env(),
                             capture_output=True, text=True, timeout=300)
-    assert before.returncode == 0 and "device cpu checksum" in before.stdout, before.stdout + before.stderr[-3000:]
+    assert before.returncode == 0 and "device cpu logits bfloat16 checksum" in before.stdout, \
+        before.stdout + before.stderr[-3000:]
     work, _ = _rewrite(tmp_path, "gpt2_picker")
     after = subprocess.run([sys.executable, "train_gpt2.py", "2"], cwd=work, env=_env(), capture_output=True,
                            text=True, timeout=300)
     assert after.returncode == 0 and "using device: neuron" in after.stdout, after.stdout + after.stderr[-3000:]
-    assert "rank 0 world 1 device neuron checksum" in after.stdout, after.stdout
+    assert "rank 0 world 1 device neuron logits bfloat16 checksum" in after.stdout, after.stdout
 
 
 @pytest.mark.slow

@@ -106,6 +106,12 @@ def dispatch_guard(site, ctx):
                                             "with torch.accelerator); on a GPU or Mac the earlier branches still come first.")
     if node.lineno in covered and not (site.kind == "call" and site.key == "torch.cuda.is_available"):
         return False  # a device picker: NM203 adds its neuron branch and says so
+    if not accelerator(ctx) and site.kind == "string":
+        choice = _cuda_choice(node, ctx)
+        if choice is not None and cuda_picker.gets_neuron(fn, ctx) and _runs_on_every_host(choice, fn, ctx):
+            if min(_cuda_strings(choice), key=lambda n: (n.lineno, n.col_offset)) is not node:
+                return False  # the choice's first 'cuda' string speaks for it
+            return _cuda_choice_fix(site, ctx, fn, choice)
     if not accelerator(ctx) and cuda_picker.gets_neuron(fn, ctx) and _runs_on_every_host(node, fn, ctx):
         # the picker got its neuron branch (an earlier round or run): what still asks CUDA outside any backend test
         # runs on a Neuron host too
@@ -219,6 +225,73 @@ def _every_host_fix(site, ctx, fn):
         return ctx.finding(site, f"device {text} {why}: it stays where CUDA is, else names the neuron device (its index "
                                  "kept: a rank's NeuronCore has its local rank as index)", fix=fx.build())
     return None
+
+
+def _cuda_choice(node, ctx):
+    """The conditional expression that asks whether a device names CUDA and answers with CUDA-only values
+    (`device_type = "cuda" if device.startswith("cuda") else "cpu"`, `torch.amp.autocast(device_type="cuda", ...)
+    if device == "cuda" else nullcontext()`) whose test or answer holds `node`, or None. Its test compares one
+    'cuda' string with a name (`x.startswith("cuda")`, `"cuda" in x`, `x == "cuda"`, through `str(x)`); its answer's
+    only CUDA is 'cuda' strings; its else holds none."""
+    parents = ctx.analysis.parent_of
+    child, up = node, parents.get(node)
+    while up is not None and not isinstance(up, (ast.IfExp, ast.stmt)):
+        child, up = up, parents.get(up)
+    if not isinstance(up, ast.IfExp) or child is up.orelse:
+        return None
+    test = up.test
+    probe = None
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "startswith" \
+            and len(test.args) == 1 and not test.keywords:
+        probe = test.func.value
+    elif isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.In, ast.Eq)):
+        probe = test.comparators[0] if isinstance(test.ops[0], ast.In) else test.left
+    if isinstance(probe, ast.Call) and isinstance(probe.func, ast.Name) and probe.func.id == "str" and len(probe.args) == 1:
+        probe = probe.args[0]
+    if not isinstance(probe, (ast.Name, ast.Attribute)) or len(_cuda_strings(test)) != 1:
+        return None
+    if any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "neuron"
+           for n in walk(up.orelse)):
+        return None  # it has its neuron answer (an earlier round or run)
+    if _cuda_strings(up.orelse) or any(_torch_cuda_node(n, ctx) for n in walk(up.body)
+                                       if not isinstance(n, ast.Constant)):
+        return None
+    if not _cuda_strings(up.body) or any(n.value.split(":")[0] != "cuda" or ":" in n.value for n in _cuda_strings(up.body)):
+        return None
+    return up
+
+
+def _cuda_choice_fix(site, ctx, fn, choice):
+    """`A if <device names cuda> else B` -> `A if <device names cuda> else A' if <device names neuron> else B`, A' the
+    answer with its 'cuda' strings naming neuron: the same on every other host, the neuron answer on a Neuron host."""
+    a = ctx.analysis
+
+    def neuron_text(expr) -> str:
+        text = a.source(expr)
+        start = (expr.lineno, expr.col_offset)
+        lines = a.lines
+        # replace each 'cuda' literal from the last, by its offsets in the expression's text
+        for n in sorted(_cuda_strings(expr), key=lambda n: (n.lineno, n.col_offset), reverse=True):
+            if n.lineno != n.end_lineno or n.lineno != start[0]:
+                return None
+            lo, hi = n.col_offset - start[1], n.end_col_offset - start[1]
+            raw = lines[n.lineno - 1].encode("utf-8")[n.col_offset:n.end_col_offset].decode("utf-8")
+            text = (text.encode("utf-8")[:lo] + raw.replace("cuda", "neuron", 1).encode("utf-8")
+                    + text.encode("utf-8")[hi:]).decode("utf-8")
+        return text
+
+    body, test = neuron_text(choice.body), neuron_text(choice.test)
+    if body is None or test is None:
+        return None
+    where = f"`{fn.name}()`" if fn is not None else "module-level code"
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    orelse = a.source(choice.orelse)
+    if isinstance(choice.orelse, (ast.Lambda, ast.NamedExpr)):
+        orelse = f"({orelse})"
+    fx.replace(choice.orelse, f"{body} if {test} else {orelse}")
+    return ctx.finding(site, f"`{a.source(choice)}` runs on every host in {where}, whose device picker now picks "
+                             "neuron: the neuron device gets its own answer (before, it took the CPU's)", fix=fx.build())
 
 
 def _cuda_strings(node) -> list:
@@ -568,7 +641,11 @@ class _AsSite:
         that reaches a torch device position changes in every place together (argparse default and choices
         included); a label that configuration may pass in is kept everywhere. Device-dispatching code (a function
         that tests several backends, `device.type == "cuda"` next to `"mps"`, a `{{"cuda": ..., "xpu": ...}}`
-        table) is left unchanged with a finding: add a neuron branch beside the CUDA one. With
+        table) is left unchanged with a finding: add a neuron branch beside the CUDA one; where its device picker
+        gets its neuron branch (NM203), a conditional there that asks whether the device names CUDA
+        (`device_type = "cuda" if device.startswith("cuda") else "cpu"`, `torch.amp.autocast(device_type="cuda", ...)
+        if device == "cuda" else nullcontext()`) gets the neuron device's own answer after the CUDA one (before, the
+        neuron device took the CPU's: a CPU autocast does nothing to neuron tensors). With
         `device-style = "accelerator"` the string becomes `torch.accelerator.current_accelerator()` where None is
         acceptable (`.to()`, `device=`), else `(torch.accelerator.current_accelerator() or torch.device("cpu"))`
         (its `.type` where a type string is expected): plain public API, the accelerator or the CPU.

@@ -104,7 +104,7 @@ for step in range(max_steps):
 
 checksum = sum(float(p.detach().double().sum().cpu()) for p in raw_model.parameters())
 param_device = next(raw_model.parameters()).device.type
-print(f"rank {ddp_rank} world {ddp_world_size} device {param_device} checksum {checksum:.6f}")
+print(f"rank {ddp_rank} world {ddp_world_size} device {param_device} logits {str(logits.dtype)[6:]} checksum {checksum:.6f}")
 
 if ddp:
     destroy_process_group()
