@@ -794,10 +794,12 @@ def _cuda_device_value(node, ctx, site):
     examples=[('device = "cuda" if torch.cuda.is_available() else "cpu"', 'device = "neuron" if torch.accelerator.is_available() else "cpu"')],
 )
 def cuda_is_available(site, ctx):
-    names = guarded_cuda_only(site.node, ctx, site.scope)
-    if names:
-        return guard_finding(site, ctx, names, "torch.cuda.is_available()")
     picker = cuda_picker.picker_of(site, ctx) if device_flow.may_dispatch(ctx.analysis) else None
+    # a picker's CUDA branch may hold CUDA-only code (yolov5's select_device reads get_device_properties): it stays
+    # for GPU hosts beside the neuron branch
+    names = guarded_cuda_only(site.node, ctx, site.scope) if picker is None or accelerator(ctx) else []
+    if names and not (not accelerator(ctx) and cuda_picker.in_neuron_chain(site.node, ctx)):
+        return guard_finding(site, ctx, names, "torch.cuda.is_available()")
     if picker is not None and picker.blocked is not None and not accelerator(ctx):
         test = picker.blocked
         if any(sub is site.node for sub in walk(picker.branches[picker.cuda_index].test)):

@@ -448,6 +448,23 @@ def picks_neuron(fn, ctx) -> bool:
     return cached(a, f"dispatch-neuron:{id(fn)}", build)
 
 
+def in_neuron_chain(node, ctx) -> bool:
+    """`node` is in the test of a branch of an if/elif chain that also has NM203's neuron branch (a picker that got
+    it in an earlier round or run): its CUDA branch stays for GPU hosts, as intended."""
+    a = ctx.analysis
+    parents = a.parent_of
+    child, up = node, parents.get(node)
+    while up is not None and isinstance(up, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Attribute)):
+        child, up = up, parents.get(up)
+    if not isinstance(up, ast.If) or up.test is not child or _NEURON_TYPE not in a.text:
+        return False
+    top = up
+    while isinstance(parents.get(top), ast.If) and parents[top].orelse == [top]:
+        top = parents[top]
+    branches, _orelse = if_chain(top)
+    return any(_NEURON_TYPE in a.source(b.test) for b in branches)
+
+
 def gets_neuron(fn, ctx) -> bool:
     """The function (or module, fn None) picks neuron: its picker has its neuron branch (picks_neuron) or gets one
     in this round (a picker of it that is not blocked and has a neuron body)."""
@@ -613,6 +630,12 @@ def neuron_body(p: Picker, ctx):
         for s in strings:
             raw = a.source(s)
             text = text.replace(raw, raw.replace(kind, "neuron", 1))
+        for n in walk(branch):
+            # the backend's name as a label (`s += "MPS"`, yolov5's select_device log line) names neuron too
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value != kind and n.value.lower() == kind:
+                raw = a.source(n)
+                label = "NEURON" if n.value.isupper() else "Neuron" if n.value[:1].isupper() else "neuron"
+                text = text.replace(raw, raw.replace(n.value, label, 1))
         text = _without_comments(text)
         if text is None:
             return None
