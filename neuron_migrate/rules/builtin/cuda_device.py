@@ -783,7 +783,9 @@ def _cuda_device_value(node, ctx, site):
         gets a neuron branch doing the same on the neuron device: a Neuron host would take no branch. A picker
         with no else whose fallback is the assignment right before it (`device = "cpu"` / `if
         torch.cuda.is_available(): device = "cuda"` / `elif ...mps...: device = "mps"`, build-nanogpt's) gets its
-        neuron branch at its end. Beside such a picker, CUDA-only statements that run on every host (its `if ddp:`
+        neuron branch at its end. A picker's CUDA branch may hold CUDA-only code (yolov5's select_device reads
+        `torch.cuda.get_device_properties`): it stays for GPU hosts, and the neuron branch, a copy of the other
+        backend's, names neuron where that one named its backend (a label such as `"MPS"` too). Beside a picker, CUDA-only statements that run on every host (its `if ddp:`
         block) keep their CUDA form where CUDA is available and take their neuron form elsewhere: `assert
         torch.cuda.is_available()` asks `torch.accelerator.is_available()`, `backend='nccl'` becomes `'nccl' if
         torch.cuda.is_available() else 'neuron'`, `device = f'cuda:{rank}'` likewise, and `torch.cuda.set_device()`
