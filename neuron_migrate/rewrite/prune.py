@@ -503,7 +503,8 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
 # -- comments about a statement the rewrite removed -----------------------------------------------------------
 # words that tie a comment to torch_xla code: a comment that names one of them, directly above statements that named
 # it too and that the rewrite removed, explains code that is gone
-_XLA_WORDS = frozenset({"xla", "xm", "xmp", "xr", "pjrt", "xrt", "tpu", "mark_step", "torch_xla"})
+_XLA_WORDS = frozenset({"xla", "xm", "xmp", "xr", "pjrt", "xrt", "tpu", "mark_step", "torch_xla", "mpdeviceloader",
+                         "parallelloader"})
 # one of those words in a comment (`torch_xla` through its `xla`: `_` ends a word here)
 _XLA_WORD = "(?<![A-Za-z0-9])(?:" + "|".join(sorted(_XLA_WORDS - {"torch_xla"})) + ")(?![A-Za-z0-9])"
 _XLA_COMMENT = re.compile(r"^[ \t]*#.*?" + _XLA_WORD, re.M | re.I)  # a whole-line comment

@@ -105,3 +105,25 @@ if __name__ == "__main__":
     assert "    optimizer.step()\n" in out, out
     assert "optimizer.zero_grad()  # plain PyTorch (XLA or not): stays" in out
     assert 'print("done")  # stays' in out
+
+
+def test_comment_naming_the_removed_device_loader_goes():
+    # aws-neuron-samples' ddp/mnist_mlp.py: the comment names MpDeviceLoader, the removed line builds one
+    text = """\
+import torch
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+
+
+def main(train_loader, model):
+    device = xm.xla_device()
+    # XLA MP: use MpDeviceLoader from torch_xla.distributed
+    train_device_loader = pl.MpDeviceLoader(train_loader, device)
+
+    # Run the training loop
+    for x, y in train_device_loader:
+        model(x).sum().backward()
+"""
+    out = _rewrite(text)
+    assert "MpDeviceLoader" not in out, out
+    assert "    # Run the training loop\n    for x, y in train_loader:\n" in out, out
