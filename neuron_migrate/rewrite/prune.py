@@ -510,6 +510,9 @@ _XLA_WORD = "(?<![A-Za-z0-9])(?:" + "|".join(sorted(_XLA_WORDS - {"torch_xla"}))
 _XLA_COMMENT = re.compile(r"^[ \t]*#.*?" + _XLA_WORD, re.M | re.I)  # a whole-line comment
 _XLA_IN_COMMENT = re.compile(r"#[^\n]*?" + _XLA_WORD, re.I)  # any comment (or a '#' in a string: checked later)
 _WORD = re.compile(r"[A-Za-z0-9_]+")
+# code the rewrite removes because it served torch_xla alone, though it names no torch_xla word: transformers'
+# `Trainer._wrap_model` patch that set `args.local_rank = -1` under XLA (NM163); a comment naming XLA above it goes too
+_XLA_ONLY_CODE = ("Trainer._wrap_model",)
 _MAX_REMOVED_RUN = 30  # lines of removed code a comment block may have stood above
 
 
@@ -566,7 +569,9 @@ def drop_orphaned_comments(before: str, after: str) -> str:
                 break
         else:
             continue
-        if not (_xla_words("".join(block)) & _xla_words("".join(old[nxt : nxt + k]))):
+        removed = "".join(old[nxt : nxt + k])
+        words = _xla_words(removed) | ({"xla"} if any(w in removed for w in _XLA_ONLY_CODE) else set())
+        if not (_xla_words("".join(block)) & words):
             continue
         lines = set(range(at, j))
         if following is not None and not following.strip() and (at == 0 or not new[at - 1].strip()):

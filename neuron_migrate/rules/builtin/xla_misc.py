@@ -666,6 +666,90 @@ def xla_monkey_patch(site, ctx):
                              "move the patch's logic into the native replacement and delete the assignment")
 
 
+# -- NM163 ------------------------------------------------------------------------------------------
+_WRAP_MODEL = ("transformers.Trainer._wrap_model", "transformers.trainer.Trainer._wrap_model")
+
+
+@rule(
+    code="NM163",
+    name="hf-trainer-xla-fixup",
+    summary="the XLA fixup that patches transformers' Trainer._wrap_model to set args.local_rank = -1 goes",
+    fix="safe",
+    severity="error",
+    triggers=[("store", q) for q in _WRAP_MODEL],
+    docs="""
+        AWS's Hugging Face fine-tuning tutorials and samples for torch-neuronx on XLA patch the Trainer
+        ("Fixup to enable distributed training with XLA"): `orig_wrap_model = Trainer._wrap_model`, a
+        `_wrap_model(self, model, training=True)` that sets `self.args.local_rank = -1` and calls the original, and
+        `Trainer._wrap_model = _wrap_model`. With the transformers 4.x releases those samples pin, the Trainer decided
+        from `args.local_rank` whether to wrap the model in DistributedDataParallel; under XLA torch_xla's optimizer
+        step all-reduced the gradients, so the wrap had to be kept off. On TorchNeuron DDP is what averages the
+        gradients, so the patch must go (transformers 5 no longer reads `args.local_rank`: there the patch does
+        nothing). The three statements (and a comment naming XLA directly above them) are removed when they are
+        exactly that patch; any other patch of `_wrap_model` is reported.
+    """,
+    examples=[("from transformers import Trainer\n\norig_wrap_model = Trainer._wrap_model\n"
+               "def _wrap_model(self, model, training=True):\n    self.args.local_rank = -1\n"
+               "    return orig_wrap_model(self, model, training)\nTrainer._wrap_model = _wrap_model\n",
+               "from transformers import Trainer\n")],
+)
+def hf_trainer_xla_fixup(site, ctx):
+    stmt = site.stmt
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is site.node):
+        return None
+    patch = _local_rank_patch(stmt, site, ctx)
+    if patch is None:
+        return ctx.finding(site, "transformers' Trainer._wrap_model is patched: under XLA such patches kept the Trainer from "
+                                 "wrapping the model in DDP (torch_xla averaged the gradients); on Neuron DDP averages "
+                                 "them: check that the patch does not prevent the wrap")
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    for part in patch:
+        fx.delete(part)
+    return ctx.finding(site, "the XLA fixup that sets args.local_rank = -1 in Trainer._wrap_model kept transformers 4.x "
+                             "from wrapping the model in DDP (torch_xla averaged the gradients); on Neuron DDP averages "
+                             "them (transformers 5 ignores args.local_rank): the patch is removed", fix=fx.build())
+
+
+def _local_rank_patch(store: ast.Assign, site, ctx):
+    """[the saved original, the def, the store] when `Trainer._wrap_model = f` installs the XLA fixup: `f`, defined in
+    the same block, sets `self.args.local_rank = -1` and returns the saved original called with its own arguments;
+    the original was saved from Trainer._wrap_model in the same block, and neither name is used elsewhere."""
+    a = ctx.analysis
+    if not isinstance(store.value, ast.Name):
+        return None
+    parent = a.parent_of.get(store)
+    body = getattr(parent, "body", None)
+    if not isinstance(body, list) or not any(s is store for s in body):
+        return None
+    fn = next((s for s in body if isinstance(s, ast.FunctionDef) and s.name == store.value.id), None)
+    if fn is None or fn.decorator_list or len(fn.body) != 2:
+        return None
+    first, ret = fn.body
+    if not (isinstance(first, ast.Assign) and len(first.targets) == 1 and a.source(first.targets[0]) == "self.args.local_rank"
+            and isinstance(first.value, ast.UnaryOp) and isinstance(first.value.op, ast.USub)
+            and isinstance(first.value.operand, ast.Constant) and first.value.operand.value == 1):
+        return None
+    if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Call) and isinstance(ret.value.func, ast.Name)):
+        return None
+    orig_name = ret.value.func.id
+    saved = next((s for s in body if isinstance(s, ast.Assign) and len(s.targets) == 1
+                  and isinstance(s.targets[0], ast.Name) and s.targets[0].id == orig_name
+                  and isinstance(s.value, ast.Attribute)
+                  and a.resolve(s.value, site.scope, count_use=False) in _WRAP_MODEL), None)
+    if saved is None:
+        return None
+    params = [p.arg for p in fn.args.args]
+    if [a.source(x) for x in ret.value.args] != params or ret.value.keywords:
+        return None
+    # neither name read anywhere but in the patch itself
+    for name in (fn.name, orig_name):
+        uses = [n for n in walk(a.tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+        if len(uses) != 1:
+            return None
+    return [saved, fn, store]
+
+
 @rule(
     code="NM199",
     name="torch-xla-reference",
