@@ -785,7 +785,10 @@ def _cuda_device_value(node, ctx, site):
         torch.cuda.is_available(): device = "cuda"` / `elif ...mps...: device = "mps"`, build-nanogpt's) gets its
         neuron branch at its end. A picker's CUDA branch may hold CUDA-only code (yolov5's select_device reads
         `torch.cuda.get_device_properties`): it stays for GPU hosts, and the neuron branch, a copy of the other
-        backend's, names neuron where that one named its backend (a label such as `"MPS"` too). Beside a picker, CUDA-only statements that run on every host (its `if ddp:`
+        backend's, names neuron where that one named its backend (a label such as `"MPS"` too). No branch is added
+        where the same code shares the model between processes (`model.share_memory()`, pytorch/examples'
+        mnist_hogwild): only CPU tensors (and CUDA's, through IPC) can be shared, so a Neuron host keeps the CPU
+        device, and the finding says so. Beside a picker, CUDA-only statements that run on every host (its `if ddp:`
         block) keep their CUDA form where CUDA is available and take their neuron form elsewhere: `assert
         torch.cuda.is_available()` asks `torch.accelerator.is_available()`, `backend='nccl'` becomes `'nccl' if
         torch.cuda.is_available() else 'neuron'`, `device = f'cuda:{rank}'` likewise, and `torch.cuda.set_device()`
@@ -802,6 +805,11 @@ def cuda_is_available(site, ctx):
     names = guarded_cuda_only(site.node, ctx, site.scope) if picker is None or accelerator(ctx) else []
     if names and not (not accelerator(ctx) and cuda_picker.in_neuron_chain(site.node, ctx)):
         return guard_finding(site, ctx, names, "torch.cuda.is_available()")
+    if picker is not None and picker.shared and not accelerator(ctx):
+        return ctx.finding(site, f"the device is picked among several backends, and `{ctx.src(picker.blocked)}` (line "
+                                 f"{picker.blocked.lineno}) shares the model between processes (Hogwild): only CPU "
+                                 "tensors (and CUDA's, through IPC) can be shared, so on a Neuron host the program keeps "
+                                 "its CPU device; the choice is left unchanged")
     if picker is not None and picker.blocked is not None and not accelerator(ctx):
         test = picker.blocked
         if any(sub is site.node for sub in walk(picker.branches[picker.cuda_index].test)):

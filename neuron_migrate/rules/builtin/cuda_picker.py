@@ -48,6 +48,7 @@ class Picker:
         # same function: a neuron branch would never run, so none is added (NM203 says why at the line)
         self.blocked = None
         self.flag = False  # the CUDA branch is chosen by a flag (`if args.cuda:`), not an availability test
+        self.shared = False  # blocked: the scope shares a module between processes (`.share_memory()`, Hogwild)
         self.returns = False  # a chain of early returns (`if cuda: return ...` / `if mps: return ...` / `return cpu`)
         # no else: the assignment right before the chain is its fallback (`device = "cpu"` / `if cuda: device = "cuda"`
         # / `elif mps: device = "mps"`, build-nanogpt's and llm.c's picker); the neuron branch ends the chain
@@ -198,6 +199,12 @@ def pickers(ctx) -> list:
                     p.blocked = branches[at].test
             out.append(p)
         out.extend(_return_pickers(fns, ctx, names_of))
+        for p in out:
+            shared = _shared_memory_call(p.fn, a) if p.blocked is None else None
+            if shared is not None:
+                # pytorch/examples' mnist_hogwild: `model.share_memory()`, then mp.Process workers train the one model;
+                # only CPU tensors (and CUDA's, through IPC) can be shared: on a Neuron host it keeps the CPU
+                p.blocked, p.shared = shared, True
         blocked = {id(p.fn): p.blocked for p in out if p.blocked is not None}
         for p in out:
             if p.blocked is None and id(p.fn) in blocked:
@@ -213,6 +220,23 @@ def flag_site(p: Picker, ctx):
         for n in walk(stmt):
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "cuda":
                 return n
+    return None
+
+
+def _shared_memory_call(fn, a):
+    """The first `<x>.share_memory()` call in `fn` (the module's own code when fn is None, functions left out), or None."""
+    if fn is not None:
+        nodes = walk(fn)
+    else:
+        def top_level(stmts):
+            for st in stmts:
+                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                yield st
+        nodes = (n for st in top_level(a.tree.body) for n in walk(st))
+    for n in nodes:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "share_memory" and not n.args:
+            return n
     return None
 
 
