@@ -548,7 +548,8 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         inserts.append((hline, 1, (), block))
     if not inserts:
         return "".join(lines)  # the text, or with names added to its own helpers import
-    if lines and not lines[-1].endswith(("\n", "\r")):
+    unterminated = bool(lines) and not lines[-1].endswith(("\n", "\r"))
+    if unterminated:
         lines[-1] += nl  # the file ended without a newline where we may append
     out: list[str] = []
     pos = 0
@@ -571,5 +572,7 @@ def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str,
         else:
             out.extend(block)
     out.extend(lines[pos:])
+    if unterminated and pos < len(lines) and out and out[-1] is lines[-1]:
+        out[-1] = out[-1][: -len(nl)]  # nothing was appended after the last line: it keeps its missing newline
     return "".join(out)
 

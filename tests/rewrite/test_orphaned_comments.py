@@ -127,3 +127,11 @@ def main(train_loader, model):
     out = _rewrite(text)
     assert "MpDeviceLoader" not in out, out
     assert "    # Run the training loop\n    for x, y in train_loader:\n" in out, out
+
+
+def test_file_without_final_newline_keeps_it_when_an_import_is_added():
+    # `import torch` comes in with the rewrite; the untouched last line keeps the file's missing newline
+    text = "import torch_xla\n\n\nclass A:\n    def f(self, g):\n        self.g = torch_xla.compile(g)\n\n\nA().f(print)"
+    out = _rewrite(text)
+    assert out.startswith("import torch\n") and "torch.compile(g, backend=" in out, out
+    assert out.endswith("\nA().f(print)"), repr(out[-30:])

@@ -586,11 +586,13 @@ def wait_device_ops(site, ctx):
     summary="`with torch_xla.step():` / `with torch_xla.compile():` regions are unwrapped",
     fix="safe",
     severity="warning",
-    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step"), ("ref", "torch_xla.compile")],
+    triggers=[("call", "torch_xla.step"), ("call", "torch_xla.compile"), ("call", "torch_xla.torch_xla.step"), ("ref", "torch_xla.compile"),
+              ("call", "torch_xla.experimental.compile"), ("ref", "torch_xla.experimental.compile")],
     docs="""
         `torch_xla.step()` (and `torch_xla.compile()` used as a context manager) marks a region whose lazy graph is
         cut at its edges. In eager TorchNeuron the body simply runs: the `with` is removed and its body kept.
-        `torch_xla.compile(fn)` applied to a function (also as a decorator) becomes
+        `torch_xla.compile(fn)` (`torch_xla.experimental.compile(fn)` in torch_xla 2.4) applied to a function (also
+        as a decorator) becomes
         `torch.compile(fn, backend="neuron")` (unsafe: Dynamo tracing differs from lazy tracing; `full_graph=` maps
         to `fullgraph=`). When the function is a training step this file shows (it calls `zero_grad()`,
         `backward()` or `optimizer.step()`), `full_graph=True` is not carried over: the lazy tracer captured the
