@@ -135,6 +135,13 @@ def dispatch_guard(site, ctx):
         return ctx.finding(site, f"`{what}` runs on every host in {where}, whose device picker now picks neuron, but still "
                                  f"asks CUDA: on a Neuron host {there} (by hand: use {instead})")
 
+    if member is not None and vs is not None and fn is not None and not any(p.fn is fn for p in cuda_picker.pickers(ctx)):
+        m = next((m for m in vs.members if m.node is member), None)
+        if m is not None and m.role == "compare" and m.kind == "cuda" and not cuda_picker.picks_neuron(fn, ctx):
+            beside = _beside_module_choice(site, ctx, flow, member)
+            if beside is not None:
+                return beside
+
     def first_cuda(_a):
         hits = [s.node for s in ctx.analysis.sites if _cuda_site(s) and flow.function_of(s.node) is fn
                 and s.node.lineno not in covered]
@@ -339,7 +346,7 @@ def _beside_dispatcher(site, ctx, flow, member, vs):
         return None
     dispatchers = [d for d in flow.dispatchers() if "cuda" in {"cuda" if k == "gpu" else k for k in flow.dispatch_backends(d.body[0])}]
     if not dispatchers:
-        return None
+        return _beside_module_choice(site, ctx, flow, member)
     d = dispatchers[0]
     kinds = sorted(flow.dispatch_backends(d.body[0]) - {"cpu", "meta"})
     picks = any(p.fn is d and p.blocked is None for p in cuda_picker.pickers(ctx)) or cuda_picker.picks_neuron(d, ctx)
@@ -349,6 +356,18 @@ def _beside_dispatcher(site, ctx, flow, member, vs):
                                  "is what it asks about; add `neuron` here if the neuron device should take this path too")
     return ctx.finding(site, f"{ctx.src(member)} tests for CUDA beside `{d.name}()` (line {d.lineno}), which still picks among "
                              f"{', '.join(kinds)}: left unchanged so that the two agree; add a neuron branch to both")
+
+
+def _beside_module_choice(site, ctx, flow, member):
+    """A test for the CUDA device type in a function (`configure_optimizers(..., device_type)`: `use_fused = ... and
+    device_type == "cuda"`) of a file whose module-level code picks the device and gets (or got) NM203's neuron
+    branch (build-nanogpt): left unchanged, with a finding, since a CUDA device is what it asks about; else None."""
+    line = None if accelerator(ctx) or flow.function_of(member) is None else cuda_picker.module_choice(ctx)
+    if line is None:
+        return None
+    return ctx.finding(site, f"{ctx.src(member)} tests for CUDA beside the module's device choice (line {line}), which "
+                             "with NM203's branch also picks neuron: left unchanged, since a CUDA device is what it asks "
+                             "about; add `neuron` here if the neuron device should take this path too")
 
 
 def skip_dispatch(site, ctx):
@@ -645,7 +664,9 @@ class _AsSite:
         gets its neuron branch (NM203), a conditional there that asks whether the device names CUDA
         (`device_type = "cuda" if device.startswith("cuda") else "cpu"`, `torch.amp.autocast(device_type="cuda", ...)
         if device == "cuda" else nullcontext()`) gets the neuron device's own answer after the CUDA one (before, the
-        neuron device took the CPU's: a CPU autocast does nothing to neuron tensors). With
+        neuron device took the CPU's: a CPU autocast does nothing to neuron tensors); a test for CUDA in a function
+        of that file (`use_fused = ... and device_type == "cuda"` in build-nanogpt's `configure_optimizers`) stays,
+        with a finding, since the file still hands out CUDA devices on GPU hosts. With
         `device-style = "accelerator"` the string becomes `torch.accelerator.current_accelerator()` where None is
         acceptable (`.to()`, `device=`), else `(torch.accelerator.current_accelerator() or torch.device("cpu"))`
         (its `.type` where a type string is expected): plain public API, the accelerator or the CPU.

@@ -223,18 +223,35 @@ def flag_site(p: Picker, ctx):
     return None
 
 
+def _own_nodes(fn, a):
+    """The nodes of `fn`, or of the module's own code when fn is None (its functions and classes left out)."""
+    if fn is not None:
+        return walk(fn)
+    return (n for st in a.tree.body if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for n in walk(st))
+
+
+def module_choice(ctx):
+    """The line of the module's own device choice when it picks, or gets, neuron (build-nanogpt's module-level
+    picker), else None (cached)."""
+    a = ctx.analysis
+
+    def build(_a):
+        for p in pickers(ctx):
+            if p.fn is None and p.blocked is None:
+                return p.top.lineno
+        if _NEURON_TYPE in a.text:
+            for n in _own_nodes(None, a):
+                if isinstance(n, ast.If) and _NEURON_TYPE in a.source(n.test):
+                    return n.lineno
+        return None
+
+    return cached(a, "module-device-choice", build)
+
+
 def _shared_memory_call(fn, a):
     """The first `<x>.share_memory()` call in `fn` (the module's own code when fn is None, functions left out), or None."""
-    if fn is not None:
-        nodes = walk(fn)
-    else:
-        def top_level(stmts):
-            for st in stmts:
-                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    continue
-                yield st
-        nodes = (n for st in top_level(a.tree.body) for n in walk(st))
-    for n in nodes:
+    for n in _own_nodes(fn, a):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "share_memory" and not n.args:
             return n
     return None
