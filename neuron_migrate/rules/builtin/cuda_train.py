@@ -777,6 +777,78 @@ def nccl_env(site, ctx):
     return ctx.finding(site, f"{ctx.src(site.node)} configures NCCL, unused by the neuron backend: remove it")
 
 
+# CUDA-only training libraries: why, and what each part (by import prefix; "" for the rest) becomes on TorchNeuron
+_APEX_PARTS = {
+    "apex.amp": 'torch.autocast("neuron", dtype=torch.bfloat16) for amp.initialize/amp.scale_loss (bfloat16 needs no '
+                "loss scaling)",
+    "apex.parallel": "torch.nn.parallel.DistributedDataParallel",
+    "apex.optimizers": "a torch.optim optimizer (FusedAdam -> torch.optim.AdamW, FusedLAMB -> another torch.optim one)",
+    "apex.normalization": "torch.nn.LayerNorm / torch.nn.RMSNorm",
+}
+_CUDA_LIBRARIES = {
+    "apex": ("NVIDIA apex (fused CUDA kernels, patched AMP) needs CUDA",
+             {**_APEX_PARTS, "": "; ".join(f"{k} -> {v}" for k, v in _APEX_PARTS.items())}),
+    "flash_attn": ("flash-attn's kernels are CUDA-only",
+                   {"": "torch.nn.functional.scaled_dot_product_attention (TorchNeuron lowers it to its fused attention)"}),
+    "xformers": ("xformers' kernels are CUDA-only",
+                 {"": "torch.nn.functional.scaled_dot_product_attention for xformers.ops.memory_efficient_attention"}),
+    "bitsandbytes": ("bitsandbytes' 8-bit optimizers and 4/8-bit layers need CUDA",
+                     {"": "a torch.optim optimizer (AdamW) and unquantized layers in bfloat16"}),
+    "transformer_engine": ("Transformer Engine's FP8 layers need NVIDIA GPUs", {"": "torch.nn layers in bfloat16"}),
+}
+
+
+@rule(
+    code="NM232",
+    name="cuda-only-library",
+    summary="CUDA-only training libraries (apex, flash-attn, xformers, bitsandbytes, Transformer Engine) do not run on Neuron",
+    fix="none",
+    severity="error",
+    triggers=[("import", q) for lib in _CUDA_LIBRARIES for q in (lib, lib + ".*")],
+    docs="""
+        NVIDIA apex (`amp.initialize`, `amp.scale_loss`, `apex.parallel.DistributedDataParallel`, `FusedAdam`,
+        `FusedLayerNorm`), flash-attn, xformers, bitsandbytes and Transformer Engine ship CUDA kernels; they do not
+        install or run on a Trainium host, so a program that imports them stops at the import. Each import is
+        reported with the native replacement: `torch.autocast("neuron", dtype=torch.bfloat16)` for apex AMP,
+        `torch.nn.parallel.DistributedDataParallel` for apex's, `torch.optim` optimizers for the fused and 8-bit
+        ones, `torch.nn.LayerNorm`/`RMSNorm` for the fused norms, `F.scaled_dot_product_attention` for the attention
+        kernels. Not rewritten: apex AMP's `opt_level` and loss scaling, and the layers' arguments, need a human.
+        Imports a program already does without are not reported: inside a function (lazy imports, as libraries
+        gate them), under an `if` that asks whether something is available (or `if TYPE_CHECKING:`), or in a
+        `try:` that catches ImportError.
+    """,
+    examples=[("from apex import amp\nmodel, optimizer = amp.initialize(model, optimizer, opt_level='O1')", None)],
+)
+def cuda_only_library(site, ctx):
+    if _import_guarded(site, ctx):
+        return None  # the program already runs without it (a lazy, checked or try/except ImportError import)
+    lib = site.key.split(".", 1)[0]
+    why, parts = _CUDA_LIBRARIES[lib]
+    prefix = max((p for p in parts if p and (site.key == p or site.key.startswith(p + "."))), key=len, default="")
+    return ctx.finding(site, f"`{site.key}`: {why}; it does not install or run on a Trainium host: use {parts[prefix]}")
+
+
+def _import_guarded(site, ctx) -> bool:
+    """The import is one the program already does without: in a function (a lazy import, as libraries gate them), under
+    an `if` that asks whether something is available (`if is_bnb_available():`), or in a `try:` body whose handlers
+    catch ImportError (or a base of it)."""
+    a = ctx.analysis
+    child, up = site.stmt, a.parent_of.get(site.stmt)
+    while up is not None:
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return True
+        if isinstance(up, ast.If) and any(w in a.source(up.test) for w in ("available", "TYPE_CHECKING")):
+            return True
+        if isinstance(up, ast.Try) and any(st is child for st in up.body):
+            for h in up.handlers:
+                names = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+                if h.type is None or any(isinstance(n, ast.Name) and n.id in (
+                        "ImportError", "ModuleNotFoundError", "Exception", "BaseException") for n in names):
+                    return True
+        child, up = up, a.parent_of.get(up)
+    return False
+
+
 @rule(
     code="NM219",
     name="cupy",
