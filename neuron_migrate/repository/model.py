@@ -34,7 +34,7 @@ MARKERS = ("pyproject.toml", "setup.py", ".git")
 SINGLE = "single"
 MAX_FILES = 50_000  # a larger tree gets no model (the per-file decisions stand)
 MAX_ENTRIES = 500_000  # nor does one whose walk meets more files and folders than this (a home folder under git)
-RECORDS = 9  # the layout of a record cache (bumped when a scan's record changes)
+RECORDS = 10  # the layout of a record cache (bumped when a scan's record changes)
 _SKIP = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
          ".ruff_cache", "node_modules", ".ipynb_checkpoints", ".neuron-migrate-cache", "site-packages"}
 _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".dockerfile", ".mk")
@@ -420,7 +420,7 @@ class RepositoryModel:
         "imported": the names other repository files import from it ("*": the whole module) (NM126); "script": no
         file imports it and a loop starts at its module level (program/distributed.py: an entry point without a guard);
         "sinks"/"unseen": see `_sinks`; "rate_trackers": the other files that name RateTracker (NM144);
-        "spmd_bases", "spmd_models": see `_spmd_bases`, `_spmd_models` (NM150)."""
+        "spmd_bases", "spmd_models": see `_spmd_bases`, `_spmd_models` (NM150); "pickers": `_picker_files` (NM201)."""
         rel = self.rel(path)
         if rel is None or rel not in self.py:
             return None
@@ -464,6 +464,9 @@ class RepositoryModel:
             others = [f for f in self._trackers if f != rel]
             if others:
                 out["rate_trackers"] = others[:5]
+        pickers = self._picker_files(rel)
+        if pickers:
+            out["pickers"] = pickers
         sinks, unseen = self._sinks(rel)
         if sinks:
             out["sinks"] = sinks
@@ -475,6 +478,29 @@ class RepositoryModel:
         if got:
             out.update(got)
         return out or None
+
+    def _picker_files(self, rel: str) -> list:
+        """The other files (three at most) of the programs running `rel` that may pick the device among CUDA and
+        another accelerator (scan record "dp"): such a program hands out CUDA devices on GPU hosts and, with NM203's
+        branch, neuron devices on Trainium, so a function of `rel` that asks whether a device it is given is CUDA
+        keeps asking that (NM201)."""
+        entries = self.programs.get(rel, ())
+        if entries:
+            files = [f for entry in dict.fromkeys(entries) for f in self.closures.get(entry, ())]
+        else:  # no program runs it (a script without a `__main__` guard imports it): its importers and imports
+            if self._importers_of is None:
+                self._importers_of = {}
+                for f, to in self.edges.items():
+                    for t in to:
+                        self._importers_of.setdefault(t, []).append(f)
+            files = [*self.edges.get(rel, ()), *self._importers_of.get(rel, ())]
+        found: list = []
+        for f in files:
+            if f != rel and f not in found and self.py.get(f, {}).get("dp"):
+                found.append(f)
+                if len(found) == 3:
+                    break
+        return found
 
     def _is_spmd(self, rel: str) -> bool:
         return any(imp[1].startswith(_SPMD_IMPORTS) or (imp[1] == "torch_xla.distributed" and any(

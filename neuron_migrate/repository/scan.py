@@ -203,7 +203,9 @@ def scan_python(data: bytes) -> dict:
     - "x": the files it runs with `exec(open("literal").read())`, "*" for a file named by a variable (nanoGPT's
       configurator runs the config files of the command line so),
     - "cf": the names a file of top-level assignments only assigns (a config file such a configurator may run),
-    - "tl": 1 when a loop starts at column 0 (a script without a `__main__` guard runs its training loop there).
+    - "tl": 1 when a loop starts at column 0 (a script without a `__main__` guard runs its training loop there),
+    - "dp": 1 when the file asks whether CUDA and another accelerator (mps, xpu) are available: it may pick the device
+      among them (NM203 gives such a picker its neuron branch, and the CUDA tests of other files stay: NM201).
     """
     rec: dict = {}
     imports = []
@@ -289,6 +291,8 @@ def scan_python(data: bytes) -> dict:
         rec["cf"] = names
     if (b"for " in data or b"while " in data) and _TOP_LOOP.search(data):
         rec["tl"] = 1
+    if b"cuda.is_available" in data and (b"mps.is_available" in data or b"xpu.is_available" in data):
+        rec["dp"] = 1
     return rec
 
 

@@ -1008,3 +1008,24 @@ def test_a_script_without_a_main_guard_that_no_file_imports_is_a_program(tmp_pat
     (root / "run.py").write_text("import train  # noqa: F401\n")
     out = _rewritten(root / "train.py")
     assert "_neuron_reduce_gradients(optimizer)" in out, out
+
+
+def test_files_that_pick_the_device_among_accelerators_are_facts_of_the_modules_they_run(tmp_path):
+    """build-nanogpt split in two: train_gpt2.py (no `__main__` guard) picks cuda, mps or cpu and passes its device type
+    to model.py, which asks `device_type == "cuda"`: model.py learns which file of its program picks the device (NM201
+    then keeps that test, since the picker still hands out CUDA devices on GPU hosts)."""
+    picker = ('import torch\nfrom model import use_fused\n\ndevice = "cpu"\nif torch.cuda.is_available():\n    device = "cuda"\n'
+              'elif torch.backends.mps.is_available():\n    device = "mps"\ndevice_type = "cuda" if device.startswith("cuda") '
+              'else "cpu"\nfor step in range(3):\n    print(use_fused(device_type))\n')
+    assert scan_python(picker.encode()).get("dp") == 1
+    assert "dp" not in scan_python(b"import torch\nif torch.cuda.is_available():\n    x = 1\n")
+    root = write(tmp_path / "r", {
+        "pyproject.toml": "",
+        "train_gpt2.py": picker,
+        "model.py": "def use_fused(device_type):\n    return device_type == \"cuda\"\n",
+        "other.py": "def f():\n    return 1\n",
+    })
+    model = RepositoryModel.build(str(root))
+    assert model.facts(str(root / "model.py"))["pickers"] == ["train_gpt2.py"]
+    assert "pickers" not in (model.facts(str(root / "train_gpt2.py")) or {})
+    assert "pickers" not in (model.facts(str(root / "other.py")) or {})

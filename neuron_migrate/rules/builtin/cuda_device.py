@@ -358,6 +358,42 @@ def _beside_dispatcher(site, ctx, flow, member, vs):
                              f"{', '.join(kinds)}: left unchanged so that the two agree; add a neuron branch to both")
 
 
+def _compared_parameter(node, ctx):
+    """The parameter that the comparison holding the 'cuda' string `node` tests (`device_type == "cuda"`, `"cuda" in
+    device`, `device.type == "cuda"`, through `str(...)`), when it is a parameter of the enclosing function that holds
+    no other CUDA code, or None."""
+    a = ctx.analysis
+    cmp = a.parent_of.get(node)
+    if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1):
+        return None
+    other = cmp.left if cmp.comparators[0] is node else cmp.comparators[0] if cmp.left is node else None
+    if isinstance(other, ast.Call) and isinstance(other.func, ast.Name) and other.func.id == "str" and len(other.args) == 1:
+        other = other.args[0]
+    if isinstance(other, ast.Attribute) and other.attr == "type":
+        other = other.value
+    if not isinstance(other, ast.Name):
+        return None
+    fn = device_flow.facts(a).function_of(cmp)
+    if fn is None or isinstance(fn, ast.Lambda):
+        return None
+    args = fn.args
+    names = {x.arg for x in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    if other.id not in names:
+        return None
+    # not reassigned in the function: the value is the caller's; and the function holds no other CUDA code (a
+    # function migrated as a whole, `torch.cuda.amp.GradScaler(enabled=device.type == "cuda")`, keeps one meaning)
+    for n in walk(fn):
+        if isinstance(n, ast.Name) and n.id == other.id and isinstance(n.ctx, ast.Store):
+            return None
+        if n is not node and _torch_cuda_node(n, ctx):
+            return None
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] == "neuron":
+            return None  # migrated in an earlier round (GradScaler("neuron", ...)): the test goes with the rest
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cuda":
+            return None
+    return other.id
+
+
 def _beside_module_choice(site, ctx, flow, member):
     """A test for the CUDA device type in a function (`configure_optimizers(..., device_type)`: `use_fused = ... and
     device_type == "cuda"`) of a file whose module-level code picks the device and gets (or got) NM203's neuron
@@ -666,7 +702,9 @@ class _AsSite:
         if device == "cuda" else nullcontext()`) gets the neuron device's own answer after the CUDA one (before, the
         neuron device took the CPU's: a CPU autocast does nothing to neuron tensors); a test for CUDA in a function
         of that file (`use_fused = ... and device_type == "cuda"` in build-nanogpt's `configure_optimizers`) stays,
-        with a finding, since the file still hands out CUDA devices on GPU hosts. With
+        with a finding, since the file still hands out CUDA devices on GPU hosts; so does such a test of a parameter in
+        a function of another file of the program (the repository model: `model.py`'s `device_type == "cuda"` when
+        `train_gpt2.py` picks the device), where the function holds no other CUDA code. With
         `device-style = "accelerator"` the string becomes `torch.accelerator.current_accelerator()` where None is
         acceptable (`.to()`, `device=`), else `(torch.accelerator.current_accelerator() or torch.device("cpu"))`
         (its `.type` where a type string is expected): plain public API, the accelerator or the CPU.
@@ -703,6 +741,16 @@ def cuda_device_string(site, ctx):
             fx.replace(node, device_name)
             return ctx.finding(site, f"{ctx.src(node)} names the device: use the program's `{device_name}`", fix=fx.build())
     if not accelerator(ctx):
+        pickers = (getattr(ctx.analysis, "outside", None) or {}).get("pickers")
+        param = _compared_parameter(node, ctx) if pickers and vs is not None else None
+        if param is not None and all(m.role == "compare" for m in vs.members):
+            # gpt2-style model.py: `configure_optimizers(self, ..., device_type)` asks `device_type == "cuda"` of what
+            # another file's device picker hands out: cuda on GPU hosts, neuron (NM203's branch) on Trainium
+            return ctx.finding(site, f"{ctx.src(node)} tests whether `{param}`, a parameter, is CUDA, and another file of "
+                                     f"the program picks the device among CUDA and other accelerators "
+                                     f"({', '.join(pickers)}; with NM203's branch, neuron too): left unchanged, since a "
+                                     "CUDA device is what it asks about; add `neuron` here if the neuron device should "
+                                     "take this path too")
         if vs is not None:
             return value_set_finding(site, ctx, node, vs, "cuda", "neuron")
         target = _AsSite(site, node) if node is not site.node else site
