@@ -273,7 +273,7 @@ def _cuda_choice_fix(site, ctx, fn, choice):
     answer with its 'cuda' strings naming neuron: the same on every other host, the neuron answer on a Neuron host."""
     a = ctx.analysis
 
-    def neuron_text(expr) -> str:
+    def neuron_text(expr) -> str | None:
         text = a.source(expr)
         start = (expr.lineno, expr.col_offset)
         lines = a.lines
