@@ -10,6 +10,12 @@ device (`neuron_emulated/sitecustomize.py`) in one process and in two under torc
   the override is a training step (so `fullgraph` is left out: it would raise at the first step) and that every
   program running it starts through xmp.spawn (so its ranks and rank-0 guards are plain `torch.distributed` calls,
   not helpers that test for a group).
+- `xla_programs/hf_trainer_fixup/`: the Hugging Face Trainer as AWS's torch-neuronx samples use it on XLA (train.py:
+  `init_process_group("xla")` under torchrun and the "Fixup to enable distributed training with XLA" that patches
+  `Trainer._wrap_model`; data.py: the dataset). The fixup goes (NM163); the Trainer then trains on the emulated device
+  under torchrun with DDP. Slow, and only where accelerate is installed (the Trainer needs it; it is not a dependency
+  here); transformers finds the neuron device through a clearly labelled stand-in `torch_neuronx` package
+  (`hf_neuronx_standin/`), since the emulated device ships none.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cuda_programs import REPO, _cli, _env, _final, emulator  # noqa: F401 (a fixture)
+from test_cuda_programs import REPO, _cli, _env, _final, _groups, emulator  # noqa: F401 (a fixture)
 from torchrun_util import run_torchrun
 
 PROGRAMS = Path(__file__).resolve().parent / "xla_programs"
@@ -200,3 +206,36 @@ def _groups_allreduce(log_dir: Path, nproc: int) -> list:
     assert all(g["world_size"] == nproc and g["members"] == logs[0]["members"] for g in logs), logs
     assert all(g["counts"].get("all_reduce", 0) > 0 for g in logs), logs
     return logs
+
+
+def test_hf_trainer_fixup_goes(tmp_path):
+    work, out = _rewrite(tmp_path, "hf_trainer_fixup")
+    train = (work / "train.py").read_text()
+    assert "_wrap_model" not in train and "local_rank" not in train and "Fixup" not in train, train
+    assert 'torch.distributed.init_process_group("neuron")' in train and "torch_xla" not in train
+    assert "from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments" in train
+    assert "NM163" in out and (work / "data.py").read_bytes() == (PROGRAMS / "hf_trainer_fixup" / "data.py").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_hf_trainer_program_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa: F811
+    import importlib.util
+
+    spec = importlib.util.find_spec("accelerate")
+    if spec is None or spec.origin is None:
+        pytest.skip("accelerate is not installed: transformers' Trainer needs it (not a dependency of this project)")
+    work, _ = _rewrite(tmp_path, "hf_trainer_fixup")
+    logs = tmp_path / "collectives"
+    env = _env(logs)
+    # the stand-in torch_neuronx package, and accelerate wherever it is installed (a --target folder too)
+    extra = [str(Path(__file__).resolve().parent / "hf_neuronx_standin"), str(Path(spec.origin).parent.parent)]
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *extra])
+    proc = run_torchrun(["train.py"], nproc=nproc, cwd=work, env=env, timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    found = _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron steps (?P<steps>\d+) loss [0-9.]+ "
+                        r"checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", nproc)
+    assert all(int(m.group("steps")) == 16 // nproc for m in found), out[-3000:]  # each rank its share of the data
+    if nproc > 1:  # one group; DDP all-reduced gradient buckets (the Trainer wraps the model when there are two)
+        _groups(logs, nproc)
