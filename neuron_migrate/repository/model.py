@@ -479,6 +479,15 @@ class RepositoryModel:
             out.update(got)
         return out or None
 
+    def _importing_files(self) -> dict:
+        """{file: the files that import it}, made when first asked."""
+        if self._importers_of is None:
+            self._importers_of = {}
+            for f, to in self.edges.items():
+                for t in to:
+                    self._importers_of.setdefault(t, []).append(f)
+        return self._importers_of
+
     def _picker_files(self, rel: str) -> list:
         """The other files (three at most) of the programs running `rel` that may pick the device among CUDA and
         another accelerator (scan record "dp"): such a program hands out CUDA devices on GPU hosts and, with NM203's
@@ -488,12 +497,7 @@ class RepositoryModel:
         if entries:
             files = [f for entry in dict.fromkeys(entries) for f in self.closures.get(entry, ())]
         else:  # no program runs it (a script without a `__main__` guard imports it): its importers and imports
-            if self._importers_of is None:
-                self._importers_of = {}
-                for f, to in self.edges.items():
-                    for t in to:
-                        self._importers_of.setdefault(t, []).append(f)
-            files = [*self.edges.get(rel, ()), *self._importers_of.get(rel, ())]
+            files = [*self.edges.get(rel, ()), *self._importing_files().get(rel, ())]
         found: list = []
         for f in files:
             if f != rel and f not in found and self.py.get(f, {}).get("dp"):
@@ -613,12 +617,7 @@ class RepositoryModel:
     def _only_program_importers(self, rel: str) -> bool:
         """Every file that imports `rel` runs in some program (a test module or a script outside every program does
         not: it may call the module's functions without a process group)."""
-        if self._importers_of is None:
-            self._importers_of = {}
-            for f, to in self.edges.items():
-                for t in to:
-                    self._importers_of.setdefault(t, []).append(f)
-        return all(f in self.programs for f in self._importers_of.get(rel, ()))
+        return all(f in self.programs for f in self._importing_files().get(rel, ()))
 
     def _exec_configs(self) -> dict:
         """nanoGPT's configuration (`exec(open('configurator.py').read())` in train.py, and in configurator.py
@@ -677,13 +676,8 @@ class RepositoryModel:
         entries = self.programs.get(rel, ())
         if entries:
             return [self._program_names(entry, key) for entry in dict.fromkeys(entries)]
-        if self._importers_of is None:
-            self._importers_of = {}
-            for f, to in self.edges.items():
-                for t in to:
-                    self._importers_of.setdefault(t, []).append(f)
         return [{name: [(f, line)] for name, line in self._record(f, key).items()}
-                for f in [*self.edges.get(rel, ()), *self._importers_of.get(rel, ())]]
+                for f in [*self.edges.get(rel, ()), *self._importing_files().get(rel, ())]]
 
     def _record(self, rel: str, key: str) -> dict:
         """Record `key` of a file: "v" from its scan; "a" (the attributes it passes where torch takes a backend or a
@@ -882,15 +876,10 @@ class RepositoryModel:
     def _users(self, rel: str) -> list:
         """The files that may handle `rel`'s objects: those that import it (directly or through other files) and
         the files of the programs that run it (an object may be handed to a module that never imports `rel`)."""
-        if self._importers_of is None:
-            self._importers_of = {}
-            for f, to in self.edges.items():
-                for t in to:
-                    self._importers_of.setdefault(t, []).append(f)
         seen = {rel: None}
         todo = [rel]
         while todo:
-            for f in self._importers_of.get(todo.pop(), ()):
+            for f in self._importing_files().get(todo.pop(), ()):
                 if f not in seen:
                     seen[f] = None
                     todo.append(f)

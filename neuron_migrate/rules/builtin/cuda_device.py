@@ -274,17 +274,13 @@ def _cuda_choice_fix(site, ctx, fn, choice):
     a = ctx.analysis
 
     def neuron_text(expr) -> str | None:
+        strings = _cuda_strings(expr)
+        if any(n.lineno != expr.lineno or n.end_lineno != expr.lineno for n in strings):
+            return None  # a literal on another line than the expression's first: left alone
         text = a.source(expr)
-        start = (expr.lineno, expr.col_offset)
-        lines = a.lines
-        # replace each 'cuda' literal from the last, by its offsets in the expression's text
-        for n in sorted(_cuda_strings(expr), key=lambda n: (n.lineno, n.col_offset), reverse=True):
-            if n.lineno != n.end_lineno or n.lineno != start[0]:
-                return None
-            lo, hi = n.col_offset - start[1], n.end_col_offset - start[1]
-            raw = lines[n.lineno - 1].encode("utf-8")[n.col_offset:n.end_col_offset].decode("utf-8")
-            text = (text.encode("utf-8")[:lo] + raw.replace("cuda", "neuron", 1).encode("utf-8")
-                    + text.encode("utf-8")[hi:]).decode("utf-8")
+        for n in strings:
+            raw = a.source(n)
+            text = text.replace(raw, raw.replace("cuda", "neuron", 1))
         return text
 
     body, test = neuron_text(choice.body), neuron_text(choice.test)

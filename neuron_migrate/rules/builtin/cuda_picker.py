@@ -511,12 +511,13 @@ def gets_neuron(fn, ctx) -> bool:
     in this round (a picker of it that is not blocked and has a neuron body)."""
     if picks_neuron(fn, ctx):
         return True
-    for p in pickers(ctx):
-        if p.fn is fn and p.blocked is None:
-            made = _neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)
-            if made is not None:
-                return True
-    return False
+    return cached(ctx.analysis, f"gets-neuron:{id(fn)}",
+                  lambda _a: any(p.fn is fn and p.blocked is None and fixable(p, ctx) for p in pickers(ctx)))
+
+
+def fixable(p: Picker, ctx) -> bool:
+    """The picker has a neuron branch to add (its neuron value or body can be made)."""
+    return (_neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)) is not None
 
 
 def tails(ctx) -> list:
@@ -786,10 +787,7 @@ def picker_lines(ctx) -> set:
     def build(_a):
         out: set = set()
         for p in pickers(ctx):
-            if p.blocked is not None:
-                continue
-            fixable = _neuron_value(p, ctx) if isinstance(p.top, ast.IfExp) else neuron_body(p, ctx)
-            if fixable is not None:
+            if p.blocked is None and fixable(p, ctx):
                 out |= p.lines
         for _top, last, _body in tails(ctx):
             out |= set(range(last.lineno, last.end_lineno + 1))

@@ -16,6 +16,7 @@ from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached, values
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
 from neuron_migrate.rules.builtin import cuda_picker
+from neuron_migrate.rules.builtin.xla_core import catches_import_error
 from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
                                                       lines_text, set_fix, skip_dispatch, string_quote,
                                                       DATA_PARALLEL, data_parallel_guard)
@@ -839,12 +840,9 @@ def _import_guarded(site, ctx) -> bool:
             return True
         if isinstance(up, ast.If) and any(w in a.source(up.test) for w in ("available", "TYPE_CHECKING")):
             return True
-        if isinstance(up, ast.Try) and any(st is child for st in up.body):
-            for h in up.handlers:
-                names = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
-                if h.type is None or any(isinstance(n, ast.Name) and n.id in (
-                        "ImportError", "ModuleNotFoundError", "Exception", "BaseException") for n in names):
-                    return True
+        if isinstance(up, ast.Try) and any(st is child for st in up.body) and any(
+                catches_import_error(h) for h in up.handlers):
+            return True
         child, up = up, a.parent_of.get(up)
     return False
 

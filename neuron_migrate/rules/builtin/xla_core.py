@@ -179,7 +179,7 @@ def _probe_for_guarded_code(site, ctx):
     try_stmt = site.parent
     if not isinstance(try_stmt, ast.Try) or site.node not in try_stmt.body:
         return None
-    if not try_stmt.handlers or not all(_catches_import_error(h) for h in try_stmt.handlers):
+    if not try_stmt.handlers or not all(catches_import_error(h) for h in try_stmt.handlers):
         return None
     if any(ctx.analysis.uses_of(site.scope, _bound_name(site.node, al)) or string_annotation_uses(ctx, _bound_name(site.node, al))
            for al in site.node.names):
@@ -233,7 +233,7 @@ def _dead_import_guard(site, ctx):
                     or string_annotation_uses(ctx, _bound_name(stmt, a))):
                 return None
             names.add(_bound_name(stmt, a))
-    if not all(_catches_import_error(h) for h in try_stmt.handlers):
+    if not all(catches_import_error(h) for h in try_stmt.handlers):
         return None
     for h in try_stmt.handlers:
         for stmt in h.body:
@@ -249,7 +249,8 @@ def _dead_import_guard(site, ctx):
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
-def _catches_import_error(handler: ast.excepthandler) -> bool:
+def catches_import_error(handler: ast.excepthandler) -> bool:
+    """The handler catches ImportError (bare, or ImportError, ModuleNotFoundError or a base of them)."""
     if handler.type is None:
         return True
     types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
@@ -280,7 +281,7 @@ def import_probe(site, ctx) -> ast.Try | None:
     try_stmt = site.parent
     if not isinstance(try_stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))) or site.node not in try_stmt.body:
         return None
-    if not any(_catches_import_error(h) for h in try_stmt.handlers):
+    if not any(catches_import_error(h) for h in try_stmt.handlers):
         return None
     answers = [s for s in [*try_stmt.body, *try_stmt.orelse] if _constant_answer(s)]
     if not answers:
