@@ -23,7 +23,7 @@ MANUAL = """\
 import torch
 
 torch.backends.cuda.matmul.allow_tf32 = True
-print(torch.cuda.get_device_name(0))
+print(torch.cuda.get_device_properties(0).major)
 """
 
 

@@ -422,9 +422,10 @@ def paren_if_needed(site, text: str) -> str:
     return f"({text})"
 
 
-def call_args_src(call, ctx, drop=()) -> str:
-    """The argument list of a call as source, keyword arguments named in `drop` left out."""
-    parts = [ctx.src(a) for a in call.args]
+def call_args_src(call, ctx, drop=(), names=()) -> str:
+    """The argument list of a call as source, keyword arguments named in `drop` left out; the first positional
+    arguments passed by the `names` given (`names[i]=<argument i>`)."""
+    parts = [f"{names[i]}={ctx.src(a)}" if i < len(names) else ctx.src(a) for i, a in enumerate(call.args)]
     for k in call.keywords:
         if k.arg in drop:
             continue
@@ -447,8 +448,9 @@ def string_quote(site, ctx) -> str:
 _MIGRATED_CUDA = {"is_available", "amp", "amp.autocast", "amp.autocast_mode.autocast", "amp.GradScaler", "is_bf16_supported",
                   "synchronize", "device_count", "current_device", "empty_cache", "memory_allocated", "max_memory_allocated",
                   "memory_reserved", "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
-                  "reset_accumulated_memory_stats", "manual_seed", "manual_seed_all", "set_device"}
+                  "reset_accumulated_memory_stats", "manual_seed", "manual_seed_all", "set_device", "get_device_name"}
 _CUDA_ONLY = {"torch.version.cuda", "torch.backends.cudnn.version"}
+_SHARED_PROPERTIES = {"name", "total_memory"}  # what get_device_properties() gives on CUDA and on TorchNeuron alike
 
 
 def cuda_only_names(stmts, ctx, scope) -> list:
@@ -459,13 +461,36 @@ def cuda_only_names(stmts, ctx, scope) -> list:
             if not isinstance(node, ast.Attribute):
                 continue
             q = ctx.analysis.resolve(node, scope, count_use=False)
-            if q is None:
+            if q is None or (q == "torch.cuda.get_device_properties" and shared_property_read(node, ctx)):
                 continue
             if q in _CUDA_ONLY or (q.startswith("torch.cuda.") and q[len("torch.cuda."):] not in _MIGRATED_CUDA
                                    and not q.startswith("torch.cuda.amp.")):
                 if q not in found:
                     found.append(q)
     return found
+
+
+def shared_property_read(func, ctx) -> bool:
+    """`func` (torch.cuda.get_device_properties) is called and the result's `name` or `total_memory` read: what
+    TorchNeuron's device properties have too (NM204 migrates it)."""
+    parent_of = ctx.analysis.parent_of
+    call = parent_of.get(func)
+    up = parent_of.get(call)
+    return isinstance(call, ast.Call) and call.func is func and isinstance(up, ast.Attribute) and up.attr in _SHARED_PROPERTIES
+
+
+def in_cuda_only_branch(site, ctx) -> bool:
+    """An `if` branch around the site uses CUDA-only names (besides the site): the block stays CUDA as a whole
+    (NM203 keeps a CUDA test guarding it), so its device queries stay too."""
+    parent_of = ctx.analysis.parent_of
+    child, up = site.node, parent_of.get(site.node)
+    while up is not None and not isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(up, ast.If) and child is not up.test:
+            branch = up.body if child in up.body else up.orelse
+            if cuda_only_names(branch, ctx, site.scope):
+                return True
+        child, up = up, parent_of.get(up)
+    return False
 
 
 def guarded_cuda_only(node, ctx, scope) -> list:
@@ -971,6 +996,10 @@ _DEVICE_CALLS = {
     "set_device": ("helper:_neuron_set_device", "helper:_neuron_set_device", None),
     # torch.accelerator has no such query; the accelerator's device module has (torch.neuron: torch-neuronx neuron.py)
     "is_bf16_supported": ("devmod:is_bf16_supported", "devmod:is_bf16_supported", None),
+    # the device's name (torch.neuron.get_device_name(i): "neuron:i"), and of its properties only those TorchNeuron's
+    # have too (name, total_memory; CUDA's major/minor/multi_processor_count stay with NM205)
+    "get_device_name": ("devmod:get_device_name", "devmod:get_device_name", None),
+    "get_device_properties": ("devmod:get_device_properties", "devmod:get_device_properties", None),
     # torch 2.13's device-generic forms (keyword arguments only for the classes: torch.Event / torch.Stream take the
     # device first, torch.cuda.Event takes enable_timing first)
     "mem_get_info": ("acc:get_memory_info", "acc:get_memory_info", None),
@@ -1017,8 +1046,11 @@ def _spell(fx, target: str) -> str:
         `mem_get_info()` `torch.accelerator.get_memory_info()`, and `torch.cuda.Event(enable_timing=...)` /
         `torch.cuda.Stream(priority=...)` the device-generic `torch.Event` / `torch.Stream` (the current
         accelerator's; with keyword arguments only, since those take the device first); the classes used as values
-        (`isinstance`) are left to NM205. `get_device_capability` is not mapped: torch.accelerator's returns a
-        dict of supported dtypes, not CUDA's (major, minor).
+        (`isinstance`) are left to NM205. `get_device_name(i)` (a log line's GPU name) becomes
+        `torch.get_device_module().get_device_name(i)` (TorchNeuron's torch.neuron gives "neuron:i"), and
+        `get_device_properties(i).name` / `.total_memory` the same through the device module (TorchNeuron's properties
+        have those two; CUDA-only fields such as `major` stay with NM205). `get_device_capability` is not mapped:
+        torch.accelerator's returns a dict of supported dtypes, not CUDA's (major, minor).
         With `device-style = "accelerator"` calls that raise without an accelerator are guarded
         (`... if torch.accelerator.is_available() else 0`). Used as a value (`sync = torch.cuda.synchronize`), the
         name becomes a lambda calling the replacement.
@@ -1039,6 +1071,11 @@ def cuda_device_module(site, ctx):
     if name == "device_count" and site.kind == "call":
         if data_parallel_guard(site.call, ctx) is not None:
             return None  # `if torch.cuda.device_count() > 1: DataParallel(...)` stays CUDA: NM230 says why at the wrap
+    if name in ("get_device_name", "get_device_properties"):
+        if name == "get_device_properties" and not (site.kind == "call" and shared_property_read(site.call.func, ctx)):
+            return None  # the properties object itself, or a CUDA-only field (major, minor, ...): NM205
+        if in_cuda_only_branch(site, ctx):
+            return None  # a log line of a block that stays CUDA (torch.version.cuda beside it): NM205
     fx = ctx.fixer()
     fx.scope = site.scope
     style_acc = accelerator(ctx)
@@ -1113,7 +1150,7 @@ def data_parallel_guard(node, ctx):
     triggers=[("call", "torch.cuda.*"), ("ref", "torch.cuda.*"), ("store", "torch.cuda.*"), ("ref", "torch.version.cuda")],
     docs="""
         Catch-all for `torch.cuda` names without a rewrite: streams and events (`torch.cuda.Stream`,
-        `torch.cuda.stream`, `Event`), `get_device_name`/`get_device_properties`, `nvtx`, `torch.cuda.amp.custom_fwd`
+        `torch.cuda.stream`, `Event`), `get_device_properties` read for CUDA-only fields, `nvtx`, `torch.cuda.amp.custom_fwd`
         and the like. Use the `torch.accelerator` API where it has the call (`torch.accelerator.current_stream`,
         `torch.Stream`, `torch.Event`), `torch.neuron.*` (get_device_properties, Stream, Event) otherwise, or
         `torch.amp.custom_fwd(device_type="neuron")`.

@@ -26,6 +26,9 @@ COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/co
 
 
 # -- NM206 ------------------------------------------------------------------------------------------
+_CUDA_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")  # torch.cuda.amp.autocast's, in order
+
+
 @rule(
     code="NM206",
     name="cuda-amp-autocast",
@@ -36,7 +39,8 @@ COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/co
     docs=f"""
         `torch.cuda.amp.autocast` only casts CUDA ops: on Neuron the model silently runs in full precision.
         TorchNeuron's mixed precision is `torch.autocast(device_type="neuron")` ({TORCH_DOCS}); it uses the same
-        op lists as CUDA autocast. Arguments are kept. Without `dtype=`, CUDA autocast meant float16: the fix
+        op lists as CUDA autocast. Arguments are kept, positional ones passed by name (`autocast(use_amp)` is
+        `enabled=use_amp`; torch.autocast's second parameter is `dtype`). Without `dtype=`, CUDA autocast meant float16: the fix
         passes `dtype=torch.float16` to keep that, and the note recommends bfloat16 (which needs no GradScaler).
         Device-style `accelerator` writes `torch.autocast(_accelerator_device().type, ...)`.
         `torch.autocast("cuda")` and `torch.amp.autocast(device_type="cuda")` are NM201 (device strings).
@@ -49,11 +53,16 @@ def cuda_amp_autocast(site, ctx):
     if skip:
         return out
     call = site.call
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > len(_CUDA_AUTOCAST_PARAMETERS):
+        return ctx.finding(site, "torch.cuda.amp.autocast only affects CUDA: use torch.autocast(\"neuron\", ...) with "
+                                 "its arguments as keywords (its positional parameters differ: device_type, dtype)")
     fx = ctx.fixer()
     fx.scope = site.scope
     torch = fx.ref("torch")
     device = device_type_expr(site, ctx, fx) if accelerator(ctx) else '"neuron"'
-    args = call_args_src(call, ctx)
+    # torch.cuda.amp.autocast(enabled, dtype, cache_enabled) and torch.autocast(device_type, dtype, enabled, ...) take
+    # their parameters in another order: positional arguments are passed by name
+    args = call_args_src(call, ctx, names=_CUDA_AUTOCAST_PARAMETERS)
     note = ""
     if kwarg(call, "dtype", 1) is None and not has_star_args(call):
         args = ", ".join(x for x in [args, f"dtype={torch}.float16"] if x)
