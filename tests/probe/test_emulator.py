@@ -208,3 +208,56 @@ def test_each_distributed_process_owns_its_local_rank_device(emulator_lib, tmp_p
         assert f"rank {rank} device neuron:{rank} count 2 current {rank} sum 4.0" in out, out[-4000:]
         assert f"rank {rank} index {rank} ok" in out, out[-4000:]
     assert "rank 1 index 0 refused: neuron (emulated): device neuron:0 does not attach to this process" in out, out
+
+
+_SYNC_BN = """
+import torch, torch.distributed as dist, torch.nn as nn
+dist.init_process_group("neuron")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+full = torch.randn(8, 3, 5, 5)
+mine = slice(rank * 8 // world, (rank + 1) * 8 // world)
+scale = torch.arange(1.0, 4.0).view(1, 3, 1, 1)
+model = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.BatchNorm2d(3))).to("neuron")
+ddp = nn.parallel.DistributedDataParallel(model)
+x = full[mine].to("neuron").requires_grad_()
+out = ddp(x)
+(out * scale.to("neuron")).pow(2).sum().backward()
+ref = nn.BatchNorm2d(3)  # one process, the whole batch: what SyncBatchNorm computes over the ranks' parts
+xr = full.clone().requires_grad_()
+ref_out = ref(xr)
+(ref_out * scale).pow(2).sum().backward()
+bn = model[0]
+checks = {
+    "out": torch.allclose(out.detach().cpu(), ref_out[mine].detach(), atol=1e-5),
+    "input_grad": torch.allclose(x.grad.cpu(), xr.grad[mine], atol=1e-4),
+    # DDP averages the ranks' weight gradients: each rank's part of the whole batch's gradient, over world
+    "weight_grad": torch.allclose(bn.weight.grad.cpu() * world, ref.weight.grad, atol=1e-4),
+    "bias_grad": torch.allclose(bn.bias.grad.cpu() * world, ref.bias.grad, atol=1e-4),
+    "running": torch.allclose(bn.running_mean.cpu(), ref.running_mean, atol=1e-6)
+               and torch.allclose(bn.running_var.cpu(), ref.running_var, atol=1e-5),
+    "name": torch.get_device_module().get_device_name(),
+    "props": torch.get_device_module().get_device_properties(rank).name,
+}
+print(f"rank {rank} {checks}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_sync_batch_norm_over_two_processes_matches_one_batch_norm(emulator_lib, tmp_path):
+    """nn.SyncBatchNorm (DINO, MoCo, YOLO's --sync-bn) on two ranks: the five batch_norm_* ops TorchNeuron has device
+    kernels for, and the all-gather of their statistics into a (1, world * C) tensor, compute what one BatchNorm
+    computes over the whole batch. Also the device module's name and properties (torch-neuronx: "neuron:i")."""
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from torchrun_util import run_torchrun
+
+    (tmp_path / "sync_bn.py").write_text(_SYNC_BN)
+    env = {k: v for k, v in os.environ.items() if k not in ("NM_EMULATOR_DEVICES", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "integration" / "neuron_emulated"), str(REPO)])
+    proc = run_torchrun(["sync_bn.py"], nproc=2, cwd=tmp_path, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    for rank in (0, 1):
+        assert (f"rank {rank} {{'out': True, 'input_grad': True, 'weight_grad': True, 'bias_grad': True, "
+                f"'running': True, 'name': 'neuron:{rank}', 'props': 'neuron:{rank}'}}") in out, out[-4000:]

@@ -219,6 +219,11 @@ def _device_module(torch) -> types.ModuleType:
     mod.set_rng_state_all = lambda states: [gen(i).set_state(s) for i, s in enumerate(states)] and None
     mod.get_amp_supported_dtype = lambda: [torch.bfloat16, torch.float16, torch.float32]
     mod.is_bf16_supported = lambda including_emulation=True: True  # torch-neuronx neuron.py has it; Trainium has bf16
+    # torch-neuronx neuron.py: get_device_name(i) is "neuron:i"; the properties carry name and total_memory (here the
+    # host's memory, the emulated device's)
+    mod.get_device_name = lambda device=None: f"neuron:{_device(torch, device).index}"
+    mod.get_device_properties = lambda device=None: types.SimpleNamespace(
+        name=mod.get_device_name(device), total_memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     return mod
 
 
@@ -292,6 +297,76 @@ def _register_process_group_backend(torch) -> None:
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel": intended
         failed = torch.ops.neuron_emu.register_kernels("collective", c10d)
     _state["collectives"] = [n for n in c10d if not any(f.startswith(n + ":") for f in failed)]
+
+
+def _register_sync_batch_norm(torch):
+    """Device kernels for the five ops nn.SyncBatchNorm calls (torch/nn/modules/_functions.py). TorchNeuron registers
+    them for its device (the pre-release op list: batch_norm_stats, batch_norm_gather_stats_with_counts,
+    batch_norm_elemt, batch_norm_backward_reduce, batch_norm_backward_elemt); the host has no CPU kernel for them
+    (CUDA-only in ATen), so the boxed fallback cannot run them. Written here from ATen's formulas, computed on host
+    copies in float32 (the accumulation type) and returned on the input's device. Returns the library (kept alive)."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def shape(t, x):  # a per-channel vector broadcast over x (N, C, ...)
+        return t.view(1, -1, *([1] * (x.dim() - 2)))
+
+    def dims(x):
+        return [d for d in range(x.dim()) if d != 1]
+
+    def stats(x, eps):
+        h = x.cpu().float()
+        mean = h.mean(dims(h))
+        var = h.var(dims(h), unbiased=False)
+        return mean.to(x.device), torch.rsqrt(var + eps).to(x.device)
+
+    def gather(x, mean, invstd, running_mean, running_var, momentum, eps, counts):
+        n = counts.cpu().float().view(-1, 1)
+        m, inv = mean.cpu().float(), invstd.cpu().float()
+        total = n.sum()
+        g_mean = (m * n).sum(0) / total
+        var = (1 / inv.pow(2) - eps) + (m - g_mean).pow(2)
+        g_var = (var * n).sum(0) / total
+        if running_mean is not None:
+            running_mean.copy_(((1 - momentum) * running_mean.cpu().float() + momentum * g_mean).to(running_mean.dtype))
+        if running_var is not None:
+            unbiased = g_var * total / (total - 1) if total > 1 else g_var
+            running_var.copy_(((1 - momentum) * running_var.cpu().float() + momentum * unbiased).to(running_var.dtype))
+        return g_mean.to(x.device), torch.rsqrt(g_var + eps).to(x.device)
+
+    def elemt(x, weight, bias, mean, invstd, eps):
+        h = x.cpu().float()
+        out = (h - shape(mean.cpu(), h)) * shape(invstd.cpu(), h)
+        if weight is not None:
+            out = out * shape(weight.cpu().float(), h)
+        if bias is not None:
+            out = out + shape(bias.cpu().float(), h)
+        return out.to(x.dtype).to(x.device)
+
+    def backward_reduce(grad_out, x, mean, invstd, weight, input_g, weight_g, bias_g):
+        h, dy = x.cpu().float(), grad_out.cpu().float()
+        sum_dy = dy.sum(dims(h))
+        sum_dy_xmu = (dy * (h - shape(mean.cpu(), h))).sum(dims(h))
+        grad_weight = sum_dy_xmu * invstd.cpu() if weight_g else torch.empty(0)
+        grad_bias = sum_dy if bias_g else torch.empty(0)
+        dtype = weight.dtype if weight is not None else x.dtype
+        return (sum_dy.to(x.device), sum_dy_xmu.to(x.device), grad_weight.to(dtype).to(x.device),
+                grad_bias.to(dtype).to(x.device))
+
+    def backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+        h, dy = x.cpu().float(), grad_out.cpu().float()
+        total = count.cpu().float().sum()
+        inv = shape(invstd.cpu(), h)
+        factor = inv.pow(2) * shape(sum_dy_xmu.cpu() / total, h)
+        grad = (dy - shape(sum_dy.cpu() / total, h) - (h - shape(mean.cpu(), h)) * factor) * inv
+        if weight is not None:
+            grad = grad * shape(weight.cpu().float(), h)
+        return grad.to(x.dtype).to(x.device)
+
+    for name, fn in (("batch_norm_stats", stats), ("batch_norm_gather_stats_with_counts", gather),
+                     ("batch_norm_elemt", elemt), ("batch_norm_backward_reduce", backward_reduce),
+                     ("batch_norm_backward_elemt", backward_elemt)):
+        lib.impl(name, fn, "PrivateUse1")
+    return lib
 
 
 def _cpu_route_for_default_groups(dist) -> None:
@@ -384,6 +459,7 @@ def install(table=None, *, keep_going: bool = False, device_count: int | None = 
         failed += list(torch.ops.neuron_emu.register_kernels(kind, sets[kind]))
     set_keep_going(keep_going)
     _register_process_group_backend(torch)
+    _state["sync_batch_norm"] = _register_sync_batch_norm(torch)
     from neuron_migrate.probe.emulator.compile import patch_torch_compile
 
     patch_torch_compile(torch, strict=not keep_going)

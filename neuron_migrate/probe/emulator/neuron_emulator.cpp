@@ -752,10 +752,14 @@ void unsupported_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 void collective_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
+  // all_gather_into_tensor: like NCCL, any output holding world_size times the input's elements (SyncBatchNorm
+  // gathers C values into a (1, world_size * C) tensor); gloo splits the output along dim 0, so both go flat
+  const bool flat = op.operator_name().name == "c10d::_allgather_base_";
   std::unordered_map<c10::TensorImpl*, at::Tensor> back;
   auto swap = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined() || t.device().type() != kEmu) return t;
     at::Tensor h = host_alias(t);
+    if (flat && h.is_contiguous()) h = h.view({-1});
     back[h.unsafeGetTensorImpl()] = t;
     return h;
   };
