@@ -353,7 +353,11 @@ class DistributedFacts:
                 states = []
                 for call in self.local_calls.get(name, ()):
                     if call.func.id == name and self.qualname(call.func) is None:
-                        states.append(self._state_before(_stmt_of(self.analysis, call)))
+                        stmt = _stmt_of(self.analysis, call)
+                        state = self._state_before(stmt)
+                        if state is not Group.ALWAYS and self._launch_beside(stmt, name):
+                            state = Group.ALWAYS  # the launch rewrite starts torchrun's group here too (NM127)
+                        states.append(state)
                 for ref in self.local_refs.get(name, ()):
                     launch = self.analysis.parent_of.get(ref)
                     if isinstance(launch, ast.Call) and launch in self._launch_calls() and _launched_fn(launch) is ref:
@@ -366,6 +370,16 @@ class DistributedFacts:
             self._in_progress.discard(key)
         self._entry[key] = state
         return state
+
+    def _launch_beside(self, stmt: ast.stmt, name: str) -> bool:
+        """`stmt` (a direct call of the worker `name`) is the torchrun side of the script's torchrun test whose other
+        side launches the same worker (`if dist.is_torchelastic_launched(): fn(...) else: xmp.spawn(fn, ...)`), and the
+        launch rewrite starts the group for it."""
+        found = _torchrun_if(self.analysis, stmt)
+        if found is None or not found[0] or not self.launch_needs_init(name):
+            return False
+        return any(isinstance(n, ast.Call) and n in self._launch_calls() and isinstance(_launched_fn(n), ast.Name)
+                   and _launched_fn(n).id == name for st in found[1] for n in ast.walk(st))
 
     def launch_needs_init(self, fn_name: Optional[str]) -> bool:
         """The launch rewrite must start the group itself: the worker does not always start it first."""
@@ -618,3 +632,51 @@ def _unconditional(analysis, stmt: ast.stmt, fn) -> bool:
         child = n
         n = analysis.parent_of.get(n)
     return True
+
+
+# -- the script's own test for torchrun ---------------------------------------------------------------------------
+TORCHRUN_VARS = TORCHRUN_ENV | {"TORCHELASTIC_RUN_ID"}
+
+
+def tests_torchrun(analysis, test) -> bool:
+    """`test` asks whether torchrun started the process: `dist.is_torchelastic_launched()` (pytorch/xla's
+    test_train_mp_imagenet.py), `os.environ.get("WORLD_SIZE")`, `os.getenv("RANK")`, `"WORLD_SIZE" in os.environ`."""
+    resolve = analysis.resolve
+    if isinstance(test, ast.Call) and not test.args and not test.keywords:
+        return resolve(test.func, analysis.module_scope, count_use=False) == "torch.distributed.is_torchelastic_launched"
+    if isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Constant) \
+            and test.args[0].value in TORCHRUN_VARS:
+        return resolve(test.func, analysis.module_scope, count_use=False) in ("os.environ.get", "os.getenv")
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)
+            and isinstance(test.left, ast.Constant) and test.left.value in TORCHRUN_VARS):
+        return resolve(test.comparators[0], analysis.module_scope, count_use=False) == "os.environ"
+    return False
+
+
+def _torchrun_if(analysis, node):
+    """(whether `node` is on the side its innermost torchrun test (in its function) takes under torchrun, the
+    statements of the other side), or None when no such test holds it."""
+    parents = analysis.parent_of
+    child, p = node, parents.get(node)
+    while p is not None and not isinstance(p, (*_FUNCS, ast.ClassDef)):
+        if isinstance(p, ast.If) and child is not p.test:
+            in_body = any(child is st for st in p.body)
+            test = p.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            if tests_torchrun(analysis, test.operand if negated else test):
+                return in_body != negated, (p.orelse if in_body else p.body)
+        child, p = p, parents.get(p)
+    return None
+
+
+def torchrun_side(analysis, node) -> Optional[bool]:
+    """True: `node` runs only when torchrun started the process; False: only when it did not; None: either."""
+    found = _torchrun_if(analysis, node)
+    return None if found is None else found[0]
+
+
+def torchrun_branch_of(analysis, stmt) -> Optional[list]:
+    """The statements the script runs instead of `stmt` when torchrun started it (`stmt` in the other branch of its
+    torchrun test: `if dist.is_torchelastic_launched(): fn(...) else: xmp.spawn(fn, ...)`), else None."""
+    found = _torchrun_if(analysis, stmt)
+    return None if found is None or found[0] else found[1]

@@ -16,6 +16,12 @@ device (`neuron_emulated/sitecustomize.py`) in one process and in two under torc
   under torchrun with DDP. Slow, and only where accelerate is installed (the Trainer needs it; it is not a dependency
   here); transformers finds the neuron device through a clearly labelled stand-in `torch_neuronx` package
   (`hf_neuronx_standin/`), since the emulated device ships none.
+- `xla_programs/elastic_launch/`: the launch of pytorch/xla's test/test_train_mp_imagenet.py (train.py: `if
+  dist.is_torchelastic_launched(): _mp_fn(xu.getenv_as(xenv.LOCAL_RANK, int), FLAGS) else: xmp.spawn(...)`, a
+  process group only behind --ddp, `if xr.using_pjrt(): xm.broadcast_master_param(model)`, xm.optimizer_step;
+  args_parse.py: the options; model.py). Under torchrun torch_xla's runtime, not a process group, joined the
+  processes: the rewrite starts torchrun's group in that branch too, or the migrated gradient average would find
+  no group and do nothing (each rank then trained alone, silently).
 """
 from __future__ import annotations
 
@@ -239,3 +245,32 @@ def test_hf_trainer_program_trains_under_torchrun(tmp_path, emulator, nproc):  #
     assert all(int(m.group("steps")) == 16 // nproc for m in found), out[-3000:]  # each rank its share of the data
     if nproc > 1:  # one group; DDP all-reduced gradient buckets (the Trainer wraps the model when there are two)
         _groups(logs, nproc)
+
+
+def test_elastic_launch_rewrite_starts_the_group_in_the_torchrun_branch(tmp_path):
+    work, out = _rewrite(tmp_path, "elastic_launch")
+    train = (work / "train.py").read_text()
+    assert ('    if dist.is_torchelastic_launched():\n        dist.init_process_group("neuron")  # started by torchrun\n'
+            '        _mp_fn(int(os.environ["LOCAL_RANK"]), FLAGS)\n    else:\n'
+            '        dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)\n') in train, train
+    # every path has the group: ranks are plain torch.distributed calls, and the using_pjrt() branch runs always
+    assert "rank=dist.get_rank()" in train and "_neuron_rank" not in train and "using_pjrt" not in train
+    assert "import torch_xla" not in train and "Left for you" not in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_elastic_launch_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa: F811
+    """Each rank starts from other weights (seeded by its rank) and reads its own half of the data: equal checksums
+    at the end need both the broadcast of rank 0's weights and the gradient average, in one group."""
+    work, _ = _rewrite(tmp_path, "elastic_launch")
+    logs = tmp_path / "collectives"
+    proc = run_torchrun(["train.py"], nproc=nproc, cwd=work, env=_env(logs), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
+    losses = [float(x) for x in re.findall(r"epoch \d loss ([0-9.]+)", out)]
+    assert len(losses) == 2 and losses[1] < losses[0], out[-3000:]  # rank 0 prints, once per epoch
+    got = _groups_allreduce(logs, nproc)
+    if nproc > 1:
+        assert all(g["counts"].get("broadcast", 0) > 0 for g in got), got

@@ -8,7 +8,7 @@ import re
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
-from neuron_migrate.program.distributed import TORCHRUN_ENV, Group
+from neuron_migrate.program.distributed import TORCHRUN_ENV, Group, torchrun_branch_of, torchrun_side
 from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
@@ -405,10 +405,16 @@ def xmp_spawn(site, ctx):
     elif args is not None and not is_none(args):
         call_args.append(f"*{atom(ctx, args)}")
     lines = []
-    if owns_group and _outside_torchrun(ctx, site.stmt):
+    torchrun_branch = torchrun_branch_of(ctx.analysis, site.stmt) if owns_group else None
+    if torchrun_branch is not None:
         # the `else:` of the script's own torchrun test (`if os.environ.get("WORLD_SIZE"): ... else: xmp.spawn(...)`):
         # torchrun did not start this process
         lines.append(f'{dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)')
+        if torchrun_branch and not _starts_group(ctx, torchrun_branch):
+            # under torchrun the script calls the worker itself, and torch_xla's runtime, not a process group, joined
+            # the processes: the rewritten collectives need the group torchrun's variables describe
+            first = torchrun_branch[0]
+            fx.insert_before(first, f'{dist}.init_process_group("neuron")  # started by torchrun\n')
     elif owns_group:  # the worker's own init (if any) is conditional: every rewritten collective needs a group
         lines += [f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
                   f'    {dist}.init_process_group("neuron")',
@@ -447,36 +453,17 @@ def xmp_spawn(site, ctx):
                               + dropped_words(ctx, drops), fix=fx.build(), note=note), *dropped(ctx, site, drops)]
 
 
-_TORCHRUN_VARS = TORCHRUN_ENV | {"TORCHELASTIC_RUN_ID"}
-
-
-def _outside_torchrun(ctx, stmt) -> bool:
-    """`stmt` runs only when torchrun did not start the process: it is in the `else:` of an `if` that tests for one
-    of torchrun's variables (`os.environ.get("WORLD_SIZE")`, `os.getenv("RANK")`, `"WORLD_SIZE" in os.environ`), or
-    under `if not <such a test>:`."""
-    parents = ctx.analysis.parent_of
-    child, p = stmt, parents.get(stmt)
-    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        if isinstance(p, ast.If):
-            in_else = any(child is st for st in p.orelse)
-            test = p.test
-            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-            if negated:
-                test = test.operand
-            if in_else != negated and _tests_torchrun(ctx, test):
-                return True
-        child, p = p, parents.get(p)
-    return False
-
-
-def _tests_torchrun(ctx, test) -> bool:
+def _starts_group(ctx, stmts) -> bool:
+    """Some statement of `stmts` starts the process group itself (`dist.init_process_group(...)`, any backend)."""
     a = ctx.analysis
-    if isinstance(test, ast.Call) and test.args and const_value(test.args[0]) in _TORCHRUN_VARS:
-        return a.resolve(test.func, a.module_scope, count_use=False) in ("os.environ.get", "os.getenv")
-    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)
-            and const_value(test.left) in _TORCHRUN_VARS):
-        return a.resolve(test.comparators[0], a.module_scope, count_use=False) == "os.environ"
-    return False
+    return any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))
+               and (a.resolve(n.func, a.module_scope, count_use=False) or "").endswith(".init_process_group")
+               for st in stmts for n in walk(st))
+
+
+def under_torchrun(ctx, node) -> bool:
+    """`node` runs only when torchrun started the process (program.distributed.torchrun_side)."""
+    return torchrun_side(ctx.analysis, node) is True
 
 
 _FORK_SHARERS = {f"{XMP}.MpModelWrapper", f"{XMP}.MpSerialExecutor"}

@@ -1,10 +1,12 @@
-"""torch_xla's pure-Python utilities: xm.RateTracker, test_utils, the sample generators (NM144-NM146)."""
+"""torch_xla's pure-Python utilities: xm.RateTracker, test_utils, the sample generators (NM144-NM146), the environment
+names and getenv_as (NM164), xr.using_pjrt (NM165)."""
 from __future__ import annotations
 
 import ast
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
+from neuron_migrate.rules.builtin.xla_launch import under_torchrun
 from neuron_migrate.rules.builtin.xla_loaders import _class_of_method, _sealed
 from neuron_migrate.rules.builtin.xla_misc import XM, _isinstance_or_base, _nested_mentions, _scope_body_nodes
 from neuron_migrate.rules.helpers import HELPERS, Helper
@@ -576,3 +578,123 @@ def xla_test_utils(site, ctx):
     parts.append(f"Time={{{clock}}}")
     fx.replace(call, f'print(f"| {kind} {" ".join(parts)}", flush=True)')
     return ctx.finding(site, f"test_utils.{short}: becomes the print() it made", fix=fx.build())
+
+
+# -- NM164-NM165: torch_xla's environment names and runtime queries ----------------------------------
+XENV = "torch_xla.core.xla_env_vars"
+# the xenv constants that name torchrun's own variables (torch_xla 2.x: LOCAL_RANK = 'LOCAL_RANK', ...); the other
+# constants name XLA runtime settings (PJRT_DEVICE, TPU_*) and stay with NM199
+_TORCHRUN_NAMES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+_ENV_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _env_name(node, ctx):
+    """The environment variable an argument names, as source: a string, or an xenv constant for a torchrun variable
+    written as its string; None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return ctx.src(node)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        q = ctx.analysis.resolve(node, ctx.analysis.module_scope, count_use=False) or ""
+        if q.startswith(XENV + ".") and q[len(XENV) + 1:] in _TORCHRUN_NAMES:
+            return f'"{q[len(XENV) + 1:]}"'
+    return None
+
+
+@rule(
+    code="NM164",
+    name="xla-env-names",
+    summary='xenv.LOCAL_RANK (and RANK, WORLD_SIZE, LOCAL_WORLD_SIZE) become their strings; xu.getenv_as(name, type) reads os.environ',
+    fix="safe",
+    severity="warning",
+    triggers=[("ref", f"{XENV}.{n}") for n in _TORCHRUN_NAMES] + [("call", f"{XU}.getenv_as"), ("ref", f"{XU}.getenv_as")],
+    docs="""
+        torch_xla 2.x's `torch_xla.core.xla_env_vars` (`xenv`) names torchrun's variables `LOCAL_RANK`, `RANK`,
+        `WORLD_SIZE` and `LOCAL_WORLD_SIZE` with constants of the same text: they become the strings. (Its other
+        constants name XLA runtime settings, PJRT_DEVICE or TPU_*, and stay reported by NM199.)
+        `torch_xla.utils.utils.getenv_as(name, type, defval=None)` returns `defval` when the variable is unset, else
+        `type(value)` (`bool(int(value))` for bool). Under torchrun (in the branch of the script's own test such as
+        `if dist.is_torchelastic_launched():`, pytorch/xla's test_train_mp_imagenet.py) a torchrun variable is always
+        set: `int(os.environ["LOCAL_RANK"])`. Elsewhere `os.environ.get(name, defval)` for str, `int(os.environ.get(
+        name, 0))` where the default has the type, and `(int(os.environ[name]) if name in os.environ else defval)`
+        otherwise. Used as a value, or with another type, it is reported.
+    """,
+    examples=[("import torch_xla.core.xla_env_vars as xenv\nimport torch_xla.utils.utils as xu\n"
+               "steps = xu.getenv_as('STEPS', int, 10)", "import os\nsteps = int(os.environ.get('STEPS', 10))")],
+)
+def xla_env_names(site, ctx):
+    if site.key.startswith(XENV + "."):
+        name = site.key[len(XENV) + 1:]
+        fx = ctx.fixer()
+        fx.replace(site.node, f'"{name}"')
+        return ctx.finding(site, f'`xenv.{name}` is the string "{name}" (torchrun sets it): written as the string', fix=fx.build())
+    if site.kind == "ref":
+        return ctx.finding(site, "xu.getenv_as used as a value: read os.environ by hand")
+    call = site.call
+    name_node, type_node, default = kwarg(call, "name", 0), kwarg(call, "type", 1), kwarg(call, "defval", 2)
+    name = _env_name(name_node, ctx) if name_node is not None else None
+    kind = type_node.id if isinstance(type_node, ast.Name) and type_node.id in _ENV_TYPES \
+        and type_node.id not in ctx.analysis.defined_names else None
+    if name is None or kind is None or has_star_args(call):
+        return ctx.finding(site, "xu.getenv_as with a computed name or another type: read os.environ by hand "
+                                 "(`type(os.environ[name]) if name in os.environ else defval`)")
+    fx = ctx.fixer()
+    env = f"{fx.ref('os')}.environ"
+    read = f"{env}[{name}]" if kind != "bool" else f"int({env}[{name}])"
+    value = read if kind == "str" else f"{kind}({read})"
+    given = default is not None and not (isinstance(default, ast.Constant) and default.value is None)
+    wrap = not isinstance(site.parent, (ast.Assign, ast.AnnAssign, ast.keyword, ast.Call, ast.Return))
+    if name.strip('"\'') in _TORCHRUN_NAMES and not given and under_torchrun(ctx, call):
+        text = value  # torchrun set it
+    elif kind == "str":
+        text = f"{env}.get({name}{', ' + ctx.src(default) if given else ''})"
+    elif given and isinstance(default, ast.Constant) and type(default.value) is _ENV_TYPES[kind] and kind != "bool":
+        text = f"{kind}({env}.get({name}, {ctx.src(default)}))"
+    else:
+        text = f"{value} if {name} in {env} else {ctx.src(default) if given else 'None'}"
+        if wrap:
+            text = f"({text})"
+    fx.replace(call, text)
+    return ctx.finding(site, "xu.getenv_as(name, type) reads the environment: written with os.environ", fix=fx.build())
+
+
+_USING_PJRT = ("torch_xla.runtime.using_pjrt", "torch_xla.experimental.pjrt.using_pjrt")
+
+
+@rule(
+    code="NM165",
+    name="xla-using-pjrt",
+    summary="xr.using_pjrt() was always True in torch_xla 2.x (removed in 2.5): the test goes",
+    fix="safe",
+    severity="warning",
+    triggers=[("call", q) for q in _USING_PJRT] + [("ref", q) for q in _USING_PJRT],
+    docs="""
+        `torch_xla.runtime.using_pjrt()` told the PJRT runtime from the old XRT one; torch_xla 2.x always runs PJRT
+        (the function was removed in 2.5), and what its branch did (pytorch/xla's test_train_mp_imagenet.py:
+        `if xr.using_pjrt(): xm.broadcast_master_param(model)`) is what the migrated program must do. The `if`
+        whose whole test it is, with no `else`, is replaced by its one-statement body, a conditional expression by
+        its first value; elsewhere the call becomes `True`. Used as a value it is reported.
+    """,
+    examples=[("import torch_xla.runtime as xr\nif xr.using_pjrt():\n    print('pjrt')", "print('pjrt')")],
+)
+def xla_using_pjrt(site, ctx):
+    if site.kind == "ref":
+        return ctx.finding(site, "xr.using_pjrt used as a value: it answered True in every torch_xla 2.x; replace it by hand")
+    fx = ctx.fixer()
+    stmt = site.parent
+    if isinstance(stmt, ast.If) and stmt.test is site.node and not stmt.orelse and len(stmt.body) == 1 \
+            and not _comments_between(ctx, stmt):
+        fx.replace(stmt, ctx.src_relative(stmt.body[0]))
+        return ctx.finding(site, "xr.using_pjrt() was always True (PJRT is torch_xla 2.x's only runtime): its branch "
+                                 "runs unconditionally", fix=fx.build())
+    if isinstance(stmt, ast.IfExp) and stmt.test is site.node:  # `"pjrt" if xr.using_pjrt() else "xrt"`
+        fx.replace(stmt, ctx.src_relative(stmt.body))
+        return ctx.finding(site, "xr.using_pjrt() was always True (PJRT is torch_xla 2.x's only runtime): the "
+                                 "conditional is its first value", fix=fx.build())
+    fx.replace(site.node, "True")
+    return ctx.finding(site, "xr.using_pjrt() was always True (PJRT is torch_xla 2.x's only runtime)", fix=fx.build())
+
+
+def _comments_between(ctx, stmt) -> bool:
+    """A comment line between an `if` and the end of its body (it would be lost when the `if` is unwrapped)."""
+    lines = ctx.analysis.lines
+    return any(lines[i].lstrip().startswith("#") for i in range(stmt.lineno, stmt.end_lineno or stmt.lineno))
