@@ -145,13 +145,22 @@ def _state(model, optimizer, scheduler):
     return state
 
 
-def save_checkpoint(path, tag, model=None, optimizer=None, scheduler=None, user_content=None):
-    """nxd.save_checkpoint in torch.distributed.checkpoint format: <path>/<tag>/, and <path>/newest names the tag."""
+def save_checkpoint(path, tag, model=None, optimizer=None, scheduler=None, user_content=None, num_kept_ckpts=None):
+    """nxd.save_checkpoint in torch.distributed.checkpoint format: <path>/<tag>/, and <path>/newest names the tag.
+    With num_kept_ckpts, only that many checkpoints stay (the oldest saved here are removed, as NxD did)."""
     dcp.save(_state(model, optimizer, scheduler), checkpoint_id=os.path.join(path, tag))
     if dist.get_rank() == 0:
         torch.save(user_content, os.path.join(path, tag, "user_content.pt"))
         with open(os.path.join(path, "newest"), "w") as fh:
             fh.write(tag)
+        if num_kept_ckpts:
+            import shutil
+
+            saved = sorted((os.path.getmtime(os.path.join(path, d, "user_content.pt")), d) for d in os.listdir(path)
+                           if os.path.isfile(os.path.join(path, d, "user_content.pt")))
+            for _mtime, old in saved[:-num_kept_ckpts]:
+                if old != tag:
+                    shutil.rmtree(os.path.join(path, old), ignore_errors=True)
     dist.barrier()
 
 

@@ -101,8 +101,10 @@ def xla_env_launcher(site, ctx):
         fx = ctx.fixer("unsafe")
         if delete:
             fx.delete(*delete)
+        # the note is what a run that applies the fix shows: it must say what the deletion means for the numbers
         return ctx.finding(site, f"{site.key}: {advice}", fix=fx.build() if delete else None,
-                           note=f"source: {BF16_DOC}")
+                           note=f"TorchNeuron never reads {site.key}: without a bfloat16 cast or autocast in the code the "
+                                f"program trains in float32 where XLA trained in bfloat16. Source: {BF16_DOC}")
     if what == "other":
         return ctx.finding(site, f"{site.key} has no effect on TorchNeuron{extra}")
     if site.key == "PJRT_DEVICE" and value is not None and value.upper() != "NEURON":

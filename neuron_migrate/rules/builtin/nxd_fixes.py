@@ -110,6 +110,13 @@ def _mesh(ctx, fx) -> str:
     return f'{_state_name(ctx, fx)}.mesh["tp"]'
 
 
+def mesh_kept_nxd(ctx) -> bool:
+    """The file builds its groups with NxD's parallel_state and that stays NxD (a use the written module does not
+    take: `get_data_parallel_group(as_list=True)`): `parallel_mesh.mesh` is never made here, so nothing may be
+    rewritten onto it (a layer on `mesh["tp"]` would meet None; the program would break where NxD still runs)."""
+    return any(q == PS or q.startswith(PS + ".") for q in ctx.analysis.qualnames) and not state_rewritable(ctx)
+
+
 def _marked(fx, uses_module: bool, what: str):
     return fx.build(description=(MARK + " " if uses_module else "") + what)
 
@@ -275,8 +282,10 @@ def seed_fix(site, ctx):
 
 # -- checkpoints ------------------------------------------------------------------------------------------------------
 _CKPT = {
-    "save_checkpoint": (("path", "tag", "model", "optimizer", "scheduler", "user_content"),
-                        {"use_xser": (True, False), "num_workers": tuple(range(1, 257))}),
+    # NxD's order: (checkpoint_dir_str, tag, model, optimizer, scheduler, user_content, num_workers, use_xser,
+    # num_kept_ckpts, ...); num_workers and use_xser (constants) have no counterpart and are dropped
+    "save_checkpoint": (("path", "tag", "model", "optimizer", "scheduler", "user_content", "num_workers", "use_xser",
+                         "num_kept_ckpts"), {"use_xser": (True, False), "num_workers": tuple(range(1, 257))}),
     "load_checkpoint": (("path", "tag", "model", "optimizer", "scheduler"), None),
     "has_checkpoint": (("path",), None),
 }
@@ -284,12 +293,19 @@ _CKPT = {
 
 def checkpoint_fix(site, ctx, shown):
     names, dropped = _CKPT[shown]
+    dropped = dropped or {}
     call = site.node
-    if _arg_forms(call, names, dropped) is None or "path" not in _arg_forms(call, names, dropped):
+    got = _arg_forms(call, names, dropped)
+    if got is None or "path" not in got:
         return None
+    if any(name in got and const_value(got[name], object()) not in allowed for name, allowed in dropped.items()):
+        return None  # num_workers / use_xser given by position: only the constants the keyword may have
     fx = ctx.fixer()
-    parts = [ctx.src_relative(a) for a in call.args]
-    parts += [f"{kw.arg}={ctx.src_relative(kw.value)}" for kw in call.keywords if kw.arg in names]
+    kept = [(name, a) for name, a in zip(names, call.args) if name not in dropped]
+    # the module's function takes NxD's first six parameters by position; what came after the dropped ones (NxD's
+    # num_kept_ckpts) goes by name
+    parts = [ctx.src_relative(a) if i < 6 else f"{name}={ctx.src_relative(a)}" for i, (name, a) in enumerate(kept)]
+    parts += [f"{kw.arg}={ctx.src_relative(kw.value)}" for kw in call.keywords if kw.arg in names and kw.arg not in dropped]
     fx.replace(call, f"{_state_name(ctx, fx)}.{shown}({', '.join(parts)})")
     return _marked(fx, True, f"nxd.{shown} -> torch.distributed.checkpoint"), (
         f"{MODULE}.{shown} keeps NxD's <path>/<tag> and <path>/newest layout in torch.distributed.checkpoint format "
@@ -424,10 +440,10 @@ def nxd_fix(site, ctx, shown):
         return isinstance_fix(site, ctx, shown)
     if kind != "call":
         return None
-    if shown in LAYERS:
-        return layer_fix(site, ctx, shown)
-    if shown == "parallel_cross_entropy":
-        return cross_entropy_fix(site, ctx)
+    if shown in LAYERS or shown == "parallel_cross_entropy":
+        if mesh_kept_nxd(ctx):
+            return None  # they shard over parallel_mesh's mesh, which this file's NxD groups never make
+        return layer_fix(site, ctx, shown) if shown in LAYERS else cross_entropy_fix(site, ctx)
     if shown == "divide":
         return divide_fix(site, ctx)
     if shown == "model_parallel_xla_manual_seed":
