@@ -189,21 +189,27 @@ dist.destroy_process_group()
 """
 
 
+def _two_ranks(tmp_path, name: str, text: str) -> str:
+    """Output of `text` run as `name` by torchrun in 2 processes on the emulated device; its exit status must be 0."""
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from torchrun_util import run_torchrun
+
+    (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if k not in ("NM_EMULATOR_DEVICES", "PYTHONPATH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "integration" / "neuron_emulated"), str(REPO)])
+    proc = run_torchrun([name], nproc=2, cwd=tmp_path, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
 @pytest.mark.slow
 def test_each_distributed_process_owns_its_local_rank_device(emulator_lib, tmp_path):
     """As TorchNeuron's process group does (torch_neuronx/distributed/backend.py, c10_neuron's device.cpp): once the
     group starts, a process owns one NeuronCore whose PyTorch index is its local rank; device_count() is the local
     world size, `torch.device("neuron")` is that device, and any other index (a leftover `neuron:0` on rank 1) is
     refused."""
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
-    from torchrun_util import run_torchrun
-
-    (tmp_path / "per_rank.py").write_text(_PER_RANK)
-    env = {k: v for k, v in os.environ.items() if k not in ("NM_EMULATOR_DEVICES", "PYTHONPATH")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "integration" / "neuron_emulated"), str(REPO)])
-    proc = run_torchrun(["per_rank.py"], nproc=2, cwd=tmp_path, env=env, timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    out = _two_ranks(tmp_path, "per_rank.py", _PER_RANK)
     for rank in (0, 1):
         assert f"rank {rank} device neuron:{rank} count 2 current {rank} sum 4.0" in out, out[-4000:]
         assert f"rank {rank} index {rank} ok" in out, out[-4000:]
@@ -249,15 +255,7 @@ def test_sync_batch_norm_over_two_processes_matches_one_batch_norm(emulator_lib,
     """nn.SyncBatchNorm (DINO, MoCo, YOLO's --sync-bn) on two ranks: the five batch_norm_* ops TorchNeuron has device
     kernels for, and the all-gather of their statistics into a (1, world * C) tensor, compute what one BatchNorm
     computes over the whole batch. Also the device module's name and properties (torch-neuronx: "neuron:i")."""
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
-    from torchrun_util import run_torchrun
-
-    (tmp_path / "sync_bn.py").write_text(_SYNC_BN)
-    env = {k: v for k, v in os.environ.items() if k not in ("NM_EMULATOR_DEVICES", "PYTHONPATH")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "integration" / "neuron_emulated"), str(REPO)])
-    proc = run_torchrun(["sync_bn.py"], nproc=2, cwd=tmp_path, env=env, timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    out = _two_ranks(tmp_path, "sync_bn.py", _SYNC_BN)
     for rank in (0, 1):
         assert (f"rank {rank} {{'out': True, 'input_grad': True, 'weight_grad': True, 'bias_grad': True, "
                 f"'running': True, 'name': 'neuron:{rank}', 'props': 'neuron:{rank}'}}") in out, out[-4000:]
