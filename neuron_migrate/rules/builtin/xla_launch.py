@@ -8,7 +8,7 @@ import re
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
-from neuron_migrate.program.distributed import TORCHRUN_ENV, Group, torchrun_branch_of, torchrun_side
+from neuron_migrate.program.distributed import Group, torchrun_branch_of, torchrun_side
 from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
