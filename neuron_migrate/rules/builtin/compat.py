@@ -502,6 +502,8 @@ def _table_check(site, ctx, want: str):
         # only calls on an object that is not a resolved module/class (x.atan2(y)); skip private/dunder names
         if site.key.startswith("_"):
             return None
+        if site.key == "sort" and (site.is_statement or any(kw.arg in ("key", "reverse") for kw in site.call.keywords)):
+            return None  # list.sort(key=..., reverse=...), or a sort whose result is dropped: Tensor.sort returns its values
     elif site.key in _CPU_BY_DEFAULT and kwarg(site.call, "device") is None:
         return None
     api = _site_api(site)
@@ -530,7 +532,9 @@ _TABLE_DOCS = """
     Looked up at the call site in the TorchNeuron compatibility table (`neuron-migrate table show`; another
     table with `audit --table FILE`): a function or method whose API entry, or the aten ops it dispatches to
     (`compat_table/api_to_aten.yaml`, recorded from torch 2.13), {what}. {why} Method calls on unknown objects
-    (`x.atan2(y)`) are looked up as `Tensor.<name>`. Each finding names the ops and carries the table's note;
+    (`x.atan2(y)`) are looked up as `Tensor.<name>`, except a `.sort()` that is a Python list's (`key=` or
+    `reverse=`, or its result dropped: Tensor.sort returns the sorted values). Each finding names the ops and carries
+    the table's note;
     the table cites its sources (release notes {rn}; pre-release TorchNeuron source for per-op kernels).
 """
 
