@@ -190,7 +190,9 @@ def layer_fix(site, ctx, shown):
     fx.replace(call, new)
     return _marked(fx, True, f"{shown} -> nn.{LAYERS[shown]} + parallelize_module"), (
         f"the layer is plain nn.{LAYERS[shown]} sharded over mesh['tp'] by DTensor; its outputs are local tensors "
-        f"as NxD's were (code that counts local heads from the tp size keeps working); {_INIT_NOTE}{bias_note}")
+        f"as NxD's were (code that counts local heads from the tp size keeps working); {_INIT_NOTE}{bias_note}; its "
+        "weight is a DTensor where the model's other parameters are plain tensors: build a torch.optim optimizer with "
+        "foreach=False (its default foreach step on the device refuses the mix), or distribute the others too (Replicate)")
 
 
 def isinstance_fix(site, ctx, shown):
