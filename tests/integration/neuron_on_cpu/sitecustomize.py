@@ -371,6 +371,7 @@ def _record_group(dist) -> None:
 
     def write_log():
         data = dict(_COLLECTIVES["group"], counts=_COLLECTIVES["counts"], all_reduce_shapes=_COLLECTIVES.get("shapes", {}))
+        os.makedirs(_COLLECTIVES["dir"], exist_ok=True)  # a run by hand may name a folder it has not made
         path = os.path.join(_COLLECTIVES["dir"], f"rank{data['rank']}-{os.getpid()}.json")
         with open(path, "w") as f:
             json.dump(data, f)
