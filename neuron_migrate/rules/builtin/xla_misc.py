@@ -63,7 +63,8 @@ def xla_autocast(site, ctx):
     fx = ctx.fixer()
     torch = fx.ref("torch")
     dtype = kwarg(call, "dtype", 2)
-    if dtype is None or (isinstance(dtype, ast.Constant) and dtype.value is None):
+    defaulted = dtype is None or (isinstance(dtype, ast.Constant) and dtype.value is None)
+    if defaulted:
         dtype_src = f"{torch}.bfloat16"
     elif isinstance(dtype, (ast.Attribute, ast.Constant)):
         dtype_src = ctx.src(dtype)
@@ -75,9 +76,14 @@ def xla_autocast(site, ctx):
         v = kwarg(call, name, pos)
         if v is not None:
             parts.append(f"{name}={ctx.src(v)}")
+    note = "On torch_xla <= 2.5 this autocast did nothing on Neuron: check accuracy, the model now really runs in mixed precision."
+    if defaulted:
+        # pytorch/xla's test_train_mp_mnist_amp.py runs only on XLA:GPU, where the default was float16 with a GradScaler
+        note += (" Without a dtype torch_xla chose by device: bfloat16 on TPU and Neuron, float16 on XLA:GPU (with a "
+                 "GradScaler); a program that ran on GPUs now trains in bfloat16, which needs no scaler.")
     fx.replace(call, f"{torch}.autocast({', '.join(parts)})")
     return ctx.finding(site, "torch_xla.amp.autocast: becomes torch.autocast(\"neuron\", ...) (bfloat16 by default)", fix=fx.build(),
-                       note="On torch_xla <= 2.5 this autocast did nothing on Neuron: check accuracy, the model now really runs in mixed precision.")
+                       note=note)
 
 
 # -- NM132 ------------------------------------------------------------------------------------------
