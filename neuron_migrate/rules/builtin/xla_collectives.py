@@ -375,6 +375,8 @@ def reduce_scatter(site, ctx):
         Elsewhere (a group that may not exist, data of unknown type, the call inside a larger expression), it
         becomes `_neuron_mesh_reduce(...)`, an inserted helper doing the same with `dist.all_gather_object` and
         returning `reduce_fn([data])` without a process group.
+        Where the file replaces torch_xla's function with its own (`xm.mesh_reduce = mesh_reduce`, AWS's zero1_gpt2
+        sample), the call goes to that function, which the other rules migrate; the patch itself is NM191's.
     """,
     examples=[("acc = xm.mesh_reduce('acc', acc, np.mean)", "acc = _neuron_mesh_reduce('acc', acc, np.mean)"),
               ("dist.init_process_group('xla')\nacc = xm.mesh_reduce('acc', correct.item(), np.mean)",
@@ -382,11 +384,32 @@ def reduce_scatter(site, ctx):
                "dist.all_gather_object(gathered, correct.item())\nacc = np.mean(gathered)")],
 )
 def mesh_reduce(site, ctx):
+    patch = _file_patch(ctx, f"{XM}.mesh_reduce")
+    if patch is not None and site.kind == "call":
+        # aws-neuron-samples' zero1_gpt2: `xm.mesh_reduce = mesh_reduce` replaced torch_xla's with the file's own
+        name, line = patch
+        fx = ctx.fixer()
+        fx.replace(site.call.func, name)
+        return ctx.finding(site, f"xm.mesh_reduce is the file's own `{name}` (patched in at line {line}): called directly",
+                           fix=fx.build())
     if site.kind == "call" and not has_star_args(site.call):
         plain = _plain_mesh_reduce(site, ctx)
         if plain is not None:
             return plain
     return replace_callee(site, ctx, "_neuron_mesh_reduce", "xm.mesh_reduce: becomes _neuron_mesh_reduce (dist.all_gather_object, then reduce_fn)")
+
+
+def _file_patch(ctx, qualname: str):
+    """(name, line) of a module-level `xm.<fn> = name` that replaces `qualname` with a function the file defines at
+    module level, or None."""
+    a = ctx.analysis
+    defs = {s.name for s in a.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for stmt in a.tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+                and isinstance(stmt.value, ast.Name) and stmt.value.id in defs \
+                and a.resolve(stmt.targets[0], a.module_scope, count_use=False) == qualname:
+            return stmt.value.id, stmt.lineno
+    return None
 
 
 def _plain_mesh_reduce(site, ctx):
