@@ -650,8 +650,10 @@ def collective_broadcast(site, ctx):
     severity="warning",
     triggers=call_and_ref(f"{XM}.broadcast_master_param"),
     docs="""
-        `xm.broadcast_master_param(model)` copies rank 0's parameters and buffers to every rank. It becomes
-        `_neuron_broadcast_master_param(model)`, an inserted helper looping `dist.broadcast(t.data, src=0)`.
+        `xm.broadcast_master_param(model)` copies rank 0's parameters and buffers to every rank. Where the program
+        model knows the process group always exists (a statement of its own), it becomes that loop,
+        `for tensor in [*model.parameters(), *model.buffers()]: dist.broadcast(tensor.data, src=0)`; elsewhere
+        `_neuron_broadcast_master_param(model)`, an inserted helper doing the same when a group of several exists.
         When the file wraps the model in `DistributedDataParallel`, which broadcasts rank 0's state when it is
         constructed, the finding says so: delete the call if it runs before the DDP wrapper is built.
     """,
@@ -659,8 +661,22 @@ def collective_broadcast(site, ctx):
 )
 def broadcast_master_param(site, ctx):
     note = "DistributedDataParallel broadcasts rank 0's parameters when constructed: this call can go if DDP wraps the model afterwards." if wrapped_in_ddp(ctx) else ""
+    call = site.call
+    model = kwarg(call, "model", 0) if call is not None else None
+    if (model is not None and len(call.args) + len(call.keywords) == 1 and not has_star_args(call) and site.is_statement
+            and alone_on_lines(ctx, site.stmt) and group_at(ctx, site) is Group.ALWAYS
+            and isinstance(model, (ast.Name, ast.Attribute))):
+        # the group always exists here (the program model): the loop itself, as one would write it
+        fx = ctx.fixer()
+        dist = fx.ref(DIST)
+        t = _free_name(ctx, "tensor")  # the loop's variable stays bound after it: a name nothing else uses
+        fx.replace(site.stmt, f"for {t} in [*{ctx.src(model)}.parameters(), *{ctx.src(model)}.buffers()]:\n"
+                              f"    {dist}.broadcast({t}.data, src=0)\n")
+        return ctx.finding(site, "xm.broadcast_master_param: rank 0's parameters and buffers are broadcast with "
+                                 "dist.broadcast", fix=fx.build(), note=note)
     return replace_callee(site, ctx, "_neuron_broadcast_master_param",
                           "xm.broadcast_master_param: becomes _neuron_broadcast_master_param (dist.broadcast from rank 0)", note=note)
+
 
 
 # -- NM124 collectives without an equivalent -------------------------------------------------------
