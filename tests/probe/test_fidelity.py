@@ -283,3 +283,27 @@ def test_module_to_keeps_its_parameter_objects(run_emulated):
         result = [model.weight is weight, str(weight.device), (model.weight.detach().cpu() - before).abs().sum().item()]
     """)
     assert r[0] is True and r[1] == "neuron:0" and r[2] == pytest.approx(4.0), r
+
+
+def test_batch_norm_running_statistics_update_on_the_device(run_emulated):
+    """native_batch_norm updates its running mean and variance in training mode without its schema marking them as
+    written (`Tensor? running_mean`), so the boxed CPU fallback updated a host copy and dropped it: every BatchNorm
+    model kept zeros and ones as its statistics on the emulated device, and its eval outputs and checkpoints were
+    wrong (found running a UNet sample). They are handed to the host kernel as aliases now: the same numbers as on
+    the CPU."""
+    r = run_emulated("""
+        torch.manual_seed(0)
+        x = torch.randn(4, 3, 5, 5) + 2.0
+        out = {}
+        for dev in ("cpu", "neuron"):
+            bn = torch.nn.BatchNorm2d(3).to(dev)
+            bn(x.to(dev))
+            bn(x.to(dev) * 2)
+            bn.eval()
+            out[dev] = [bn.running_mean.cpu().tolist(), bn.running_var.cpu().tolist(), int(bn.num_batches_tracked),
+                        bn(x.to(dev)).cpu().sum().item()]
+        result = out
+    """)
+    cpu, dev = r["cpu"], r["neuron"]
+    assert dev[0] == pytest.approx(cpu[0]) and dev[1] == pytest.approx(cpu[1]) and dev[2] == cpu[2] == 2, r
+    assert cpu[0] != pytest.approx([0.0, 0.0, 0.0]) and dev[3] == pytest.approx(cpu[3], rel=1e-5), r

@@ -657,12 +657,32 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool u
   run_on_host_drawing(op, stack, upcast);
 }
 
+// Ops that write arguments their schema does not mark as written: native_batch_norm updates its running mean and
+// variance in training mode (`Tensor? running_mean`, no `(a!)`). The boxed CPU fallback copies back only the marked
+// ones, so these go to the host kernel as host aliases of the device tensors, which it then updates in place.
+const std::unordered_map<std::string, std::vector<size_t>>& unmarked_writes() {
+  static const std::unordered_map<std::string, std::vector<size_t>> ops = {
+      {"aten::native_batch_norm", {3, 4}}, {"aten::native_batch_norm.out", {3, 4}}};
+  return ops;
+}
+
+void alias_unmarked_writes(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t base) {
+  const auto& name = op.operator_name();
+  const auto it = unmarked_writes().find(name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
+  if (it == unmarked_writes().end()) return;
+  for (size_t i : it->second) {
+    auto& iv = (*stack)[base + i];
+    if (iv.isTensor() && iv.toTensor().defined()) iv = c10::IValue(host_alias(iv.toTensor()));
+  }
+}
+
 void run_on_host_drawing(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool upcast) {
   const auto& args = op.schema().arguments();
   const size_t nargs = args.size();
   const size_t base = stack->size() - nargs;
   std::optional<c10::Device> dev = prepare_arguments(op, stack);
   bool any_device_tensor = dev.has_value();
+  alias_unmarked_writes(op, stack, base);
   std::vector<c10::IValue> saved;
   if (upcast) saved.assign(stack->begin() + base, stack->end());
   try {
