@@ -559,7 +559,8 @@ def data_parallel(site, ctx):
                        note=f"`{name}.state_dict()` keys lose the `module.` prefix DataParallel added: a checkpoint saved "
                             "by the CUDA program loads once the prefix is stripped (`{k.removeprefix('module.'): v ...}`). "
                             "With several GPUs DataParallel split each batch, and BatchNorm saw each part alone; here it "
-                            "sees the whole batch.")
+                            "sees the whole batch. One process now drives one NeuronCore: to train on all of them, start "
+                            "one process per core with torchrun and wrap the model in DistributedDataParallel.")
 
 
 def _removable_wrap(site, ctx):
@@ -854,6 +855,32 @@ def _import_guarded(site, ctx) -> bool:
             return True
         child, up = up, a.parent_of.get(up)
     return False
+
+
+_TIMM_MIXUP = ("timm.data.Mixup", "timm.data.mixup.Mixup")
+
+
+@rule(
+    code="NM233",
+    name="timm-mixup-cuda",
+    summary="timm's Mixup of the releases research repositories pin makes its targets on 'cuda'",
+    fix="none",
+    severity="warning",
+    triggers=[("call", q) for q in _TIMM_MIXUP],
+    docs="""
+        timm 0.3.2 and 0.4.x (the releases DeiT, ConvNeXt, MAE and many research repositories pin) build Mixup's mixed
+        targets with `mixup_target(..., device='cuda')`, its default: the input's device is not passed, so on a host
+        without CUDA the first mixed batch stops ("Torch not compiled with CUDA enabled"). Later releases pass the
+        input's device [verify: the first such release]. Nothing in the program says which timm it gets, so each
+        `Mixup(...)` is reported: install a timm whose Mixup passes `x.device`, or give `mixup_target` the neuron
+        device (`functools.partial`) before training. Found on ConvNeXt's main.py, whose `--mixup` is on by default.
+    """,
+    examples=[("from timm.data import Mixup\nmixup_fn = Mixup(mixup_alpha=0.8, num_classes=1000)", None)],
+)
+def timm_mixup_cuda(site, ctx):
+    return ctx.finding(site, "timm's Mixup: the releases research code pins (0.3.2, 0.4.x) make its targets on 'cuda' "
+                             "(mixup_target's default device), so the first mixed batch fails on Neuron; use a timm whose "
+                             "Mixup passes the input's device, or give timm.data.mixup.mixup_target device='neuron'")
 
 
 @rule(
