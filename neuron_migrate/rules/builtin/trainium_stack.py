@@ -433,16 +433,25 @@ def optimum_neuron_training(site, ctx):
         (`torch_neuronx` `nki_op`) so that eager, autograd and `torch.compile(backend="neuron")` see them;
         NKI's language changed between the neuronxcc releases and NKI 0.x, so each kernel needs review. Keep a
         PyTorch reference implementation beside it (CPU runs, tests) and, for attention,
-        prefer `F.scaled_dot_product_attention`, which TorchNeuron lowers to its fused attention. Reported: the
+        prefer `F.scaled_dot_product_attention`, which TorchNeuron lowers to its fused attention (named only in
+        files that mention attention). `torch_neuronx.xla_impl.custom_op` loads a C++ custom-op library, not NKI
+        (AWS's customop_mlp sample): its ops are rebuilt and registered with `torch.library`. Reported: the
         kernel body and its call site need a human; unverified on a Trainium host.
     """,
     examples=[("from neuronxcc import nki\nimport neuronxcc.nki.language as nl\n\n@nki.jit\ndef add_kernel(a, b):\n    return a", None)],
 )
 def nki_kernel(site, ctx):
     name = site.key
+    if name.startswith("torch_neuronx.xla_impl.custom_op"):
+        # aws-neuron-samples' customop_mlp: a C++ library of ops (torch.ops.my_ops.*) built for the XLA runtime, not NKI
+        return ctx.finding(site, f"`{name}` loads a C++ custom-op library built for torch_xla's runtime: rebuild the ops "
+                                 "for TorchNeuron and register them with torch.library (torch.library.custom_op, or "
+                                 "TORCH_LIBRARY with a kernel for the neuron device), keeping a PyTorch reference "
+                                 "implementation; their torch.ops.* calls stay as they are")
     if site.kind == "import" or site.kind == "star_import":
+        attention = "; attention: F.scaled_dot_product_attention" if "attention" in ctx.analysis.text.lower() else ""
         return ctx.finding(site, f"`{name}` is legacy NKI (launched through torch_xla): port the kernel to the `nki` package "
                                  "(NKI 0.x language) and register it as an operator (torch_neuronx nki_op), keeping a "
-                                 "PyTorch reference implementation; attention: F.scaled_dot_product_attention")
+                                 f"PyTorch reference implementation{attention}")
     return ctx.finding(site, f"`{name}`: an NKI kernel launched through torch_xla: call it as a registered NKI op on the "
                              "neuron device (review it for NKI 0.x), or replace it with the PyTorch computation it implements")
