@@ -8,7 +8,7 @@ import re
 
 from neuron_migrate.names.analysis import walk
 from neuron_migrate.program import cached
-from neuron_migrate.program.distributed import Group, torchrun_branch_of, torchrun_side
+from neuron_migrate.program.distributed import Group, torchrun_branch_of
 from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
 from neuron_migrate.rules.builtin.xla_distributed import (
@@ -459,11 +459,6 @@ def _starts_group(ctx, stmts) -> bool:
     return any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))
                and (a.resolve(n.func, a.module_scope, count_use=False) or "").endswith(".init_process_group")
                for st in stmts for n in walk(st))
-
-
-def under_torchrun(ctx, node) -> bool:
-    """`node` runs only when torchrun started the process (program.distributed.torchrun_side)."""
-    return torchrun_side(ctx.analysis, node) is True
 
 
 _FORK_SHARERS = {f"{XMP}.MpModelWrapper", f"{XMP}.MpSerialExecutor"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 
 from neuron_migrate.names.analysis import walk
+from neuron_migrate.program.distributed import torchrun_side
 from neuron_migrate.rules.api import const_value, has_star_args, kwarg, rule
-from neuron_migrate.rules.builtin.xla_launch import under_torchrun
 from neuron_migrate.rules.builtin.xla_loaders import _class_of_method, _sealed
 from neuron_migrate.rules.builtin.xla_misc import XM, _isinstance_or_base, _nested_mentions, _scope_body_nodes
 from neuron_migrate.rules.helpers import HELPERS, Helper
@@ -643,7 +643,7 @@ def xla_env_names(site, ctx):
     value = read if kind == "str" else f"{kind}({read})"
     given = default is not None and not (isinstance(default, ast.Constant) and default.value is None)
     wrap = not isinstance(site.parent, (ast.Assign, ast.AnnAssign, ast.keyword, ast.Call, ast.Return))
-    if name.strip('"\'') in _TORCHRUN_NAMES and not given and under_torchrun(ctx, call):
+    if name.strip('"\'') in _TORCHRUN_NAMES and not given and torchrun_side(ctx.analysis, call) is True:
         text = value  # torchrun set it
     elif kind == "str":
         text = f"{env}.get({name}{', ' + ctx.src(default) if given else ''})"
