@@ -119,7 +119,7 @@ def process_file(path: str, ruleset, settings, fix: bool, write: bool = False, d
         from neuron_migrate.pipeline.cache import digest
 
         res.digest = digest(src.raw)
-    if not ruleset.could_match(text):
+    if not ruleset.could_match(text) and not (settings is not None and settings.forces_check(shown)):
         res.skipped = True
         return res
     if not fix:  # audit never imports the rewrite engine (libcst costs ~0.3 s to import)

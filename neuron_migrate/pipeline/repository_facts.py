@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 _PYTHON = (".py", ".pyi")
 # the layout of a facts cache file (2: "closed" classes, 3: "sinks", 4: "rate_trackers", 5: "loaders", "foreign",
-# 6: "spmd_bases", 7: "tags", each file's `tag`, 8: "spmd_models", 9: "imported")
-FACTS = 10
+# 6: "spmd_bases", 7: "tags", each file's `tag`, 8: "spmd_models", 9: "imported", 11: "handed_loaders",
+# "loader_params")
+FACTS = 11
 UNKNOWN = {"modes": ["unknown"]}  # a file of a repository too large to model: its programs are not known
 # root -> [listing key, {rel: facts}, model or None, monotonic time]: what this process knows (the server asks again)
 _KNOWN: dict = {}
@@ -109,6 +110,10 @@ class LazyOutside:
 
     def __bool__(self) -> bool:
         return bool(self._entries)
+
+    def __contains__(self, path: str) -> bool:
+        """A file of the run (NM130 hands a plain loader only to a function whose file is rewritten too)."""
+        return path in self._entries
 
     def materialize(self) -> dict:
         return {p: f for p in self._entries for f in (self.get(p),) if f}
@@ -242,15 +247,28 @@ def tag(outside: "Optional[dict]", path: str) -> str:
     """What the facts of one file add to its cache identity ("" when none): a digest of them."""
     if not outside:
         return ""
+    p = os.path.abspath(path)
     tag_of = getattr(outside, "tag_of", None)
     if tag_of is not None:
-        return tag_of(os.path.abspath(path))
-    facts = outside.get(os.path.abspath(path))
-    return _tag_of(facts) if facts else ""
+        got = tag_of(p)
+    else:
+        facts = outside.get(p)
+        got = _tag_of(facts) if facts else ""
+    if got.endswith(_HANDS):
+        # NM130 hands a plain loader only to functions whose files this run rewrites too: which of them it does is
+        # part of the answer
+        here = os.path.dirname(p)
+        got += "".join("1" if os.path.normpath(os.path.join(here, rel)) in outside else "0"
+                       for _name, pairs in sorted(outside.get(p, {}).get("handed_loaders", {}).items())
+                       for _index, rel in pairs)
+    return got
+
+
+_HANDS = "~h"  # the end of the `tag` of a file whose facts name "handed_loaders"
 
 
 def _tag_of(facts: dict) -> str:
     from neuron_migrate.files.digests import blake2b
 
     text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
-    return "+" + blake2b(text.encode(), digest_size=8).hexdigest()
+    return "+" + blake2b(text.encode(), digest_size=8).hexdigest() + (_HANDS if "handed_loaders" in facts else "")

@@ -229,3 +229,152 @@ def result_uses(tree: ast.Module, method: str) -> Optional[list]:
                 return None
             out.append(passed)
     return [list(x) for x in dict.fromkeys(tuple(x) for x in out)]
+
+
+# -- a device loader handed to a function of another file ------------------------------------------------------------
+def _current_device(expr, fn) -> bool:
+    """`xm.xla_device()` / `torch_xla.device()` with no argument (the process's own device, which `"neuron"` names
+    once a process group or the runtime picked it), or a name `fn` binds once, to such a call."""
+    if isinstance(expr, ast.Name) and fn is not None and expr.id not in _params(fn) and _stores(fn, expr.id) == 1:
+        for n in _body_nodes(fn):
+            if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                    and n.targets[0].id == expr.id):
+                expr = n.value
+                break
+    if not (isinstance(expr, ast.Call) and not expr.args and not expr.keywords):
+        return False
+    f = expr.func
+    return (isinstance(f, ast.Attribute) and (f.attr == "xla_device" or (f.attr == "device" and isinstance(f.value, ast.Name)
+                                                                          and f.value.id == "torch_xla"))) \
+        or (isinstance(f, ast.Name) and f.id == "xla_device")
+
+
+def _handed_call(node, parent) -> "Optional[tuple]":
+    """(function name, argument index, call) when `node` is positional argument `index` of a call of a plain name
+    (no * or ** arguments)."""
+    if not (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and node in parent.args):
+        return None
+    if any(isinstance(x, ast.Starred) for x in parent.args) or any(k.arg is None for k in parent.keywords):
+        return None
+    return parent.func.id, parent.args.index(node), parent
+
+
+def handed_loaders(tree: ast.Module) -> list:
+    """One list per device loader on its function's own device that is only handed to calls of plain names: [(function
+    name, argument index, call)] for `train_one_epoch(model, pl.MpDeviceLoader(loader, device), ...)`, or for each call
+    `dl = pl.MpDeviceLoader(loader, device)`, bound once, is passed to (it may be measured with len() too). A loader
+    that goes anywhere else too is left out (NM130 keeps its wrapper)."""
+    parents: dict = {}
+    for n in ast.walk(tree):
+        for c in ast.iter_child_nodes(n):
+            parents[c] = n
+    out: list = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and _is_device_loader(call)):
+            continue
+        f = call.func
+        if (f.attr if isinstance(f, ast.Attribute) else f.id) != "MpDeviceLoader":
+            continue
+        device = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "device"), None)
+        fn = parents.get(call)
+        while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+            fn = parents.get(fn)
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or device is None or not _current_device(device, fn):
+            continue
+        parent = parents.get(call)
+        direct = _handed_call(call, parent)
+        if direct is not None:
+            out.append([direct])
+            continue
+        if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1
+                and isinstance(parent.targets[0], ast.Name)):
+            continue
+        name = parent.targets[0].id
+        if name in _params(fn) or _stores(fn, name) != 1:
+            continue
+        got: list = []
+        for m in _body_nodes(fn):
+            if not (isinstance(m, ast.Name) and m.id == name and isinstance(m.ctx, ast.Load)):
+                continue
+            user = parents.get(m)
+            if (isinstance(user, ast.Call) and isinstance(user.func, ast.Name) and user.func.id == "len"
+                    and user.args == [m] and not user.keywords):
+                continue
+            passed = _handed_call(m, user)
+            if passed is None:
+                got = []
+                break
+            got.append(passed)
+        if got:
+            out.append(got)
+    return out
+
+
+_GRAD_MODES = ("no_grad", "inference_mode", "enable_grad")
+
+
+def _grad_mode(decorator) -> bool:
+    """`@torch.no_grad()`, `@torch.inference_mode()` (`@torch.no_grad` too): the function is called as it is."""
+    f = decorator.func if isinstance(decorator, ast.Call) and not decorator.args and not decorator.keywords else decorator
+    return (f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "") in _GRAD_MODES
+
+
+def top_level_def(tree: ast.Module, name: str):
+    """The module's one top-level def `name` (undecorated, or under a grad-mode decorator) when nothing else at module
+    level binds that name."""
+    found = None
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+            if found is not None or not all(_grad_mode(d) for d in stmt.decorator_list):
+                return None
+            found = stmt
+        elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            return None
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)):
+            return None
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in stmt.names):
+            return None
+    return found
+
+
+def only_iterated(fn, index: int) -> bool:
+    """Positional parameter `index` of `fn` is only a `for` loop's iterable (directly or through enumerate(), the
+    batch bound to a name or a tuple of names) or measured with len(): the loops can move each batch themselves."""
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    if index >= len(params):
+        return False
+    param = params[index].arg
+    parents: dict = {}
+    for n in ast.walk(fn):
+        for c in ast.iter_child_nodes(n):
+            parents[c] = n
+    uses = 0
+    for n in _body_nodes(fn):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and param in n.names:
+            return False
+        if isinstance(n, _SCOPES) and any(isinstance(m, ast.Name) and m.id == param for m in ast.walk(n)):
+            return False
+        if not (isinstance(n, ast.Name) and n.id == param):
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return False
+        user = parents.get(n)
+        if isinstance(user, ast.For) and user.iter is n:
+            target = user.target
+        elif (isinstance(user, ast.Call) and isinstance(user.func, ast.Name) and user.args == [n] and not user.keywords
+              and user.func.id in ("len", "enumerate")):
+            if user.func.id == "len":
+                continue
+            loop = parents.get(user)
+            if not (isinstance(loop, ast.For) and loop.iter is user and isinstance(loop.target, ast.Tuple)
+                    and len(loop.target.elts) == 2):
+                return False
+            target = loop.target.elts[1]
+        else:
+            return False
+        if not (isinstance(target, ast.Name) or (isinstance(target, (ast.Tuple, ast.List)) and target.elts
+                                                   and all(isinstance(e, ast.Name) for e in target.elts))):
+            return False
+        uses += 1
+    return uses > 0

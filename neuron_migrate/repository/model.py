@@ -203,6 +203,7 @@ class RepositoryModel:
         self._params_of: dict = {}  # file -> scan.sink_params, read with its "a" record
         self._configs = None  # `_exec_configs`, made when first asked
         self._subclasses = None  # class name -> [(file, class)] of the classes that name it as a base
+        self._handed = None  # `_handed_index`, made when first asked
         self.edges: dict = {rel: self._imports_of(rel) for rel in self.py}
         self.launched: dict = {}  # entry -> modes its launchers give it ("torchrun" or nothing)
         self.entries: list = [rel for rel, rec in self.py.items() if rec.get("m")]
@@ -458,6 +459,11 @@ class RepositoryModel:
             out["script"] = 1  # no file imports it and it loops at module level: a script, guard or none (NM110)
         if self.py[rel].get("ml") or self.py[rel].get("rt"):
             out.update(self._loader_flows(rel))
+        if self._handed is None:
+            self._handed = self._handed_index()
+        for key, index in zip(("handed_loaders", "loader_params"), self._handed):
+            if rel in index:
+                out[key] = index[rel]
         if self.py[rel].get("rt"):
             if self._trackers is None:
                 self._trackers = [f for f, rec in self.py.items() if rec.get("rt")]
@@ -969,6 +975,112 @@ class RepositoryModel:
                             "set_loader": sorted(seen_loaders - seen_set)}
         if foreign:
             out["foreign"] = foreign
+        return out
+
+    def _handed_index(self) -> tuple:
+        """NM130's device loaders handed to a function of another file (flows.handed_loaders): ({builder: {local
+        function name: [[argument index, the function's file]]}}, {that file: {function: [argument index]}}). A
+        function counts when it only iterates that parameter (flows.only_iterated) and every mention of it in the
+        repository is a call by its own name handing, at that index, a loader that goes only to such functions: the
+        builder then passes the plain loader and the function's loops move each batch to the device, one answer read
+        by both files' rules."""
+        from neuron_migrate.repository import flows
+
+        builders: dict = {}
+        callees: dict = {}
+        makers = [f for f, rec in self.py.items() if rec.get("ml")]
+        if not makers or len(makers) > MAX_FLOW_FILES:
+            return builders, callees
+        raws: dict = {}
+        trees: dict = {}
+        groups: dict = {}
+
+        def raw(f):
+            if f not in raws:
+                raws[f] = _read(os.path.join(self.root, f)) or b""
+            return raws[f]
+
+        def tree(f):
+            if f not in trees:
+                trees[f] = flows.parse(raw(f))
+            return trees[f]
+
+        def groups_in(f):  # the loaders of `f` that only go into calls of plain names (flows.handed_loaders)
+            if f not in groups:
+                t = tree(f) if self.py.get(f, {}).get("ml") else None
+                groups[f] = flows.handed_loaders(t) if t is not None else []
+            return groups[f]
+
+        def target(f, local):  # (file, def name) that a `from ... import` of `f` binds `local` to
+            for imp in self.py[f].get("i", ()):
+                if imp[2] is None:
+                    continue
+                for name, loc in imp[2]:
+                    if loc == local:
+                        files = self.resolve(f, imp[0], imp[1])
+                        return (files[-1], name) if files and files[-1] != f else None
+            return None
+
+        keys: dict = {}  # (file, def, index) -> its mentions (ids of Name nodes) over the repository, or None
+        for b in makers:
+            for group in groups_in(b):
+                for local, index, _call in group:
+                    got = target(b, local)
+                    if got is not None and (*got, index) not in keys:
+                        keys[(*got, index)] = self._mentions(*got, index, raw, tree, target)
+        valid = {k for k, v in keys.items() if v is not None}
+        while True:  # a loader counts when all its calls do; a function when each of its calls hands such a loader
+            handed: dict = {}  # id of a call's function name -> (key, builder, local) of a loader that counts
+            for b in makers:
+                for group in groups_in(b):
+                    resolved = [(target(b, local), index, call, local) for local, index, call in group]
+                    if all(t is not None and (*t, index) in valid for t, index, _c, _l in resolved):
+                        for t, index, call, local in resolved:
+                            handed[id(call.func)] = ((*t, index), b, local)
+            still = {k for k in valid if all(handed.get(m, (None,))[0] == k for m in keys[k])}
+            if still == valid:
+                break
+            valid = still
+        for key, b, local in handed.values():
+            if key not in valid:
+                continue
+            c, name, index = key
+            entry = builders.setdefault(b, {}).setdefault(local, [])
+            rel = os.path.relpath(c, os.path.dirname(b) or ".").replace(os.sep, "/")
+            if [index, rel] not in entry:
+                entry.append([index, rel])
+            params = callees.setdefault(c, {}).setdefault(name, [])
+            if index not in params:
+                params.append(index)
+        return builders, callees
+
+    def _mentions(self, c: str, name: str, index: int, raw, tree, target) -> "Optional[list]":
+        """The ids of the Name nodes that mention def `name` of file `c` anywhere in the repository, when the def only
+        iterates parameter `index` and every file that mentions it imports it from `c` by that name; else None."""
+        import ast
+
+        from neuron_migrate.repository import flows
+
+        t = tree(c)
+        fn = flows.top_level_def(t, name) if t is not None else None
+        if fn is None or not flows.only_iterated(fn, index):
+            return None
+        users = [c, *self._users(c)]
+        if len(users) > MAX_FLOW_FILES:
+            return None
+        needle = name.encode()
+        out: list = []
+        for f in users:
+            if needle not in raw(f):
+                continue
+            ft = tree(f)
+            if ft is None or (f != c and target(f, name) != (c, name)):
+                return None  # another function of that name, or this one reached otherwise
+            for n in ast.walk(ft):
+                if isinstance(n, ast.Attribute) and n.attr == name:
+                    return None  # `engine.train_one_epoch(...)`, `obj.train_one_epoch`: not followed
+                if isinstance(n, ast.Name) and n.id == name:
+                    out.append(id(n))
         return out
 
     def _reaches(self, rel: str, target: str) -> bool:

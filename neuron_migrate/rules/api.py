@@ -105,6 +105,12 @@ class Settings:
 
         return self.outside.get(os.path.abspath(path))
 
+    def forces_check(self, path: str) -> bool:
+        """The repository model asks a rule to edit the file at `path` whatever its text says (NM130's
+        "loader_params": a function that another file hands a device loader to), past the text prefilter."""
+        facts = self.outside_of(path)
+        return bool(facts and facts.get("loader_params"))
+
 
 class Ctx:
     """Per-file context handed to every check: the analysis, file facts and builders."""

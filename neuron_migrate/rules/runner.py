@@ -185,7 +185,7 @@ def check_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settin
     """Findings for one text. Raises files.names.AnalysisError when the text cannot be parsed.
     `report_lines`: keep (and count as suppressed) only findings on these lines (a piece of a large file, see
     rules/pieces.py)."""
-    if not ruleset.could_match(text):
+    if not ruleset.could_match(text) and not (settings is not None and settings.forces_check(path)):
         return CheckResult([], None)
     analysis = Analysis(text, path, ruleset.wanted)
     if settings is not None and settings.outside:

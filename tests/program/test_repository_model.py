@@ -811,6 +811,80 @@ def test_where_a_returned_device_loader_goes(tmp_path, entry, via):
     assert facts["foreign"]["Trainer"]["defs"] == ["build"] and "device" in facts["foreign"]["Trainer"]["set"]
 
 
+ENGINE = """\
+import torch_xla.core.xla_model as xm
+
+
+def train_one_epoch(model, loader, optimizer):
+    for step, (data, target) in enumerate(loader):
+        optimizer.zero_grad()
+        model(data).sum().backward()
+        xm.optimizer_step(optimizer)
+    return len(loader)
+"""
+
+
+@pytest.mark.parametrize("entry, other, handed", [
+    ("device = xm.xla_device()\n    train_one_epoch(model, pl.MpDeviceLoader(loader, device), opt)", "", True),
+    ("train_loader = pl.MpDeviceLoader(loader, xm.xla_device())\n    print(len(train_loader))\n"
+     "    train_one_epoch(model, train_loader, opt)", "", True),
+    # the loader is also iterated here, or handed to something else too
+    ("train_loader = pl.MpDeviceLoader(loader, xm.xla_device())\n    for b in train_loader:\n        pass\n"
+     "    train_one_epoch(model, train_loader, opt)", "", False),
+    ("train_loader = pl.MpDeviceLoader(loader, xm.xla_device())\n    train_one_epoch(model, train_loader, opt)\n"
+     "    log(train_loader)", "", False),
+    # another device than the process's own: the function cannot name it
+    ("train_loader = pl.MpDeviceLoader(loader, xm.xla_device(1))\n    train_one_epoch(model, train_loader, opt)", "", False),
+    # another file calls the function with a plain loader, through the module, or passes the function on
+    ("train_one_epoch(model, pl.MpDeviceLoader(loader, xm.xla_device()), opt)",
+     "from engine import train_one_epoch\n\n\ndef ev(m, loader, o):\n    train_one_epoch(m, loader, o)\n", False),
+    ("train_one_epoch(model, pl.MpDeviceLoader(loader, xm.xla_device()), opt)",
+     "import engine\n\n\ndef ev(m, loader, o):\n    engine.train_one_epoch(m, loader, o)\n", False),
+    ("train_one_epoch(model, pl.MpDeviceLoader(loader, xm.xla_device()), opt)",
+     "from engine import train_one_epoch\n\nSTEPS = {'train': train_one_epoch}\n", False),
+])
+def test_a_device_loader_handed_to_a_function_of_another_file(tmp_path, entry, other, handed):
+    """NM130's repository facts for `train_one_epoch(model, pl.MpDeviceLoader(loader, device), opt)` where the function
+    lives in engine.py and only iterates the loader: both files learn it from one answer, or neither does."""
+    root = write(tmp_path / "proj", {
+        "pyproject.toml": "", "engine.py": ENGINE, "other.py": other,
+        "train.py": "import torch_xla.core.xla_model as xm\nimport torch_xla.distributed.parallel_loader as pl\n\n"
+                    f"from engine import train_one_epoch\n\n\ndef main(model, loader, opt):\n    {entry}\n"})
+    model = RepositoryModel.build(str(root))
+    builder = model.facts(str(root / "train.py")) or {}
+    callee = model.facts(str(root / "engine.py")) or {}
+    if handed:
+        assert builder["handed_loaders"] == {"train_one_epoch": [[1, "engine.py"]]}
+        assert callee["loader_params"] == {"train_one_epoch": [1]}
+    else:
+        assert "handed_loaders" not in builder and "loader_params" not in callee
+
+
+def test_the_handed_loader_is_plain_only_where_both_files_are_rewritten(tmp_path, monkeypatch):
+    """The whole repository: the entry passes the plain DataLoader and engine.py's loop moves the batch (no helper);
+    the entry alone (a pre-commit run, `rewrite train.py`): its loader keeps moving the batches itself, also when a
+    cached answer of the whole run exists."""
+    root = write(tmp_path / "proj", {
+        "pyproject.toml": "", "engine.py": ENGINE,
+        "train.py": "import torch_xla.core.xla_model as xm\nimport torch_xla.distributed.parallel_loader as pl\n\n"
+                    "from engine import train_one_epoch\n\n\ndef main(model, loader, opt):\n"
+                    "    device = xm.xla_device()\n    train_loader = pl.MpDeviceLoader(loader, device)\n"
+                    "    train_one_epoch(model, train_loader, opt)\n"})
+    monkeypatch.chdir(root)
+    whole = cli("rewrite", ".", "--diff", "--unsafe-fixes")
+    assert "_DeviceLoader" not in whole.output, whole.output
+    assert "-    train_loader = pl.MpDeviceLoader(loader, device)\n" in whole.output
+    assert "+    train_one_epoch(model, loader, opt)\n" in whole.output
+    assert ('     for step, (data, target) in enumerate(loader):\n'
+            '+        data, target = data.to("neuron"), target.to("neuron")\n') in whole.output
+    for _ in range(2):  # uncached, then with the whole run's answers in the cache
+        alone = cli("rewrite", "train.py", "--diff", "--unsafe-fixes")
+        assert "+    train_loader = _DeviceLoader(loader, device)\n" in alone.output, alone.output
+    assert cli("rewrite", ".", "--write", "--unsafe-fixes").exit_code in (0, 1)
+    again = cli("rewrite", ".", "--diff", "--unsafe-fixes", "--no-cache")
+    assert ".to(\"neuron\")" not in again.output, again.output  # the moved loop is not moved twice
+
+
 SPMD_SUBCLASS = """\
     import os
     import sys

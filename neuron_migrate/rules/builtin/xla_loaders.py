@@ -434,7 +434,7 @@ def _named_parallel_loader(call, site, ctx):
     return (assign, mine) if mine else None
 
 
-def _plain_alias(target, loader, site, ctx):
+def _plain_alias(target, loader, site, ctx, use_ok=None):
     """(assignment, uses) when `name = pl.MpDeviceLoader(loader, device)` would only become another name for
     `loader`: a statement of its own, `loader` a plain name nothing rebinds in this scope after it, and every use
     of `name` a loop's iterable (maybe through enumerate) or len() in this scope. Else None (the name stays)."""
@@ -461,10 +461,128 @@ def _plain_alias(target, loader, site, ctx):
         if not isinstance(n.ctx, ast.Load):
             return None
         user = a.parent_of.get(n)
-        if _loop_over(n, site, ctx) is None and not (_builtin_call(user, "len", a, site.scope) and len(user.args) == 1):
+        if use_ok is not None:
+            if not use_ok(n):
+                return None
+        elif _loop_over(n, site, ctx) is None and not (_builtin_call(user, "len", a, site.scope) and len(user.args) == 1):
             return None
         uses.append(n)
     return (assign, uses) if uses else None
+
+
+_CURRENT_DEVICE = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
+
+
+def _current_device(device, site, ctx) -> bool:
+    """`xm.xla_device()` / `torch_xla.device()` with no argument, or a name this function binds once, to such a call:
+    the process's own device, which the loops of another file name as "neuron" (repository/flows.py decides the same
+    from the text)."""
+    a = ctx.analysis
+    expr = device
+    if isinstance(device, ast.Name):
+        scope_node = site.scope.node
+        binds = [n for n in _scope_body_nodes(scope_node) if isinstance(n, ast.Name) and n.id == device.id
+                 and not isinstance(n.ctx, ast.Load)]
+        assign = a.parent_of.get(binds[0]) if len(binds) == 1 else None
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and assign.targets[0] is binds[0]):
+            return False
+        expr = assign.value
+    return (isinstance(expr, ast.Call) and not expr.args and not expr.keywords
+            and a.resolve(expr.func, site.scope, count_use=False) in _CURRENT_DEVICE)
+
+
+def _handed_to(node, site, ctx, handed: dict) -> bool:
+    """`node` is positional argument `index` of `f(...)` (no * or **), where the repository model says function `f`
+    of another file of this run only iterates that parameter and is always handed a device loader there."""
+    call = ctx.analysis.parent_of.get(node)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and node in call.args
+            and not has_star_args(call)):
+        return False
+    outside = ctx.settings.outside if ctx.settings is not None else None
+    if not outside:
+        return False
+    import os
+
+    here = os.path.dirname(os.path.abspath(ctx.analysis.path))
+    index = call.args.index(node)
+    return any(i == index and os.path.normpath(os.path.join(here, rel)) in outside
+               for i, rel in handed.get(call.func.id, ()))
+
+
+def _handed_loader(target, loader, site, ctx, device):
+    """The fix's edits, as (assignment to delete or None, uses to rename to `loader`) or (None, []) to replace the call
+    by the loader, when the device loader is only handed to functions of other files of this run that iterate it
+    (repository facts "handed_loaders": the model found every call of them handing such a loader): those
+    functions' loops move each batch to the device (`_loops_handed_in`). Else None."""
+    a = ctx.analysis
+    handed = (getattr(a, "outside", None) or {}).get("handed_loaders")
+    if not handed or not _current_device(device, site, ctx):
+        return None
+    if _handed_to(target, site, ctx, handed):
+        return None, []
+    assign = a.parent_of.get(target)
+    if not (isinstance(assign, ast.Assign) and assign.value is target and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name)):
+        return None
+    name = assign.targets[0].id
+    scope_node = site.scope.node
+    if isinstance(scope_node, ast.Lambda) or _nested_mentions(scope_node, name):
+        return None
+    uses, handed_once = [], False
+    for n in _scope_body_nodes(scope_node):
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return None
+        if not (isinstance(n, ast.Name) and n.id == name) or n is assign.targets[0]:
+            continue
+        if not isinstance(n.ctx, ast.Load):
+            return None
+        user = a.parent_of.get(n)
+        if _handed_to(n, site, ctx, handed):
+            handed_once = True
+        elif not (_builtin_call(user, "len", a, site.scope) and len(user.args) == 1):
+            return None
+        uses.append(n)
+    if not handed_once:
+        return None
+    alias = _plain_alias(target, loader, site, ctx, lambda n: n in uses)
+    return alias if alias is not None else (None, [])
+
+
+def _loops_handed_in(site, ctx):
+    """The module trigger of NM130: in a function that other files of the repository hand a device loader to (facts
+    "loader_params"; their NM130 passes the plain DataLoader instead), each loop over that parameter moves its batch
+    to the process's device where it unpacks it."""
+    a = ctx.analysis
+    wanted = (getattr(a, "outside", None) or {}).get("loader_params")
+    if not wanted:
+        return None
+    out = []
+    for stmt in a.tree.body:
+        if not (isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in wanted):
+            continue
+        params = [*stmt.args.posonlyargs, *stmt.args.args]
+        for index in wanted[stmt.name]:
+            if index >= len(params):
+                continue
+            param = params[index].arg
+            loops = _param_uses(stmt, param, site, ctx)
+            batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops or ()]
+            if not batches or any(names is None for _, names in batches):
+                out.append(ctx.finding(stmt, f"`{stmt.name}` is handed a device loader by another file, whose migration "
+                                             f"passes the plain DataLoader: move each batch of `{param}` to the device "
+                                             "where it is unpacked"))
+                continue
+            fx = ctx.fixer()
+            dev = (f"{fx.helper('_accelerator_device')}()" if ctx.settings is not None
+                   and ctx.settings.device_style == "accelerator" else '"neuron"')
+            todo = [(loop, names) for loop, names in batches if not _moves_batch_first(loop, names, dev, ctx)]
+            if not todo:
+                continue
+            _insert_moves(fx, todo, dev, ctx)
+            out.append(ctx.finding(todo[0][0], f"`{param}` of `{stmt.name}`: the files that hand it a device loader "
+                                               "(pl.MpDeviceLoader) now pass the plain DataLoader, so the loop moves "
+                                               "each batch to the device where it unpacks it", fix=fx.build()))
+    return out or None
 
 
 def _batch_names(loop, enumerated):
@@ -502,6 +620,10 @@ def _moves_batch_first(loop, names, dev: str, ctx) -> bool:
             return False
         if _moved_to(value, name, dev, ctx):
             return True
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "_batch_to_device"
+                and len(value.args) == 2 and not value.keywords and isinstance(value.args[0], ast.Name)
+                and value.args[0].id == name and ctx.src(value.args[1]) == dev):
+            return True  # this rule's own move (a loop the repository model hands plain loaders to is seen again)
         if not (isinstance(value, ast.DictComp) and len(value.generators) == 1):
             return False
         gen = value.generators[0]
@@ -571,7 +693,9 @@ def _dropped_options(call, ctx) -> list[str]:
     fix="safe",
     severity="warning",
     triggers=[("call", f"{PL}.MpDeviceLoader"), ("ref", f"{PL}.MpDeviceLoader"),
-              ("call", f"{PL}.ParallelLoader"), ("ref", f"{PL}.ParallelLoader"), ("ref", f"{PL}.PerDeviceLoader")],
+              ("call", f"{PL}.ParallelLoader"), ("ref", f"{PL}.ParallelLoader"), ("ref", f"{PL}.PerDeviceLoader"),
+              ("module", "*")],
+    trigger_words=("torch_xla",),  # the module trigger's files are checked whatever their text (Settings.forces_check)
     docs=f"""
         `pl.MpDeviceLoader(loader, device)` wraps a DataLoader: background threads copy each batch to the XLA
         device and every `next()` cuts the lazy graph. TorchNeuron is eager, so only the copy is needed, and the
@@ -599,7 +723,12 @@ def _dropped_options(call, ctx) -> list[str]:
         `len()`): the batch is moved where those loops unpack it. The unpacked names are assumed to be tensors, as in
         `(data, target)` batches. Also named: `para = pl.ParallelLoader(loader, [device])` with
         `para.per_device_loader(device)` called later (each call becomes the plain loader), and a loop in a local
-        `train_loop_fn(loader)` the loader is handed to. A loader that escapes (returned, passed on, stored on
+        `train_loop_fn(loader)` the loader is handed to. A loader handed to a function of another file of the
+        repository (`train_one_epoch(model, train_loader, optimizer)` from engine.py, also under `@torch.no_grad()`)
+        becomes the plain loader when the repository model finds that function only iterating that parameter and
+        every call of it, in any file, handing a loader on the process's own device (`xm.xla_device()`) there: its
+        loops move each batch to `"neuron"` where they unpack it (both files must be in the run; `rewrite train.py`
+        alone keeps the wrapper). A loader that escapes (returned, passed on, stored on
         `self` of a class that other files import) becomes
         `_DeviceLoader(loader, device)`, a small inserted class that iterates the loader with each batch moved
         and keeps `len()`. `pl.ParallelLoader(loader, [device]).per_device_loader(device)` is treated the same.
@@ -615,6 +744,8 @@ def _dropped_options(call, ctx) -> list[str]:
                "for data, target in loader:\n    data, target = data.to(device), target.to(device)\n    step(data, target)")],
 )
 def mp_device_loader(site, ctx):
+    if site.kind == "module":
+        return _loops_handed_in(site, ctx)
     cls = site.key.rsplit(".", 1)[1]
     if site.kind == "ref":
         how = _isinstance_or_base(site, ctx)
@@ -678,6 +809,18 @@ def mp_device_loader(site, ctx):
         _insert_moves(fx, batches, dev, ctx)
         return ctx.finding(site, f"pl.{cls}: the plain loader is iterated and each batch is moved to the device in the loop "
                                  "(eager: no graph cut needed)", fix=fx.build(), note=note)
+    handed = _handed_loader(target, loader, site, ctx, device) if cls == "MpDeviceLoader" else None
+    if handed is not None:
+        assign, uses = handed
+        if assign is not None:
+            fx.delete(assign)
+            for use in uses:
+                fx.replace(use, loader.id)
+        else:
+            fx.replace(target, ctx.src(loader))
+        return ctx.finding(site, "pl.MpDeviceLoader: the plain loader is handed on, and the functions of other files "
+                                 "that iterate it move each batch to the device where they unpack it (eager: no graph "
+                                 "cut needed)", fix=fx.build(), note=note)
     name = fx.helper("_DeviceLoader")
     fx.replace(target, f"{name}({ctx.src(loader)}, {dev})")
     return ctx.finding(site, f"pl.{cls}: the loader is consumed where this rule cannot follow it, so it becomes _DeviceLoader, "
