@@ -46,7 +46,12 @@ _FSTRING_HEAD = re.compile(r"^(%s):" % "|".join(DEVICE_WORDS))
 
 # torch functions whose first positional argument (or `device`-like keyword) is a device
 _DEVICE_FUNCS = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.Generator", "torch.get_autocast_dtype",
-                 "torch.is_autocast_enabled", "torch.distributed.get_default_backend_for_device"}
+                 "torch.is_autocast_enabled", "torch.distributed.get_default_backend_for_device",
+                 # a device mesh's first argument is its device type (pytorch/examples' fsdp_tp_example.py:
+                 # `init_device_mesh("cuda", (dp, tp), mesh_dim_names=...)`)
+                 "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.init_device_mesh",
+                 "torch.distributed.device_mesh.DeviceMesh", "torch.distributed.DeviceMesh",
+                 "torch.distributed.tensor.DeviceMesh", "torch.distributed._tensor.DeviceMesh"}
 _DEVICE_KWARGS = {"device", "device_type", "map_location"}
 # torch.distributed calls taking a backend name: qualified name -> its positional index
 _BACKEND_FUNCS = {"torch.distributed.init_process_group": 0, "torch.distributed.distributed_c10d.init_process_group": 0,
