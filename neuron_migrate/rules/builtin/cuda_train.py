@@ -898,3 +898,34 @@ def timm_mixup_cuda(site, ctx):
 )
 def cupy(site, ctx):
     return ctx.finding(site, f"`{site.key}` needs CUDA: use torch tensors on the neuron device instead")
+
+
+_TIMM_SCALER = ("timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler")
+
+
+@rule(
+    code="NM234",
+    name="timm-native-scaler-cuda",
+    summary="timm's NativeScaler() builds a CUDA GradScaler, which turns itself off on Neuron: float16 loss scaling stops",
+    fix="none",
+    severity="warning",
+    triggers=[("call", q) for q in _TIMM_SCALER],
+    docs="""
+        `timm.utils.NativeScaler()` (DeiT's, and many research repositories' `loss_scaler`) wraps
+        `torch.cuda.amp.GradScaler()` in timm 0.3.2 and 0.4.x, and `torch.amp.GradScaler("cuda")` by default later
+        [verify: the release that added `device=`]. On a host without CUDA that scaler disables itself with a warning
+        ("CUDA is not available. Disabling"), so a float16 autocast the migration kept (NM206, NM131) trains with
+        unscaled gradients, which may underflow where the CUDA run's were scaled; nothing fails. Reported at each
+        `NativeScaler()` without a device: train in bfloat16 (`torch.autocast("neuron", dtype=torch.bfloat16)`, which
+        needs no scaler) or scale with `torch.amp.GradScaler("neuron")` (`NativeScaler(device="neuron")` in a timm
+        that takes it). Found on DeiT's main.py.
+    """,
+    examples=[("from timm.utils import NativeScaler\nloss_scaler = NativeScaler()", None)],
+)
+def timm_native_scaler_cuda(site, ctx):
+    call = site.call
+    if call.args or any(k.arg in ("device", None) for k in call.keywords):
+        return None  # a device is given (a later timm): its own rules see it
+    return ctx.finding(site, "timm's NativeScaler() builds a CUDA GradScaler, which disables itself on Neuron: a float16 "
+                             "autocast then trains with unscaled gradients; use bfloat16 autocast (no scaler needed) or "
+                             "torch.amp.GradScaler(\"neuron\") (NativeScaler(device=\"neuron\") in a timm that takes it)")
