@@ -120,7 +120,7 @@ def _rewrite_once(paths, sel, write, check, diff, show_fixes, level, stdin_filen
             applied[code] += n
         for f in res.applied_findings:
             if f.note:
-                notes.setdefault(_note_key(f.note, res.path), []).append((f"{res.path}:{f.span.line}", f.note))
+                notes.setdefault(_note_key(f.note, res.path), []).append((_place(res.path, f), f.note))
             fixed_list.append((res.path, f))
         remaining.extend(res.findings)
         if not res.error:
@@ -189,9 +189,9 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
     if fixed_list:
         out.print()
         out.print(Text("Fixed:" if do_write else "Would fix:", style="bold"))
-        for path, f in sorted(fixed_list, key=lambda pf: (pf[0], pf[1].span.line, pf[1].rule.code)):
+        for path, f in sorted(fixed_list, key=lambda pf: (pf[0], pf[1].cell or 0, pf[1].span.line, pf[1].rule.code)):
             safety = f.fix.safety.value if f.fix is not None else "safe"
-            out.print(f"  {path}:{f.span.line}: {f.rule.code} ({safety}) {f.message}", **PLAIN)
+            out.print(f"  {_place(path, f)}: {f.rule.code} ({safety}) {f.message}", **PLAIN)
     from neuron_migrate.rules.model import is_performance_note
 
     perf = [f for f in remaining if is_performance_note(f)]
@@ -253,6 +253,11 @@ def _summary(out, err, run, changed, written, do_write, check, applied, remainin
         out.print(Text("Nothing was written: run again with --write to apply.", style="dim"))
     if errors:
         err.print(f"[red]{errors} error{'s' if errors != 1 else ''}[/red]")
+
+
+def _place(path: str, f) -> str:
+    """`file:line`, or `notebook.ipynb:cell 4:10` (a notebook's line counts within its cell)."""
+    return f"{path}:cell {f.cell}:{f.span.line}" if f.cell else f"{path}:{f.span.line}"
 
 
 def _write_state_module(fixed_list, do_write, diff, out, err) -> int:

@@ -590,7 +590,7 @@ def _stale_trailing_comments(old: list, new: list) -> dict:
     """{line index in `new`: the line without its trailing comment} for the lines whose code the rewrite changed from
     torch_xla code to code without it, where the comment names torch_xla (`optimizer.step()  # XLA MP: performs grad
     allreduce and optimizer step` after `xm.optimizer_step(optimizer)`): the same comment, once in each text, on a
-    line without quotes (no '#' inside a string)."""
+    line without quotes (no '#' inside a string). A comment on a block's header line stays: it speaks of the block."""
     def comments(lines):
         found: dict = {}
         for n, line in enumerate(lines):
@@ -612,6 +612,8 @@ def _stale_trailing_comments(old: list, new: list) -> dict:
             continue
         n, m = hits[0]
         code_before, code_after = was[0][1].group("code"), m.group("code")
+        if code_after.rstrip().endswith(":"):
+            continue  # a block's header (`if xm.is_master_ordinal():  # no XLA tensors beyond this point!`): it speaks of the block
         if code_before != code_after and _xla_words(code_before) and not _xla_words(code_after):
             out[n] = code_after + m.group("end")
     return out

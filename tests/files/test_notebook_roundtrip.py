@@ -96,3 +96,26 @@ def test_imports_a_fix_needs_go_into_the_cell_that_needs_them(tmp_path):
     pytest.importorskip("torch")
     for cell in after:
         exec(compile("".join(cell["source"]).replace('torch.device("neuron")', 'torch.device("cpu")'), "cell", "exec"), namespace)
+
+
+def test_a_notebook_multi_core_demo(tmp_path):
+    """pytorch/xla's multi-core colab notebooks: the demo worker is defined again in a later cell before its spawn
+    (each module-level spawn runs the def above it, so all are rewritten), the launch note says how to get a script
+    torchrun can start, and the fixes are listed by cell, as the findings are."""
+    cells = [["import torch_xla.core.xla_model as xm\n", "import torch_xla.distributed.xla_multiprocessing as xmp\n"],
+             ["def simple_map_fn(index, flags):\n", "    device = xm.xla_device()\n", "    print(index, device)\n", "\n",
+              "flags = {}\n", "xmp.spawn(simple_map_fn, args=(flags,), nprocs=8, start_method='fork')\n"],
+             ["def simple_map_fn(index, flags):\n", "    if xm.is_master_ordinal():  # no XLA tensors beyond this point!\n",
+              "        print('master')\n", "\n",
+              "xmp.spawn(simple_map_fn, args=(flags,), nprocs=8, start_method='fork')\n"]]
+    path = tmp_path / "multi-core.ipynb"
+    path.write_text(_nb(cells), encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "neuron_migrate", "rewrite", "--no-color", "--show-fixes", "--no-cache",
+                        str(path)], capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode in (0, 1), out
+    assert "NM127 xmp-spawn: 2 fixes" in out and "Left for you" not in out, out
+    assert f"{path}:cell 3:2: NM114 (safe)" in out, out  # the line within its cell, not within the joined text
+    assert ("simple_map_fn.py" not in out and "multi-core.py, after `jupyter nbconvert --to script multi-core.ipynb` "
+            "(torchrun cannot run a notebook") in out, out
+    assert "  # no XLA tensors beyond this point!" in out  # the block's comment stays on its `if`

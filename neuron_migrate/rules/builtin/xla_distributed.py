@@ -728,7 +728,7 @@ def rendezvous(site, ctx):
         return ctx.finding(site, "rendezvous after init_process_group: becomes dist.barrier()", fix=fx.build())
     if site.is_statement and no_payload:
         fx.replace(call, f"{fx.helper('_neuron_barrier')}({tag_src})")
-        return ctx.finding(site, "rendezvous without a payload: becomes _neuron_barrier() (dist.barrier() when distributed)", fix=fx.build())
+        return ctx.finding(site, "rendezvous without a payload: becomes dist.barrier() where a process group exists (nobody to wait for without one)", fix=fx.build())
     args = [tag_src or "None"]
     if not no_payload:
         args.append(ctx.src(payload))

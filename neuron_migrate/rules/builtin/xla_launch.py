@@ -304,7 +304,7 @@ def _launch_rewritable(ctx, call) -> bool:
     if has_star_args(call) or fn is None:
         return False
     method = kwarg(call, "start_method", 5 if what == "xmp.spawn" else 2)
-    if const_value(method) == "fork" and _fork_shared(ctx, None, fn):
+    if const_value(method) == "fork" and _fork_shared(ctx, call, fn):
         return False
     stmt = _stmt_of(ctx.analysis, call)
     return isinstance(stmt, ast.Expr) and stmt.value is call and alone_on_lines(ctx, stmt)
@@ -372,6 +372,11 @@ def xmp_spawn(site, ctx):
     what = "xmp.spawn" if site.key in _SPAWN else "torch_xla.launch"
     script = os.path.basename(ctx.analysis.path) if ctx.analysis.path and not ctx.analysis.path.startswith("<") else "script.py"
     note = f"Launch with: torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on trn2.48xlarge> {script}"
+    if script.endswith(".ipynb"):  # torchrun runs Python files only: in its notebook the code runs as one process
+        stem = script[: -len(".ipynb")]
+        note = (f"Launch with: torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on trn2.48xlarge> {stem}.py, "
+                f"after `jupyter nbconvert --to script {script}` (torchrun cannot run a notebook; run in the notebook, "
+                "the code is one process)")
     if site.kind == "ref":
         return ctx.finding(site, f"{what} used as a value: start the script with torchrun and call the function with its rank directly", note=note)
     call = site.call
@@ -384,7 +389,7 @@ def xmp_spawn(site, ctx):
         return ctx.finding(site, f"{what} without a function: start the script with torchrun and call fn(rank, *args) directly", note=note)
     forked = const_value(method) == "fork"
     if forked:
-        shared = _fork_shared(ctx, site, fn)
+        shared = _fork_shared(ctx, call, fn)
         if shared:
             return ctx.finding(site, f"{what} with start_method='fork' shares {shared} with the workers through the fork: "
                                      "the Neuron runtime cannot start in a forked process; launch with torchrun, build it in "
@@ -464,7 +469,7 @@ def _starts_group(ctx, stmts) -> bool:
 _FORK_SHARERS = {f"{XMP}.MpModelWrapper", f"{XMP}.MpSerialExecutor"}
 
 
-def _fork_shared(ctx, site, fn) -> str:
+def _fork_shared(ctx, call, fn) -> str:
     """What an `xmp.spawn(fn, ..., start_method="fork")` hands its workers through the fork's memory, in words ("" when
     nothing): an object the file wraps for sharing (MpModelWrapper, MpSerialExecutor), a closure over the spawning
     function's variables, or a module-level name that the worker reads and that the program binds to something it
@@ -477,8 +482,13 @@ def _fork_shared(ctx, site, fn) -> str:
     if not isinstance(fn, ast.Name):
         return f"`{ctx.src(fn)}`"
     defs = [s for s in a.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == fn.id]
+    if len(defs) > 1 and _at_module_level(a, call):
+        # a spawn at module level runs the def above it (a notebook whose cells define the worker again)
+        defs = [d for d in defs if d.end_lineno < call.lineno][-1:]
+    if not defs:
+        return f"`{fn.id}` (not a function defined at module level, maybe a closure)"
     if len(defs) != 1:
-        return f"`{fn.id}` (not a function defined once at module level, maybe a closure)"
+        return f"`{fn.id}` (defined more than once at module level: which one runs is not known here)"
     worker = defs[0]
     computed = set()
     for stmt in walk(a.tree):
@@ -492,6 +502,16 @@ def _fork_shared(ctx, site, fn) -> str:
     read = sorted({n.id for n in walk(worker) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
                    and n.id in computed and (n.id not in local or n.id in glob)})
     return ", ".join(f"`{n}`" for n in read)
+
+
+def _at_module_level(a, node) -> bool:
+    """`node` runs when the module does (under `if`/`with`/`try` blocks, not in a def, class or lambda)."""
+    up = a.parent_of.get(node)
+    while up is not None and not isinstance(up, ast.Module):
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        up = a.parent_of.get(up)
+    return True
 
 
 def _bound_at_module(stmt, a):
