@@ -384,7 +384,18 @@ def _deleted_lines(chunk_lines: list[str], first_line: int, stmts: list[ast.stmt
                             or prev.end_lineno < first_line or st.end_lineno > last_line or not whole_lines(st)):
                         return None
                     gap = chunk_lines[prev.end_lineno - first_line + 1 : st.lineno - first_line]
-                    if not any(ln.strip() for ln in gap):
+                    nxt = block[i + 1] if i + 1 < len(block) else None
+                    if gap and not any(ln.strip() for ln in gap) and nxt is not None:
+                        if key(nxt) in deletes or emptied_if(nxt, node, block):
+                            return None  # a run of removals: libcst decides where the blank lines go
+                        start = min([nxt.lineno, *(d.lineno for d in getattr(nxt, "decorator_list", ()))])
+                        if start == st.end_lineno + 1:
+                            # the next statement has no blank line of its own: it takes these (a deleted alias
+                            # between a def and the loop below leaves them apart)
+                            cut[key(st)] = (st.lineno, st.end_lineno)
+                        else:
+                            cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)
+                    elif not any(ln.strip() for ln in gap):
                         cut[key(st)] = (prev.end_lineno + 1, st.end_lineno)  # blank lines above go with it
                     elif isinstance(prev, _SIMPLE_STMTS) or comments_above_stay(gap, st):
                         # the lines above are all the statement's own and hold a comment: libcst carries them to

@@ -100,6 +100,9 @@ class _Applier(cst.CSTTransformer):
         self.applied: set[tuple] = set()
         self.unfit: set[tuple] = set()  # edits whose text cannot be written where they go
         self._carry: list[list[cst.EmptyLine]] = []
+        # per block: the blank lines above a removed statement, which the next statement takes when it has none of its
+        # own (a deleted alias between a def and the loop below keeps them apart); dropped at the block's end
+        self._blank: list[list[cst.EmptyLine]] = []
         # blocks a fix left empty, by identity; the nodes are kept alive so that no later node can reuse an id
         self._emptied: dict[int, object] = {}
         self._dropped: set[int] = set()  # ids of original statements removed
@@ -134,10 +137,17 @@ class _Applier(cst.CSTTransformer):
         keep = [ln for ln in node.leading_lines if ln.comment is not None]
         if keep and self._carry:
             self._carry[-1].extend(node.leading_lines)
+        elif node.leading_lines and self._blank:
+            self._blank[-1] = list(node.leading_lines)
         return cst.RemovalSentinel.REMOVE
 
     def _with_carry(self, node):
         carry = self._take_carry()
+        blank = self._blank[-1] if self._blank else []
+        if blank:
+            self._blank[-1] = []
+            if not carry and hasattr(node, "leading_lines") and not node.leading_lines:
+                carry = blank
         if carry and hasattr(node, "leading_lines"):
             return node.with_changes(leading_lines=[*carry, *node.leading_lines])
         return node
@@ -195,9 +205,11 @@ class _Applier(cst.CSTTransformer):
     # -- blocks ----------------------------------------------------------------------------------
     def visit_Module(self, node):
         self._carry.append([])
+        self._blank.append([])
         return True
 
     def leave_Module(self, original_node, updated_node):
+        self._blank.pop()
         carry = self._carry.pop()
         if carry:
             updated_node = updated_node.with_changes(footer=[*carry, *updated_node.footer])
@@ -205,9 +217,11 @@ class _Applier(cst.CSTTransformer):
 
     def visit_IndentedBlock(self, node):
         self._carry.append([])
+        self._blank.append([])
         return True
 
     def leave_IndentedBlock(self, original_node, updated_node):
+        self._blank.pop()
         carry = self._carry.pop()
         if not updated_node.body:
             new = updated_node.with_changes(

@@ -162,6 +162,9 @@ def _delete(text: str, needle: str) -> Edit:
     raise AssertionError(needle)
 
 
+DEF_ALIAS_LOOP = "def f(data, loader):\n    def g(b):\n        return b\n\n    alias = loader\n    for b in data:\n        g(b)\n"
+
+
 @pytest.mark.parametrize("text, needle, spliced", [
     ("for b in data:\n    step(b)\n    xm.mark_step()\n", "xm.mark_step()", True),  # directly after a sibling
     ("for b in data:\n    step(b)\n\n    xm.mark_step()  # sync\n    log()\n", "xm.mark_step()", True),  # blank line too
@@ -181,9 +184,21 @@ def _delete(text: str, needle: str) -> Edit:
     ("for b in data:\n    step(b); xm.mark_step()\n", "xm.mark_step()", False),  # shares its line
     ("for b in data:\n    step(b)\n    xm.mark_step(); log()\n", "xm.mark_step()", False),
     ("if x:\n    step()\n    if y:\n        pass\n", "if y:\n        pass", False),  # a compound statement
+    # blank lines above, none below: the next statement takes them (a def and the loop after it stay apart)
+    (DEF_ALIAS_LOOP, "alias = loader", True),
+    ("def f():\n    a()\n\n    alias = loader\n\n    b()\n", "alias = loader", True),  # blank lines below too
+    ("def f():\n    a()\n\n    alias = loader\n    @dec\n    def g():\n        pass\n", "alias = loader", True),
+    ("def f():\n    a()\n\n    alias = loader\n    other = loader\n    b()\n", "alias = loader", True),
 ])
 def test_statement_deletes_splice_or_refuse_and_agree_with_libcst(text, needle, spliced):
     _splice_agrees(text, _delete(text, needle), spliced)
+
+
+def test_a_deleted_statement_leaves_the_blank_line_above_to_the_statement_below(checked):
+    """`train_device_loader = train_loader` between a local def and the loop (NM130 on pytorch/xla's zero1 test): the
+    def and the loop stay apart, as they were."""
+    out, _ = apply_fixes(DEF_ALIAS_LOOP, [Fix(FixSafety.SAFE, [_delete(DEF_ALIAS_LOOP, "alias = loader")])])
+    assert out == DEF_ALIAS_LOOP.replace("    alias = loader\n", ""), out
 
 
 # (tests that compare with a string literal: libcst removes such an `if` too, the text splice leaves it to libcst,

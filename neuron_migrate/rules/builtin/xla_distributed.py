@@ -353,8 +353,16 @@ def _every_average_is_short(ctx) -> bool:
     examples=[("xm.reduce_gradients(optimizer)", "_neuron_reduce_gradients(optimizer)")],
 )
 def reduce_gradients(site, ctx):
-    if site.kind == "call" and not has_star_args(site.call) and not is_none(kwarg(site.call, "groups", 1)):
-        return ctx.finding(site, "xm.reduce_gradients with groups=: create the subgroup once with dist.new_group and all-reduce over it")
+    if site.kind == "call" and not has_star_args(site.call):
+        call = site.call
+        if not is_none(kwarg(call, "groups", 1)):
+            return ctx.finding(site, "xm.reduce_gradients with groups=: create the subgroup once with dist.new_group and all-reduce over it")
+        opt = kwarg(call, "optimizer", 0)
+        if opt is not None:  # the helper takes the optimizer alone: `pin_layout=` was an XLA layout hint
+            fx = ctx.fixer()
+            fx.replace(call, f"{fx.helper('_neuron_reduce_gradients')}({ctx.src(opt)})")
+            return ctx.finding(site, "xm.reduce_gradients: becomes _neuron_reduce_gradients (all-reduce average of each gradient)",
+                               fix=fx.build())
     return replace_callee(site, ctx, "_neuron_reduce_gradients",
                           "xm.reduce_gradients: becomes _neuron_reduce_gradients (all-reduce average of each gradient)")
 

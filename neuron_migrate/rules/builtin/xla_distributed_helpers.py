@@ -79,10 +79,8 @@ NEW_HELPERS = {
         _DIST,
     ),
     "_neuron_reduce_gradients": Helper(
-        '''def _neuron_reduce_gradients(optimizer, groups=None, pin_layout=True):
+        '''def _neuron_reduce_gradients(optimizer):
     """Average the gradients of `optimizer` over all processes, as xm.reduce_gradients() did."""
-    if groups:
-        raise NotImplementedError("gradients over replica groups: use DDP with a group made by dist.new_group")
     if {dist}.is_initialized() and {dist}.get_world_size() > 1:
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -107,7 +105,9 @@ NEW_HELPERS = {
     "_neuron_optimizer_step": Helper(
         '''def _neuron_optimizer_step(optimizer, barrier=False, optimizer_args={{}}, groups=None, pin_layout=True):
     """Average gradients over all processes, then step; returns what optimizer.step() returns (xm.optimizer_step)."""
-    _neuron_reduce_gradients(optimizer, groups)
+    if groups:
+        raise NotImplementedError("gradients over replica groups: use DDP with a group made by dist.new_group")
+    _neuron_reduce_gradients(optimizer)
     return optimizer.step(**optimizer_args)
 ''',
         {},

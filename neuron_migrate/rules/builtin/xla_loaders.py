@@ -798,7 +798,10 @@ def mp_device_loader(site, ctx):
     batches = [(loop, _batch_names(loop, enumerated)) for loop, enumerated in loops] if loops is not None else None
     dev = ctx.src(device)
     if batches is not None and all(names is not None for _, names in batches):
-        alias = _plain_alias(target, loader, site, ctx)
+        # the uses _loader_loops accepted: loops, len(), and arguments of the local functions whose loops it found
+        alias = _plain_alias(target, loader, site, ctx, lambda n: _loop_over(n, site, ctx) is not None or (
+            isinstance(ctx.analysis.parent_of.get(n), ast.Call) and n in ctx.analysis.parent_of[n].args
+            and isinstance(ctx.analysis.parent_of[n].func, ast.Name)))
         if alias is not None:  # `device_loader = pl.MpDeviceLoader(loader, d)` only iterated: iterate `loader` itself
             assign, uses = alias
             fx.delete(assign)
