@@ -64,6 +64,25 @@ def test_training_on_the_device_matches_the_cpu(run_emulated):
 
 
 @pytest.mark.slow
+def test_conjugate_and_negative_views_reach_the_host_kernels(run_emulated):
+    """The backward of a complex multiply (rotary embeddings: pytorch/examples' llama2_model.py under FSDP + TP) hands
+    conjugate views to the kernels; a host kernel of such a view once recursed until the process crashed (SIGSEGV)."""
+    r = run_emulated("""
+        torch.manual_seed(0)
+        x, w = torch.randn(4, dtype=torch.cfloat), torch.randn(4, dtype=torch.cfloat)
+        xd = x.to("neuron").requires_grad_()
+        torch.view_as_real(xd * w.to("neuron")).sum().backward()
+        xc = x.clone().requires_grad_()
+        torch.view_as_real(xc * w).sum().backward()
+        n = torch.randn(3)
+        result = {"grad": bool(torch.allclose(xd.grad.cpu(), xc.grad)),
+                  "conj": bool(torch.equal(torch.exp(w.to("neuron").conj()).cpu(), torch.exp(w.conj()))),
+                  "neg": bool(torch.equal(torch._neg_view(n.to("neuron")).exp().cpu(), (-n).exp()))}
+    """)
+    assert r == {"grad": True, "conj": True, "neg": True}
+
+
+@pytest.mark.slow
 def test_dispatch_path_differs_from_the_cpu(run_emulated):
     r = run_emulated("""
         from torch.utils._python_dispatch import TorchDispatchMode

@@ -676,6 +676,32 @@ void alias_unmarked_writes(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
 }
 
+// A device tensor that is a conjugate or negative view (the backward of a complex multiply hands `grad *
+// other.conj()` to the kernels) reaches the CPU fallback, whose copy to the host (_to_cpu) meets ATen's math-bit
+// fallback, which materializes it with clone, which is a device op that runs here again: a recursion until the stack
+// overflows. Such read-only arguments go to the host kernel materialized on the host instead (same values).
+void resolve_math_bits(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t base) {
+  const auto& args = op.schema().arguments();
+  auto resolve = [](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().type() != kEmu || !(t.is_conj() || t.is_neg())) return t;
+    at::Tensor h = host_alias(t);  // the bits are dispatch keys of the device tensor: the alias has none
+    if (t.is_conj()) h._set_conj(true);
+    if (t.is_neg()) h._set_neg(true);
+    return h.resolve_conj().resolve_neg();
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) continue;
+    auto& iv = (*stack)[base + i];
+    if (iv.isTensor()) {
+      iv = c10::IValue(resolve(iv.toTensor()));
+    } else if (iv.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : iv.toTensorList()) l.push_back(resolve(t));
+      iv = l;
+    }
+  }
+}
+
 void run_on_host_drawing(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool upcast) {
   const auto& args = op.schema().arguments();
   const size_t nargs = args.size();
@@ -683,6 +709,7 @@ void run_on_host_drawing(const c10::OperatorHandle& op, torch::jit::Stack* stack
   std::optional<c10::Device> dev = prepare_arguments(op, stack);
   bool any_device_tensor = dev.has_value();
   alias_unmarked_writes(op, stack, base);
+  resolve_math_bits(op, stack, base);
   std::vector<c10::IValue> saved;
   if (upcast) saved.assign(stack->begin() + base, stack->end());
   try {
