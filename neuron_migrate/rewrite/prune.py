@@ -381,10 +381,24 @@ _INLINE = {
     "_neuron_rank": ("expr", '{dist}.get_rank() if {dist}.is_initialized() else int({os}.environ.get("RANK", 0))'),
     "_neuron_world_size": ("expr", '{dist}.get_world_size() if {dist}.is_initialized() else int({os}.environ.get("WORLD_SIZE", 1))'),
     "_neuron_barrier": ("stmt", "if {dist}.is_initialized():\n{indent}    {dist}.barrier()"),
+    # xm.master_print of plain values (no call among them: only rank 0 evaluates them once inlined)
+    "_neuron_rank0_print": ("print", 'if ({dist}.get_rank() if {dist}.is_initialized() else int({os}.environ.get("RANK", 0))) == 0:\n'
+                                     "{indent}    print({args})"),
 }
 INLINE_MAX_CALLS = 2
 # where a conditional expression stands without parentheses: the whole value of an assignment, a return, a keyword
 _BARE_OK = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.keyword, ast.NamedExpr)
+
+
+def _plain_value(node) -> bool:
+    """A constant, a name, an attribute of one, or an f-string of those: evaluating it does nothing else."""
+    if isinstance(node, ast.JoinedStr):
+        return all(isinstance(v, ast.Constant) or (isinstance(v, ast.FormattedValue) and _plain_value(v.value)
+                                                    and (v.format_spec is None or _plain_value(v.format_spec)))
+                   for v in node.values)
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, (ast.Constant, ast.Name))
 
 
 def _spellings(helper: ast.FunctionDef) -> dict:
@@ -441,7 +455,12 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
     for name, d in defs.items():
         spell = _spellings(d)
         kind, template = _INLINE[name]
-        if "dist" not in spell or (kind == "expr" and "os" not in spell):
+        if kind == "print":  # its body calls the rank helper: the spellings are that helper's
+            rank = new_defs.get("_neuron_rank")
+            spell = _spellings(rank) if isinstance(rank, ast.FunctionDef) else {}
+            if any(owner_of.get(n) not in HELPERS for n in named.get("_neuron_rank", ())):
+                template = "if _neuron_rank() == 0:\n{indent}    print({args})"  # the helper stays for other uses
+        if "dist" not in spell or (kind in ("expr", "print") and "os" not in spell):
             continue
         uses = [n for n in named[name] if owner_of.get(n) != name]
         if not uses or len(uses) > INLINE_MAX_CALLS:
@@ -472,15 +491,24 @@ def inline_small_helpers(before: str, after: str, inserted=(), before_tree=None,
                              char_col(call.end_lineno, call.end_col_offset), text if bare else f"({text})"))
             else:
                 stmt = parents.get(call)
-                if not isinstance(stmt, ast.Expr) or len(call.args) > 1 or not all(
+                if kind == "print":
+                    if not isinstance(stmt, ast.Expr) or not call.args or not all(_plain_value(a) for a in call.args):
+                        break
+                elif not isinstance(stmt, ast.Expr) or len(call.args) > 1 or not all(
                         isinstance(a, (ast.Constant, ast.Name, ast.Attribute)) for a in call.args):
                     break
                 head = lines[stmt.lineno - 1][: char_col(stmt.lineno, stmt.col_offset)]
                 tail = lines[stmt.end_lineno - 1][char_col(stmt.end_lineno, stmt.end_col_offset):].strip()
-                if head.strip() or (tail and not tail.startswith("#")):
+                if head.strip() or (tail and not tail.startswith("#")) or (
+                        kind == "print" and call.args[0].lineno != call.args[-1].end_lineno):
                     break
+                args = ""
+                if kind == "print":
+                    first, last = call.args[0], call.args[-1]
+                    args = lines[first.lineno - 1][char_col(first.lineno, first.col_offset):
+                                                   char_col(last.end_lineno, last.end_col_offset)]
                 mine.append((stmt.lineno, len(head), stmt.end_lineno, char_col(stmt.end_lineno, stmt.end_col_offset),
-                             template.format(indent=head, **spell)))
+                             template.format(indent=head, args=args, **spell)))
         else:
             edits.extend(mine)
             drop.update(range(d.lineno - 1, d.end_lineno))

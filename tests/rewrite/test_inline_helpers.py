@@ -44,8 +44,22 @@ def test_three_times_or_in_an_fstring_stays_a_helper(ruleset):
 
 
 def test_a_helper_another_helper_calls_stays(ruleset):
-    out = _fix("def f(msg):\n    xm.master_print(msg)\n    return xm.get_ordinal()\n", ruleset)
+    out = _fix("def f(msg, err):\n    xm.master_print(msg, fd=err)\n    return xm.get_ordinal()\n", ruleset)
     assert "def _neuron_rank():" in out and "def _neuron_master_print(" in out
+
+
+def test_plain_master_prints_are_the_guarded_print(ruleset):
+    """xm.master_print of plain values, once or twice, without fd=/local=/flush=: the `if` one writes by hand. A value
+    that calls something stays behind the helper (inlined, only rank 0 would evaluate it)."""
+    out = _fix("def f(msg, step):\n    xm.master_print(msg)\n    xm.master_print(f'step {step}', msg)\n", ruleset)
+    assert "def _neuron" not in out, out
+    guard = '    if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))) == 0:\n'
+    assert out.endswith(f"{guard}        print(msg)\n{guard}        print(f'step {{step}}', msg)\n"), out
+    out = _fix("def f(msg):\n    xm.master_print(msg)\n    return xm.get_ordinal()\n", ruleset)
+    assert out.endswith("    if _neuron_rank() == 0:\n        print(msg)\n    return _neuron_rank()\n"), out
+    out = _fix("def f(loss):\n    xm.master_print(loss.item())\n", ruleset)
+    assert "def _neuron_rank0_print(*args):" in out and "    _neuron_rank0_print(loss.item())\n" in out
+    compile(out, "t.py", "exec")
 
 
 def test_the_one_liners_answer_as_the_helpers_did(ruleset, tmp_path):

@@ -549,7 +549,20 @@ def master_print(site, ctx):
         plain = _plain_print(site, ctx)
         if plain is not None:
             return plain
+    if site.kind == "call" and _plain_master_prints(ctx):
+        return replace_callee(site, ctx, "_neuron_rank0_print", "xm.master_print: becomes _neuron_rank0_print (prints on global rank 0)")
     return replace_callee(site, ctx, "_neuron_master_print", "xm.master_print: becomes _neuron_master_print (prints on global rank 0)")
+
+
+def _plain_master_prints(ctx) -> bool:
+    """Every xm.master_print of the file is a call that passes only what to print: the short helper serves them."""
+    def every_call_is_plain(a) -> bool:
+        for node in program(ctx).uses([f"{XM}.master_print"]):
+            if not isinstance(node, ast.Call) or has_star_args(node) or node.keywords:
+                return False
+        return True
+
+    return cached(ctx.analysis, "NM115 plain prints", every_call_is_plain)
 
 
 def _plain_print(site, ctx):

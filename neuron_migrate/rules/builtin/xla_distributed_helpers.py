@@ -57,6 +57,16 @@ NEW_HELPERS = {
         {},
         ("_neuron_rank", "_neuron_local_rank"),
     ),
+    # xm.master_print where every call of the file passes only what to print (no fd=, local=, flush=)
+    "_neuron_rank0_print": Helper(
+        '''def _neuron_rank0_print(*args):
+    """print() on global rank 0 only, as xm.master_print did."""
+    if _neuron_rank() == 0:
+        print(*args)
+''',
+        {},
+        ("_neuron_rank",),
+    ),
     "_neuron_barrier": Helper(
         '''def _neuron_barrier(tag=None):
     """Wait until every process gets here, as xm.rendezvous(tag) did; nothing to wait for in one process."""
