@@ -41,6 +41,10 @@ _LAUNCHER_SUFFIXES = (".sh", ".bash", ".slurm", ".sbatch", ".yaml", ".yml", ".do
 _PACKAGING = ("pyproject.toml", "setup.py", "setup.cfg")
 _GROUP_LAUNCHES = {"xmp.spawn", "torch_xla.launch"}
 _SPMD_IMPORTS = ("torch_xla.distributed.spmd", "torch_xla.experimental.xla_sharding")
+# the modules of native sharding (parallelize_module, fully_shard, distribute_module): it replaces the parameters, so an
+# optimizer a base class's __init__ built before it keeps the old ones (NM166 reads "spmd_bases" for these files too)
+_NATIVE_SHARDING_IMPORTS = ("torch.distributed.tensor", "torch.distributed.fsdp", "torch.distributed._composable.fsdp",
+                            "torch.distributed._tensor")
 # what a model module may import and still be known to hold no BatchNorm (another library's models may)
 # text that shows a module may build BatchNorm layers (NM150 keeps SPMD's global-batch statistics for those)
 BATCH_NORM_WORDS = ("BatchNorm", "batch_norm", "torch.hub")
@@ -537,7 +541,8 @@ class RepositoryModel:
         the optimizer trains is a class of this repository that holds no BatchNorm, else why it may)} for the classes of a file that imports torch_xla's SPMD (NM150: pytorch/xla's
         train_resnet_spmd_data_parallel.py subclasses a trainer whose base class builds the model and its optimizer)."""
         rec = self.py[rel]
-        if not rec.get("c") or not self._is_spmd(rel):
+        if not rec.get("c") or not (self._is_spmd(rel) or any(
+                imp[1].startswith(_NATIVE_SHARDING_IMPORTS) for imp in rec.get("i", ()))):
             return {}
         out: dict = {}
         for cls, bases in rec["c"].items():

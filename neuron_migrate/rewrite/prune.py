@@ -302,10 +302,15 @@ def _pure(test: ast.AST) -> bool:
         if isinstance(n, ast.Call):
             func = n.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if name not in _PURE_CALLS or any(not isinstance(a, ast.Constant) for a in n.args) or \
+            # `flags.get("metrics_debug")`: a lookup in the settings, as `FLAGS.metrics_debug` is
+            lookup = name == "get" and isinstance(func, ast.Attribute) and 1 <= len(n.args) <= 2
+            if (name not in _PURE_CALLS and not lookup) or any(not isinstance(a, ast.Constant) for a in n.args) or \
                     any(k.arg is None or not isinstance(k.value, ast.Constant) for k in n.keywords):
                 return False
-        elif isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda, ast.Subscript,
+        elif isinstance(n, ast.Subscript):
+            if not isinstance(n.slice, ast.Constant):  # `flags["metrics_debug"]`, not `x[f()]`
+                return False
+        elif isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda,
                             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             return False
     return True
@@ -351,6 +356,7 @@ def drop_emptied_blocks(before: str, after: str, before_tree=None, after_tree=No
             parent_of[c] = p
     lines = source_lines(after, keepends=True)
     drop: set = set()
+    gone: dict = {}  # id of a block -> (the block, its statements that go)
     for n in ast.walk(new):
         if not _emptied(n) or ast.dump(n) in had:
             continue
@@ -370,9 +376,17 @@ def drop_emptied_blocks(before: str, after: str, before_tree=None, after_tree=No
         if lines[first][: n.col_offset].strip() or lines[last][_char_col(lines[last], n.end_col_offset):].strip():
             continue  # shares a line with other code
         drop.update(range(first, last + 1))
+        gone.setdefault(id(block), (block, []))[1].append(n)
     if not drop:
         return after
-    return "".join(l for i, l in enumerate(lines) if i not in drop)
+    keep: dict = {}  # line -> its text: a block whose every statement goes keeps `pass` in the first one's place
+    for block, stmts in gone.values():
+        if len(stmts) == len(block):
+            first = min(stmts, key=lambda st: st.lineno)
+            line = lines[first.lineno - 1]
+            end = line[len(line.rstrip("\r\n")):] or "\n"
+            keep[first.lineno - 1] = line[: first.col_offset] + "pass" + end
+    return "".join(keep.get(i, l) for i, l in enumerate(lines) if i not in drop or i in keep)
 
 
 # Helpers whose few calls read better as the one-line native form (issue 38): name -> (kind, template). The

@@ -394,7 +394,8 @@ def test_the_editor_server_reads_the_repository_of_the_buffer(sys_path_repo):
     messages = [f.message for f in findings if f.rule.code == "NM112"]
     assert messages and not any("single-device program" in m for m in messages), messages
     fixed = checker.fix_all(base.read_text(), str(base), unsafe=True)
-    assert "1200 // (dist.get_world_size() if dist.is_initialized()" in fixed and '    print("epoch begin")' not in fixed
+    assert "1200 // (dist.get_world_size() if dist.is_initialized()" in fixed
+    assert 'RANK", 0))) == 0:\n            print("epoch begin")\n' in fixed  # on rank 0 only, not every process
 
 
 @pytest.mark.parametrize("case", ["group started in an imported module", "started by torchrun in a launcher"])
@@ -1103,3 +1104,24 @@ def test_files_that_pick_the_device_among_accelerators_are_facts_of_the_modules_
     assert model.facts(str(root / "model.py"))["pickers"] == ["train_gpt2.py"]
     assert "pickers" not in (model.facts(str(root / "train_gpt2.py")) or {})
     assert "pickers" not in (model.facts(str(root / "other.py")) or {})
+
+
+def test_nm166_sharding_after_a_base_class_built_the_optimizer(tmp_path):
+    """pytorch/xla's tensor_parallel/train_decoder_only_spmd_tp.py: the subclass shards the MLPs after
+    super().__init__(), whose class (another file, reached through sys.path) built `self.optimizer` over
+    `self.model.parameters()`: the sharded weights would never train. A subclass that builds it again after is fine."""
+    base = ("import torch\n\n\nclass TrainBase:\n    def __init__(self):\n        self.model = torch.nn.Linear(2, 2)\n"
+            "        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)\n")
+    tp = ("import os\nimport sys\n\nimport torch\nsys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0]))))\n"
+          "from train_base import TrainBase\n\nfrom torch.distributed.tensor import init_device_mesh\n"
+          "from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module\n\n\n"
+          "class TrainTP(TrainBase):\n    def __init__(self):\n        super().__init__()\n"
+          "        mesh = init_device_mesh('xla', (2,))\n        parallelize_module(self.model, mesh, ColwiseParallel())\n"
+          "{again}\n\nif __name__ == '__main__':\n    TrainTP()\n")
+    for again, found in (("", True), ("        self.optimizer = torch.optim.Adam(self.model.parameters())\n", False)):
+        root = write(tmp_path / f"proj{int(found)}", {"pyproject.toml": "", "train_base.py": base,
+                                                      "tensor_parallel/train_tp.py": tp.format(again=again)})
+        out = _audit(root)
+        assert ("NM166" in out) is found, out
+        if found:
+            assert "TrainBase.__init__ builds over `self.model.parameters()` (train_base.py:7" in out, out

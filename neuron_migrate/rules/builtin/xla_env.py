@@ -58,6 +58,9 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "NEURONCORE_NUM_DEVICES": ("launch", "launch one process per NeuronCore with torchrun --nproc_per_node=N; read the count from LOCAL_WORLD_SIZE or torch.distributed.get_world_size()"),
     "ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB": ("other", "gradient bucketing is DDP's bucket_cap_mb= argument now"),
     "TPU_NUM_DEVICES": ("remove", ""),
+    # pytorch/xla's colab notebooks open with `assert os.environ['COLAB_TPU_ADDR'], 'Make sure to select TPU ...'`
+    "COLAB_TPU_ADDR": ("remove", "Colab's TPU address is never set on a Trainium host: delete the check that a TPU is "
+                                 "attached (torch.neuron.is_available() tests for the device)"),
 }
 _PREFIXES = {"XRT_": ("remove", ""), "TPU_": ("remove", ""), "NEURON_PJRT_": ("remove", "")}
 

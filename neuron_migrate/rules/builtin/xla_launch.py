@@ -11,9 +11,10 @@ from neuron_migrate.program import cached
 from neuron_migrate.program.distributed import Group, torchrun_branch_of
 from neuron_migrate.rules.api import const_value, has_star_args, indent_statement, kwarg, rule
 from neuron_migrate.rules.builtin.compat_runtime import rank_conditional
+from neuron_migrate.rules.builtin.xla_collectives import _free_name
 from neuron_migrate.rules.builtin.xla_distributed import (
     DIST, DIST_GUIDE, XM, XMP, alone_on_lines, atom, call_and_ref, dropped, dropped_words, group_at,
-    is_none, program, replace_callee, simple_ref, starts_line, _stmt_of)
+    is_none, program, replace_callee, simple_ref, starts_line, wrapped_in_ddp, _stmt_of)
 
 
 # -- NM125 xm.save ---------------------------------------------------------------------------------
@@ -375,8 +376,8 @@ def xmp_spawn(site, ctx):
     if script.endswith(".ipynb"):  # torchrun runs Python files only: in its notebook the code runs as one process
         stem = script[: -len(".ipynb")]
         note = (f"Launch with: torchrun --nproc_per_node=<NeuronCores per instance, e.g. 64 on trn2.48xlarge> {stem}.py, "
-                f"after `jupyter nbconvert --to script {script}` (torchrun cannot run a notebook; run in the notebook, "
-                "the code is one process)")
+                f"after `jupyter nbconvert --to script {script}` (torchrun cannot run a notebook; delete the `!` shell "
+                "lines, which the script keeps as get_ipython() calls; run in the notebook, the code is one process)")
     if site.kind == "ref":
         return ctx.finding(site, f"{what} used as a value: start the script with torchrun and call the function with its rank directly", note=note)
     call = site.call
@@ -549,7 +550,14 @@ def _same_in_every_process(call) -> bool:
         `xmp.MpModelWrapper(model)` shared one CPU copy of the model between forked device processes;
         `.to(device)` on it returned the model on the device. Under torchrun each process has its own model, and
         `model.to(device)` does the same, so the wrapper is dropped: `xmp.MpModelWrapper(model)` becomes `model`.
-        Used as a value, it becomes `(lambda model: model)`.
+        The fork also gave every process the same initial weights, which separately built models do not have
+        unless every rank seeds alike before building them (pytorch/xla's mnist-training notebook builds the model
+        at module level, before its `torch.manual_seed(1)`): where a worker moves the wrapped model to its device
+        (`model = WRAPPED_MODEL.to(device)`), rank 0's parameters and buffers are broadcast right after
+        (`for tensor in [*model.parameters(), *model.buffers()]: dist.broadcast(tensor.data, src=0)`, under `if
+        dist.is_initialized():` where the process group may not exist); where the wrapped model is used otherwise,
+        the finding's note says to do so. In a file that wraps the model in DDP (which broadcasts rank 0's weights)
+        nothing is added. Used as a value, it becomes `(lambda model: model)`.
     """,
     examples=[("WRAPPED_MODEL = xmp.MpModelWrapper(net)", "WRAPPED_MODEL = net")],
 )
@@ -563,7 +571,66 @@ def mp_model_wrapper(site, ctx):
     if model is None or has_star_args(call):
         return ctx.finding(site, "xmp.MpModelWrapper: use the model itself")
     fx.replace(call, atom(ctx, model))
-    return ctx.finding(site, "xmp.MpModelWrapper is not needed: each torchrun process owns its model", fix=fx.build())
+    if wrapped_in_ddp(ctx):
+        return ctx.finding(site, "xmp.MpModelWrapper is not needed: each torchrun process owns its model (DDP broadcasts "
+                                 "rank 0's weights when it wraps it)", fix=fx.build())
+    # the forked workers shared one set of initial weights: each process now builds its own, so rank 0's are
+    # broadcast where a worker moves the model to its device (`model = WRAPPED_MODEL.to(device)`)
+    moves, missed = _wrapped_moves(ctx, site)
+    for stmt, nxt, name, state in moves:
+        if state is Group.NONE:
+            continue
+        t = _free_name(ctx, "tensor")
+        loop = (f"for {t} in [*{name}.parameters(), *{name}.buffers()]:  # the weights the fork shared: rank 0's\n"
+                f"    {fx.ref(DIST)}.broadcast({t}.data, src=0)")
+        if state is not Group.ALWAYS:
+            loop = f"if {fx.ref(DIST)}.is_initialized():\n" + "".join(f"    {ln}\n" for ln in loop.split("\n"))
+        fx.insert_before(nxt, loop + ("" if loop.endswith("\n") else "\n"))
+    note = ("" if not missed else
+            "The forked processes shared one set of initial weights; each torchrun process now builds its own: broadcast "
+            "rank 0's after moving the model (for t in [*model.parameters(), *model.buffers()]: dist.broadcast(t.data, "
+            "src=0)) or wrap it in DDP, unless every rank seeds alike before building it.")
+    how = "; rank 0's weights are broadcast where the worker moves the model to its device" if moves and not missed else ""
+    return ctx.finding(site, "xmp.MpModelWrapper is not needed: each torchrun process owns its model" + how,
+                       fix=fx.build(), note=note)
+
+
+def _wrapped_moves(ctx, site) -> tuple:
+    """([(statement, the statement after it, name, group state)] for each `name = WRAPPED.to(device)` of the name the
+    wrapper is assigned to at module level, True when the wrapped model is used otherwise too (or a move is the last
+    statement of its block))."""
+    a = ctx.analysis
+    assign = site.stmt
+    if not (isinstance(assign, ast.Assign) and assign.value is site.call and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name) and a.parent_of.get(assign) is a.tree):
+        return [], True
+    wrapped = assign.targets[0].id
+    facts = program(ctx)
+    moves, missed = [], False
+    for n in walk(a.tree):
+        if not (isinstance(n, ast.Name) and n.id == wrapped) or n is assign.targets[0]:
+            continue
+        attr = a.parent_of.get(n)
+        call = a.parent_of.get(attr)
+        stmt = a.parent_of.get(call)
+        if not (isinstance(attr, ast.Attribute) and attr.attr == "to" and isinstance(call, ast.Call) and call.func is attr
+                and isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)):
+            missed = True
+            continue
+        block = next((b for b in _blocks_of(a.parent_of.get(stmt)) if stmt in b), None)
+        i = block.index(stmt) if block is not None else -1
+        if block is None or i + 1 >= len(block):
+            missed = True
+            continue
+        moves.append((stmt, block[i + 1], stmt.targets[0].id, facts.group_at(stmt)))
+    return moves, missed or not moves
+
+
+def _blocks_of(node):
+    if node is None:
+        return []
+    return [b for b in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")) if isinstance(b, list)]
 
 
 # -- NM129 xmp.MpSerialExecutor --------------------------------------------------------------------

@@ -227,3 +227,98 @@ def xla_spmd(site, ctx):
         return ctx.finding(site, f"`{site.key}` is XLA SPMD: {_GENERAL}" + (f"; here: {plan}" if plan and site.kind == "import" else "")
                            + why, fix=fix, note=note)
     return ctx.finding(site, f"`{site.key}` is XLA SPMD -> {plan}{why}", fix=fix, note=note)
+
+
+# -- NM166 native sharding after the optimizer --------------------------------------------------------------------
+_NATIVE_SHARDING = ("torch.distributed.tensor.parallel.parallelize_module",
+                    "torch.distributed.tensor.parallel.api.parallelize_module",
+                    "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
+                    "torch.distributed.tensor.distribute_module", "torch.distributed._tensor.distribute_module")
+
+
+def _function_of(a, node):
+    up = a.parent_of.get(node)
+    while up is not None and not isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        up = a.parent_of.get(up)
+    return up if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _is_optimizer(q: str) -> bool:
+    return q.startswith("torch.optim.") and q.count(".") == 2 and q.rpartition(".")[2][:1].isupper()
+
+
+def _super_init_line(fn) -> "int | None":
+    for n in walk(fn):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
+                and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
+                and n.func.value.func.id == "super"):
+            return n.lineno
+    return None
+
+
+def _base_optimizer_words(ctx, fn, line: int) -> str:
+    """Where a base class's `__init__`, run by `super().__init__()` above `line`, builds an optimizer over the model:
+    in another repository file (the repository model's "spmd_bases"), or in this file; "" when none is known."""
+    a = ctx.analysis
+    if fn.name != "__init__":
+        return ""
+    cls = a.parent_of.get(fn)
+    start = _super_init_line(fn)
+    if not isinstance(cls, ast.ClassDef) or start is None or start > line:
+        return ""
+    entry = ((getattr(a, "outside", None) or {}).get("spmd_bases") or {}).get(cls.name) or {}
+    if entry.get("o"):
+        opt, model, at = entry["o"][0][:3]
+        return (f"the optimizer `self.{opt}` that {entry.get('class')}.__init__ builds over `self.{model}.parameters()` "
+                f"({entry.get('in')}:{at}, run by super().__init__() above)")
+    names = {b.id for b in cls.bases if isinstance(b, ast.Name)}
+    for base in a.tree.body:
+        if isinstance(base, ast.ClassDef) and base.name in names:
+            for d in base.body:
+                if isinstance(d, ast.FunctionDef) and d.name == "__init__":
+                    for n in walk(d):
+                        if isinstance(n, ast.Call) and _is_optimizer(a.resolve(n.func, a.scope_of.get(d, a.module_scope), count_use=False) or ""):
+                            return f"the optimizer that {base.name}.__init__ builds (line {n.lineno}, run by super().__init__() above)"
+    return ""
+
+
+@rule(
+    code="NM166",
+    name="sharding-after-optimizer",
+    summary="parallelize_module / fully_shard / distribute_module after the optimizer is built: it keeps the replaced parameters, which never train",
+    fix="none",
+    severity="error",
+    triggers=[("call", q) for q in _NATIVE_SHARDING],
+    docs="""
+        `parallelize_module`, `fully_shard` and `distribute_module` replace a module's parameters with new DTensor
+        parameters. An optimizer built before them holds the old parameter objects: it steps tensors the model no
+        longer uses, and the sharded weights never train, with nothing failing (XLA's sharding annotations kept the
+        parameter objects, so torch_xla programs written this way trained there). Reported where an optimizer is
+        built earlier in the same function and none after, or where the call follows `super().__init__()` in an
+        `__init__` whose base class builds one (in this file, or in another file of the repository: pytorch/xla's
+        tensor_parallel/train_decoder_only_spmd_tp.py shards the MLPs of a model whose Adam optimizer
+        train_decoder_only_base.py built). Build the optimizer after the sharding (`self.optimizer =
+        torch.optim.Adam(self.model.parameters(), ...)` again after the loop).
+    """,
+    examples=[("import torch\nfrom torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel\n"
+               "opt = torch.optim.Adam(model.parameters())\nparallelize_module(model, mesh, {'fc': ColwiseParallel()})", None)],
+)
+def sharding_after_optimizer(site, ctx):
+    a = ctx.analysis
+    call = site.call
+    fn = _function_of(a, call)
+    api = site.key.rpartition(".")[2]
+    before, after = [], []
+    for c, q in a.resolved_calls:
+        if _is_optimizer(q) and _function_of(a, c) is fn:
+            (before if c.lineno < call.lineno else after).append(c)
+    if after:
+        return None  # an optimizer is built again after the sharding
+    if before:
+        where = f"the optimizer built on line {before[-1].lineno}"
+    else:
+        where = _base_optimizer_words(ctx, fn, call.lineno) if fn is not None else ""
+    if not where:
+        return None
+    return ctx.finding(site, f"{api} replaces the module's parameters with DTensor parameters; {where} holds the old "
+                             "ones, so the sharded weights never train: build the optimizer after the sharding")
