@@ -171,6 +171,11 @@ def _string_member(node: ast.AST) -> Optional[str]:
         head = node.values[0].value
         m = _FSTRING_HEAD.match(head) if isinstance(head, str) else None
         return m.group(1) if m else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant):
+        # `"cuda:" + str(rank % n)` (SwAV's map_location): the sum names the device as an f-string would
+        head = node.left.value
+        m = _FSTRING_HEAD.match(head) if isinstance(head, str) and head.endswith(":") else None
+        return m.group(1) if m else None
     return None
 
 

@@ -251,7 +251,7 @@ def float64(site, ctx):
             return ctx.finding(site, msg + "; not rewritten: this value is not seen to reach the device",
                                **sourced(fact(ctx, "torch.float64")))
         fx = ctx.fixer()
-        fx.replace(call, f"{ctx.src(call.func.value)}.float()")
+        fx.replace(call, f"{ctx.src_relative(call.func.value)}.float()")
         return ctx.finding(site, msg, fix=fx.build(), **sourced(fact(ctx, "torch.float64")))
     if in_compare(site):
         return None

@@ -525,6 +525,8 @@ def string_member(site):
     node = site.node
     if site.key.endswith(":"):
         joined = site.parent
+        if isinstance(joined, ast.BinOp) and isinstance(joined.op, ast.Add) and joined.left is node:
+            return joined  # `"cuda:" + str(rank)`
         if not isinstance(joined, ast.JoinedStr) or joined.values[0] is not node:
             return None
         return joined
@@ -598,7 +600,23 @@ def value_set_finding(site, ctx, node, vs, kind: str, new: str):
             note += f" Values from {', '.join(vs.external)} must now say {new!r}."
         if vs.elsewhere:
             note += f" Another file of the program passes it to torch ({', '.join(vs.elsewhere)})."
+    if _float16_autocast_device(node, ctx):
+        note = " ".join(x for x in (note, unscaled_float16_note(ctx)) if x)
     return ctx.finding(site, f"{raw} names the device ({_ROLE_TEXT[member.role]}): becomes {new!r}", fix=fix, note=note)
+
+
+def _float16_autocast_device(node, ctx) -> bool:
+    """`node` is the device type of a float16 autocast (`torch.amp.autocast(device_type="cuda", dtype=torch.float16)`)."""
+    a = ctx.analysis
+    parent = a.parent_of.get(node)
+    call = a.parent_of.get(parent) if isinstance(parent, ast.keyword) and parent.arg == "device_type" else parent
+    if not (isinstance(call, ast.Call) and (parent is not call or (call.args and call.args[0] is node))):
+        return False
+    if a.resolve(call.func, a.module_scope, count_use=False) not in ("torch.autocast", "torch.amp.autocast"):
+        return False
+    dtype = kwarg(call, "dtype", 1)
+    return isinstance(dtype, (ast.Name, ast.Attribute)) and a.resolve(dtype, a.module_scope, count_use=False) in (
+        "torch.float16", "torch.half")
 
 
 # -- NM200 ------------------------------------------------------------------------------------------
@@ -641,14 +659,62 @@ def cuda_method(site, ctx):
             note = "The device index was dropped: the accelerator's current device is used (select it with torch.accelerator.set_device_index)."
     elif index is None:
         target = device_flow.facts(ctx.analysis).device_name_at(call) or '"neuron"'
+    elif _bound_to_a_device(index, site, ctx):
+        # `gpu = torch.device(args.device)` then `.cuda(gpu)` (VICReg): the argument is the device itself, whose
+        # string the program's value flow rewrites; an index would go into torch.device("neuron", i)
+        target = ctx.src(index)
     else:
         target = f'{fx.ref("torch")}.device("neuron", {ctx.src(index)})'
         note = LOCAL_DEVICE_NOTE
-    recv = ctx.src(call.func.value)
+    recv = ctx.src_relative(call.func.value)  # SwAV's `torch.zeros(\n    ...,\n).cuda()` keeps its layout
     if not isinstance(call.func.value, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
         recv = f"({recv})"
     fx.replace(call, f"{recv}.to({', '.join([target, *extra])})")
     return ctx.finding(site, "`.cuda()` needs CUDA: use `.to(\"neuron\")`", fix=fx.build(), note=note)
+
+
+# loss scalers that are CUDA's (and turn themselves off on a host without CUDA): timm's NativeScaler() wraps one
+_CUDA_SCALERS = {"torch.cuda.amp.GradScaler", "timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler",
+                 "torch.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
+
+
+def unscaled_float16_note(ctx) -> str:
+    """For a float16 autocast moved to Neuron: the note that the file's loss scaler is still CUDA's (it disables
+    itself there, so float16 trains without loss scaling until it is migrated: NM207, NM234); "" when none."""
+    def build(a):
+        for c, q in a.resolved_calls:
+            if q not in _CUDA_SCALERS or has_star_args(c):
+                continue
+            device = kwarg(c, "device", 0) if q != "torch.cuda.amp.GradScaler" else None
+            if device is None or const_value(device) == "cuda":
+                return c.lineno
+        return 0
+
+    line = cached(ctx.analysis, "CUDA loss scaler", build)
+    if not line:
+        return ""
+    return (f"The loss scaler at line {line} is CUDA's, which disables itself on Neuron: with float16 the loss is no longer "
+            "scaled until it is migrated (bfloat16 needs no scaler).")
+
+
+def _bound_to_a_device(index, site, ctx) -> bool:
+    """`index` is a name its scope binds once, to `torch.device(...)`: a device, not an index."""
+    if not isinstance(index, ast.Name):
+        return False
+    scope = site.scope
+    while scope is not None and index.id not in scope.bindings:
+        scope = scope.parent
+    if scope is None or scope.node is None:
+        return False
+    body = scope.node.body if isinstance(getattr(scope.node, "body", None), list) else []
+    stores = [n for st in body for n in walk(st) if isinstance(n, ast.Name) and n.id == index.id
+              and not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1:
+        return False
+    assign = ctx.analysis.parent_of.get(stores[0])
+    return (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and assign.targets[0] is stores[0]
+            and isinstance(assign.value, ast.Call)
+            and ctx.analysis.resolve(assign.value.func, scope, count_use=False) == "torch.device")
 
 
 def _choice_of_cuda_is_available(node, ctx, site) -> bool:

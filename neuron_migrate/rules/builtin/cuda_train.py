@@ -19,7 +19,7 @@ from neuron_migrate.rules.builtin import cuda_picker
 from neuron_migrate.rules.builtin.xla_core import catches_import_error
 from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
                                                       lines_text, set_fix, skip_dispatch, string_quote,
-                                                      DATA_PARALLEL, data_parallel_guard)
+                                                      unscaled_float16_note, DATA_PARALLEL, data_parallel_guard)
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -64,9 +64,13 @@ def cuda_amp_autocast(site, ctx):
     # their parameters in another order: positional arguments are passed by name
     args = call_args_src(call, ctx, names=_CUDA_AUTOCAST_PARAMETERS)
     note = ""
-    if kwarg(call, "dtype", 1) is None and not has_star_args(call):
+    dtype = kwarg(call, "dtype", 1)
+    if dtype is None and not has_star_args(call):
         args = ", ".join(x for x in [args, f"dtype={torch}.float16"] if x)
         note = "CUDA autocast defaulted to float16 (kept); bfloat16 is the usual choice on Trainium and needs no GradScaler."
+    if dtype is None or (isinstance(dtype, (ast.Name, ast.Attribute)) and ctx.analysis.resolve(
+            dtype, ctx.analysis.module_scope, count_use=False) in _FP16):
+        note = " ".join(x for x in (note, unscaled_float16_note(ctx)) if x)
     fx.replace(call, f"{torch}.autocast({device}{', ' + args if args else ''})")
     return ctx.finding(site, "torch.cuda.amp.autocast only affects CUDA: use torch.autocast(\"neuron\", ...)", fix=fx.build(), note=note)
 
@@ -792,7 +796,10 @@ def nccl_env(site, ctx):
 _APEX_PARTS = {
     "apex.amp": 'torch.autocast("neuron", dtype=torch.bfloat16) for amp.initialize/amp.scale_loss (bfloat16 needs no '
                 "loss scaling)",
-    "apex.parallel": "torch.nn.parallel.DistributedDataParallel",
+    # LARC wraps an optimizer (layer-wise adaptive rates, SwAV/SimCLR-style training): no torch.optim equivalent
+    "apex.parallel.LARC": "a LARS/LARC optimizer wrapper of the program's own (apex's LARC.py is plain PyTorch: a copy "
+                          "into the repository runs on Neuron) around the torch.optim optimizer",
+    "apex.parallel": "torch.nn.parallel.DistributedDataParallel (SyncBatchNorm: torch.nn.SyncBatchNorm)",
     "apex.optimizers": "a torch.optim optimizer (FusedAdam -> torch.optim.AdamW, FusedLAMB -> another torch.optim one)",
     "apex.normalization": "torch.nn.LayerNorm / torch.nn.RMSNorm",
 }
@@ -821,7 +828,8 @@ _CUDA_LIBRARIES = {
         `FusedLayerNorm`), flash-attn, xformers, bitsandbytes and Transformer Engine ship CUDA kernels; they do not
         install or run on a Trainium host, so a program that imports them stops at the import. Each import is
         reported with the native replacement: `torch.autocast("neuron", dtype=torch.bfloat16)` for apex AMP,
-        `torch.nn.parallel.DistributedDataParallel` for apex's, `torch.optim` optimizers for the fused and 8-bit
+        `torch.nn.parallel.DistributedDataParallel` for apex's (apex's LARC optimizer wrapper, SwAV's, is plain
+        PyTorch: a copy of its LARC.py in the repository runs as it is), `torch.optim` optimizers for the fused and 8-bit
         ones, `torch.nn.LayerNorm`/`RMSNorm` for the fused norms, `F.scaled_dot_product_attention` for the attention
         kernels. Not rewritten: apex AMP's `opt_level` and loss scaling, and the layers' arguments, need a human.
         Imports a program already does without are not reported: inside a function (lazy imports, as libraries

@@ -555,7 +555,11 @@ def master_print(site, ctx):
 
 
 def _plain_master_prints(ctx) -> bool:
-    """Every xm.master_print of the file is a call that passes only what to print: the short helper serves them."""
+    """Every xm.master_print of the file is a call that passes only what to print: the short helper serves them
+    (not where the helpers go into one shared module: there one form serves every file)."""
+    if ctx.settings is not None and ctx.settings.helpers_module:
+        return False
+
     def every_call_is_plain(a) -> bool:
         for node in program(ctx).uses([f"{XM}.master_print"]):
             if not isinstance(node, ast.Call) or has_star_args(node) or node.keywords:

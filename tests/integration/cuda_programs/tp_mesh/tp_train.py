@@ -34,9 +34,11 @@ rank = device_mesh.get_rank()
 
 torch.manual_seed(0)
 tp_model = ToyModel().to("cuda")
-optimizer = torch.optim.AdamW(tp_model.parameters(), lr=0.05, foreach=True)
 tp_model = parallelize_module(module=tp_model, device_mesh=device_mesh,
                               parallelize_plan={"in_proj": ColwiseParallel(), "out_proj": RowwiseParallel()})
+# built after the sharding, as pytorch/examples' tensor_parallel_example.py does: parallelize_module replaces the
+# parameters, and an optimizer built before would step the old ones (NM166)
+optimizer = torch.optim.AdamW(tp_model.parameters(), lr=0.05, foreach=True)
 
 target = torch.zeros(20, 5, device="cuda")
 losses = []
