@@ -259,6 +259,30 @@ def _handed_call(node, parent) -> "Optional[tuple]":
     return parent.func.id, parent.args.index(node), parent
 
 
+_LOADER_NAME = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*[\w.]*MpDeviceLoader\(", re.M)
+
+
+def may_hand_loader(data: bytes, names: set) -> bool:
+    """Some call of one of `names` has `MpDeviceLoader(` or a name bound to one among its next lines: the text test
+    before `handed_loaders` parses the file (it may say yes where the parse then finds nothing)."""
+    if not names:
+        return False
+    loaders = [b"MpDeviceLoader("] + [m.group(1) for m in _LOADER_NAME.finditer(data)]
+    for name in names:
+        needle = name.encode() + b"("
+        i = data.find(needle)
+        while i >= 0:
+            if i == 0 or not (data[i - 1:i].isalnum() or data[i - 1:i] in (b"_", b".")):
+                end = i
+                for _ in range(4):  # the call's line and three more (its arguments may be on their own lines)
+                    nxt = data.find(b"\n", end + 1)
+                    end = len(data) if nxt < 0 else nxt
+                if any(x in data[i:end] for x in loaders):
+                    return True
+            i = data.find(needle, i + 1)
+    return False
+
+
 def handed_loaders(tree: ast.Module) -> list:
     """One list per device loader on its function's own device that is only handed to calls of plain names: [(function
     name, argument index, call)] for `train_one_epoch(model, pl.MpDeviceLoader(loader, device), ...)`, or for each call

@@ -1012,9 +1012,18 @@ class RepositoryModel:
 
         def groups_in(f):  # the loaders of `f` that only go into calls of plain names (flows.handed_loaders)
             if f not in groups:
-                t = tree(f) if self.py.get(f, {}).get("ml") else None
+                # parsed only where a line calls a name imported from another file of the repository with a device
+                # loader on it (the scan's answer is cheap; a parse of every loader-building file is not)
+                t = tree(f) if self.py.get(f, {}).get("ml") and flows.may_hand_loader(raw(f), imported(f)) else None
                 groups[f] = flows.handed_loaders(t) if t is not None else []
             return groups[f]
+
+        def imported(f):  # the local names `from ... import` binds in `f` to names of other repository files
+            out = set()
+            for imp in self.py[f].get("i", ()):
+                if imp[2] and (imp[0] or imp[1].partition(".")[0] in self.names) and self.resolve(f, imp[0], imp[1]):
+                    out.update(loc for _n, loc in imp[2])
+            return out
 
         def target(f, local):  # (file, def name) that a `from ... import` of `f` binds `local` to
             for imp in self.py[f].get("i", ()):
