@@ -155,6 +155,12 @@ def _params(fn) -> list:
     return [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if p is not None]
 
 
+def _len_of(call, node) -> bool:
+    """`call` is `len(node)`."""
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "len"
+            and call.args == [node] and not call.keywords)
+
+
 def _passed_to_method(node, parent, receiver: str) -> Optional[list]:
     """[method, index] when `node` is positional argument `index` of `receiver.method(...)` (no * or **)."""
     if not (isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Attribute)
@@ -221,8 +227,7 @@ def result_uses(tree: ast.Module, method: str) -> Optional[list]:
             if not (isinstance(m, ast.Name) and m.id == name and isinstance(m.ctx, ast.Load)):
                 continue
             user = parents.get(m)
-            if (isinstance(user, ast.Call) and isinstance(user.func, ast.Name) and user.func.id == "len"
-                    and user.args == [m] and not user.keywords):
+            if _len_of(user, m):
                 continue
             passed = _passed_to_method(m, user, receiver)
             if passed is None:
@@ -321,8 +326,7 @@ def handed_loaders(tree: ast.Module) -> list:
             if not (isinstance(m, ast.Name) and m.id == name and isinstance(m.ctx, ast.Load)):
                 continue
             user = parents.get(m)
-            if (isinstance(user, ast.Call) and isinstance(user.func, ast.Name) and user.func.id == "len"
-                    and user.args == [m] and not user.keywords):
+            if _len_of(user, m):
                 continue
             passed = _handed_call(m, user)
             if passed is None:
