@@ -268,17 +268,24 @@ def test_elastic_launch_rewrite_starts_the_group_in_the_torchrun_branch(tmp_path
 def test_elastic_launch_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa: F811
     """Each rank starts from other weights (seeded by its rank) and reads its own half of the data: equal checksums
     at the end need both the broadcast of rank 0's weights and the gradient average, in one group."""
-    work, _ = _rewrite(tmp_path, "elastic_launch")
+    _trains_with_broadcast(tmp_path, "elastic_launch", nproc)
+
+
+def _trains_with_broadcast(tmp_path, name: str, nproc: int) -> str:
+    """The rewritten program under torchrun: equal checksums on every rank, two epoch losses (rank 0 prints, once per
+    epoch) that fall, one group whose ranks all-reduced and (with 2) broadcast rank 0's weights. Its output."""
+    work, _ = _rewrite(tmp_path, name)
     logs = tmp_path / "collectives"
     proc = run_torchrun(["train.py"], nproc=nproc, cwd=work, env=_env(logs), timeout=400)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
     losses = [float(x) for x in re.findall(r"epoch \d loss ([0-9.]+)", out)]
-    assert len(losses) == 2 and losses[1] < losses[0], out[-3000:]  # rank 0 prints, once per epoch
+    assert len(losses) == 2 and losses[1] < losses[0], out[-3000:]
     got = _groups_allreduce(logs, nproc)
     if nproc > 1:
         assert all(g["counts"].get("broadcast", 0) > 0 for g in got), got
+    return out
 
 
 def test_engine_split_hands_plain_loaders_to_the_loops_of_another_module(tmp_path):
@@ -296,15 +303,5 @@ def test_engine_split_hands_plain_loaders_to_the_loops_of_another_module(tmp_pat
 def test_engine_split_trains_under_torchrun(tmp_path, emulator, nproc):  # noqa: F811
     """Per-rank initial weights and per-rank halves of the data: equal checksums need the broadcast and the gradient
     average in one group; the batches reach the device only through engine.py's inserted moves."""
-    work, _ = _rewrite(tmp_path, "engine_split")
-    logs = tmp_path / "collectives"
-    proc = run_torchrun(["train.py"], nproc=nproc, cwd=work, env=_env(logs), timeout=400)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    _final(out, rf"rank (?P<rank>\d) world {nproc} device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{{6}})", nproc)
-    losses = [float(x) for x in re.findall(r"epoch \d loss ([0-9.]+)", out)]
-    assert len(losses) == 2 and losses[1] < losses[0], out[-3000:]
+    out = _trains_with_broadcast(tmp_path, "engine_split", nproc)
     assert re.search(r"accuracy [0-9.]+", out), out[-3000:]
-    got = _groups_allreduce(logs, nproc)
-    if nproc > 1:
-        assert all(g["counts"].get("broadcast", 0) > 0 for g in got), got
