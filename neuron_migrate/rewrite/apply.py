@@ -541,6 +541,54 @@ def _ends_before(stmt: Optional[ast.stmt], line: int) -> bool:
     return stmt is not None and (stmt.end_lineno or stmt.lineno) < line
 
 
+def _new_body(tree: ast.Module, chunks: list, rewritten: list) -> Optional[list]:
+    """The top-level statements of the text apply_fixes wrote, with the lines they start and end at (and their
+    decorators') in that text, or None when a rewritten chunk does not parse alone: what insert_support reads of a
+    text's tree (names, and where top-level statements stand), without parsing the whole text again. The statements
+    of untouched chunks are the old tree's, copied with their lines moved (their children are shared: they are read,
+    not changed); each rewritten chunk is parsed on its own (a top-level statement is a syntactic unit)."""
+    import copy
+
+    starts = [a for a, _b in chunks]
+    changed = {idx: (code, first) for idx, code, first, _moved in rewritten}
+    moves = [(chunks[idx][1], moved) for idx, _code, _first, moved in rewritten]  # (last old line, shift after it)
+    body: list = []
+    k = 0  # the rewritten chunks passed so far
+    done: set = set()
+
+    def moved_to(st, by: int):
+        new = copy.copy(st)
+        new.lineno, new.end_lineno = st.lineno + by, (st.end_lineno or st.lineno) + by
+        decorators = getattr(st, "decorator_list", None)
+        if decorators:
+            new.decorator_list = []
+            for d in decorators:
+                d2 = copy.copy(d)
+                d2.lineno = d.lineno + by
+                new.decorator_list.append(d2)
+        return new
+
+    for st in tree.body:
+        idx = bisect_right(starts, _stmt_start(st)) - 1
+        if idx in changed:
+            if idx in done:
+                continue
+            done.add(idx)
+            code, first = changed[idx]
+            if not code:
+                continue
+            try:
+                part = ast.parse(code)
+            except (SyntaxError, ValueError, RecursionError):
+                return None
+            body.extend(moved_to(s, first - 1) for s in part.body)
+            continue
+        while k < len(moves) and moves[k][0] < _stmt_start(st):
+            k += 1
+        body.append(moved_to(st, moves[k - 1][1]) if k else st)
+    return body
+
+
 def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
                 helper_import: Optional[str] = None) -> tuple[str, list[Fix]]:
     """Apply `fixes` to `text`. Returns the new text and the fixes actually applied.
@@ -568,6 +616,8 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
     applied_keys: set = set()
     out: list[str] = []
     pos = 0  # next line index (0-based) of `lines` not yet copied
+    rewritten: list[tuple] = []  # (chunk index, its new code, its first line in the new text, lines after it moved by)
+    n_out = 0  # lines in `out`
     for idx in sorted(by_chunk):
         a, b = chunks[idx]
         prev_end = max(pos, chunks[idx - 1][1] if idx else 0)
@@ -578,13 +628,19 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
         if not code and all(not ln.strip() for ln in gap):
             gap = []  # a removed statement takes its blank separator lines with it (comments stay)
         out.extend(gap)
+        n_out += prev_end - pos + len(gap)
         out.append(code)
+        n_code = len(source_lines(code)) if code else 0
+        rewritten.append((idx, code, n_out + 1, n_out + n_code - b))
+        n_out += n_code
         pos = b
     out.extend(lines[pos:])
     new_text = "".join(out)
+    stripped = False
     if new_text[:1] in ("\n", "\r") and text[:1] not in ("\n", "\r"):
         # the file's first statement was removed: the blank lines that separated it from the next go too
         new_text = re.sub(r"\A(?:[ \t]*\r?\n)+", "", new_text)
+        stripped = True
     applied = [f for f in fixes if all(_skey(e.span) in applied_keys for e in f.edits)]
     unfit = {k[1:] for k in applied_keys if k[0] == "unfit"}
     if unfit:
@@ -602,8 +658,9 @@ def apply_fixes(text: str, fixes: list[Fix], tree: Optional[ast.Module] = None,
     first_edit = chunks[min(by_chunk)][0] if by_chunk else len(lines) + 1
     present = not helpers and all(_ends_before(bound_up_front(tree.body, req), first_edit) for req in imports)
     if (imports or helpers) and not present:
+        body = None if stripped else _new_body(tree, chunks, rewritten)
         try:
-            new_text = insert_support(new_text, imports, helpers, helper_import)
+            new_text = insert_support(new_text, imports, helpers, helper_import, body=body)
         except InsertError as exc:
             raise ApplyError(str(exc)) from None
     return new_text, applied

@@ -434,18 +434,20 @@ def _merge_from_imports(group: list) -> list:
 
 
 def insert_support(text: str, imports: list[ImportReq], helpers: list[tuple[str, str]],
-                   helper_import: Optional[str] = None, only_called: bool = True) -> str:
+                   helper_import: Optional[str] = None, only_called: bool = True,
+                   body: Optional[list[ast.stmt]] = None) -> str:
     """Add `imports` and `helpers` ((name, source), dependencies first) to `text`.
 
     With `helper_import` (a module name), helpers are not pasted in: `from <module> import name` is added.
     With `only_called` false (the shared helpers module, which defines helpers for other files), every helper is
-    added, called here or not.
+    added, called here or not. `body`: the top-level statements of `text` where the caller has them (their names,
+    and the lines they and their decorators stand on, are all that is read here); else `text` is parsed.
     """
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError) as exc:
-        raise InsertError(f"rewrite produced invalid Python before adding imports: {exc}") from None
-    body = tree.body
+    if body is None:
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            raise InsertError(f"rewrite produced invalid Python before adding imports: {exc}") from None
     if not helpers and all(bound_up_front(body, req) for req in imports):
         return text  # the common case: `import torch` is already among the file's leading imports
     lines = source_lines(text, keepends=True)
