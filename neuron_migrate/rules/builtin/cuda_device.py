@@ -79,6 +79,14 @@ def _cuda_site(s) -> bool:
 _HOST_AGNOSTIC = {"torch.cuda.synchronize"}
 
 
+def _user_device_finding(site, ctx, p):
+    setting = ctx.src(p.user_device)
+    return ctx.finding(site, f"the device is picked among several backends (cuda, {p.other_kind}), else from `{setting}` "
+                             f"(line {p.user_device.lineno}), the user's own choice: no neuron branch is added, which "
+                             f"would override it (a run asking for the CPU would get the Neuron device); the choice is "
+                             f"left unchanged: on a Trainium host set `{setting}` to 'neuron'")
+
+
 def dispatch_guard(site, ctx):
     """None when the site is in code that targets only CUDA. In device-dispatching code (a function testing several
     backends, or a value set of several accelerators) a finding at the function's first CUDA site, else False."""
@@ -95,6 +103,8 @@ def dispatch_guard(site, ctx):
     covered = cuda_picker.picker_lines(ctx) if not accelerator(ctx) else set()
     if node.lineno in covered:
         for p in cuda_picker.pickers(ctx):
+            if p.flag and p.user_device is not None and cuda_picker.flag_site(p, ctx) is node:
+                return _user_device_finding(site, ctx, p)
             if p.flag and p.blocked is None and cuda_picker.flag_site(p, ctx) is node:
                 fx = ctx.fixer()
                 fx.scope = site.scope
@@ -791,7 +801,10 @@ class _AsSite:
         of that file (`use_fused = ... and device_type == "cuda"` in build-nanogpt's `configure_optimizers`) stays,
         with a finding, since the file still hands out CUDA devices on GPU hosts; so does such a test of a parameter in
         a function of another file of the program (the repository model: `model.py`'s `device_type == "cuda"` when
-        `train_gpt2.py` picks the device), where the function holds no other CUDA code. With
+        `train_gpt2.py` picks the device), where the function holds no other CUDA code. A picker whose CUDA branch
+        a flag chooses and whose fallback is a setting (`if opt.cuda: ...` / `else: device = torch.device(opt.device)`,
+        pytorch/examples' super_resolution) gets no neuron branch: without the flag the user's setting decides, and
+        the finding says to set it to 'neuron'. With
         `device-style = "accelerator"` the string becomes `torch.accelerator.current_accelerator()` where None is
         acceptable (`.to()`, `device=`), else `(torch.accelerator.current_accelerator() or torch.device("cpu"))`
         (its `.type` where a type string is expected): plain public API, the accelerator or the CPU.
@@ -966,6 +979,9 @@ def cuda_is_available(site, ctx):
                                  f"{picker.blocked.lineno}) shares the model between processes (Hogwild): only CPU "
                                  "tensors (and CUDA's, through IPC) can be shared, so on a Neuron host the program keeps "
                                  "its CPU device; the choice is left unchanged")
+    if picker is not None and picker.user_device is not None and not accelerator(ctx):
+        if any(sub is site.node for sub in walk(picker.branches[picker.cuda_index].test)):
+            return _user_device_finding(site, ctx, picker)
     if picker is not None and picker.blocked is not None and not accelerator(ctx):
         test = picker.blocked
         if any(sub is site.node for sub in walk(picker.branches[picker.cuda_index].test)):

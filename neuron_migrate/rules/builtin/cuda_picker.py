@@ -53,6 +53,8 @@ class Picker:
         # no else: the assignment right before the chain is its fallback (`device = "cpu"` / `if cuda: device = "cuda"`
         # / `elif mps: device = "mps"`, build-nanogpt's and llm.c's picker); the neuron branch ends the chain
         self.default = False
+        # the fallback's device is a setting (`torch.device(opt.device)`): no branch is added (blocked is that node)
+        self.user_device = None
 
 
 def if_chain(top: ast.If):
@@ -188,6 +190,13 @@ def pickers(ctx) -> list:
                         p.lines |= assigns.get(("lines", n.id), set())
             p.fn = fn
             p.reach = None
+            # `if opt.cuda: ...` / `else: device = torch.device(opt.device)` (pytorch/examples' super_resolution,
+            # default "cpu"): without the CUDA flag the user's own device setting decides; a neuron branch before it
+            # would override `--device cpu`. (Where availability picks CUDA, the setting is only the fallback for a
+            # host without an accelerator, and the neuron branch does what the CUDA branch does.)
+            p.user_device = _user_device(orelse) if flag else None
+            if p.user_device is not None:
+                p.blocked = p.user_device
             at = next((i for i, b in enumerate(branches) if _true_without_accelerator(b.test, fn, ctx, assigns)), None)
             if at is not None:
                 # pytorch/examples' imagenet: `if not cuda and not mps: print("using CPU")` / `elif args.distributed:
@@ -212,6 +221,21 @@ def pickers(ctx) -> list:
         return out
 
     return cached(ctx.analysis, "device-pickers", build)
+
+
+def _user_device(orelse):
+    """The setting a picker's fallback takes its device from (`opt.device` in `else: device = torch.device(opt.device)`,
+    `args.device`, `cfg["device"]`, as an if chain's one assignment or a conditional expression's last value), or
+    None when the fallback names its device itself."""
+    value = orelse
+    if isinstance(orelse, list):
+        if len(orelse) != 1 or not isinstance(orelse[0], ast.Assign):
+            return None
+        value = orelse[0].value
+    if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "device"
+            and len(value.args) == 1 and not value.keywords):
+        value = value.args[0]
+    return value if isinstance(value, (ast.Attribute, ast.Subscript)) else None
 
 
 def flag_site(p: Picker, ctx):
@@ -787,8 +811,8 @@ def picker_lines(ctx) -> set:
     def build(_a):
         out: set = set()
         for p in pickers(ctx):
-            if p.blocked is None and fixable(p, ctx):
-                out |= p.lines
+            if (p.blocked is None or p.user_device is not None) and fixable(p, ctx):
+                out |= p.lines  # (a picker left to the user's setting: its finding speaks for it)
         for _top, last, _body in tails(ctx):
             out |= set(range(last.lineno, last.end_lineno + 1))
         return out
