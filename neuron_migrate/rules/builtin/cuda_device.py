@@ -691,6 +691,15 @@ _CUDA_SCALERS = {"torch.cuda.amp.GradScaler", "timm.utils.NativeScaler", "timm.u
 def unscaled_float16_note(ctx) -> str:
     """For a float16 autocast moved to Neuron: the note that the file's loss scaler is still CUDA's (it disables
     itself there, so float16 trains without loss scaling until it is migrated: NM207, NM234); "" when none."""
+    line = cuda_scaler_line(ctx)
+    if not line:
+        return ""
+    return (f"The loss scaler at line {line} is CUDA's, which disables itself on Neuron: with float16 the loss is no longer "
+            "scaled until it is migrated (bfloat16 needs no scaler).")
+
+
+def cuda_scaler_line(ctx) -> int:
+    """The line of the file's first CUDA loss scaler (a GradScaler for CUDA, timm's NativeScaler), or 0."""
     def build(a):
         for c, q in a.resolved_calls:
             if q not in _CUDA_SCALERS or has_star_args(c):
@@ -700,11 +709,7 @@ def unscaled_float16_note(ctx) -> str:
                 return c.lineno
         return 0
 
-    line = cached(ctx.analysis, "CUDA loss scaler", build)
-    if not line:
-        return ""
-    return (f"The loss scaler at line {line} is CUDA's, which disables itself on Neuron: with float16 the loss is no longer "
-            "scaled until it is migrated (bfloat16 needs no scaler).")
+    return cached(ctx.analysis, "CUDA loss scaler", build)
 
 
 def _bound_to_a_device(index, site, ctx) -> bool:

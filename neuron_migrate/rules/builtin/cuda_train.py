@@ -19,7 +19,7 @@ from neuron_migrate.rules.builtin import cuda_picker
 from neuron_migrate.rules.builtin.xla_core import catches_import_error
 from neuron_migrate.rules.builtin.cuda_device import (_ROLE_TEXT, accelerator, agnostic_device, call_args_src, device_type_expr,
                                                       lines_text, set_fix, skip_dispatch, string_quote,
-                                                      unscaled_float16_note, DATA_PARALLEL, data_parallel_guard)
+                                                      unscaled_float16_note, cuda_scaler_line, DATA_PARALLEL, data_parallel_guard)
 
 TORCH_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 COMPILE_DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html"
@@ -42,6 +42,10 @@ _CUDA_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")  # torch.cuda.
         op lists as CUDA autocast. Arguments are kept, positional ones passed by name (`autocast(use_amp)` is
         `enabled=use_amp`; torch.autocast's second parameter is `dtype`). Without `dtype=`, CUDA autocast meant float16: the fix
         passes `dtype=torch.float16` to keep that, and the note recommends bfloat16 (which needs no GradScaler).
+        Where that float16 is loss-scaled (a CUDA GradScaler or timm's NativeScaler in the file, DINO's; or a scaler
+        the function is handed and calls, `loss_scaler(loss, optimizer, ...)` in MAE's and DeiT's engine.py), the
+        fix writes `dtype=torch.bfloat16` instead (unsafe: numerics change): CUDA's scaler disables itself on Neuron,
+        so float16 would train with no loss scaling, and bfloat16 needs none.
         Device-style `accelerator` writes `torch.autocast(_accelerator_device().type, ...)`.
         `torch.autocast("cuda")` and `torch.amp.autocast(device_type="cuda")` are NM201 (device strings).
     """,
@@ -62,17 +66,55 @@ def cuda_amp_autocast(site, ctx):
     device = device_type_expr(site, ctx, fx) if accelerator(ctx) else '"neuron"'
     # torch.cuda.amp.autocast(enabled, dtype, cache_enabled) and torch.autocast(device_type, dtype, enabled, ...) take
     # their parameters in another order: positional arguments are passed by name
-    args = call_args_src(call, ctx, names=_CUDA_AUTOCAST_PARAMETERS)
     note = ""
     dtype = kwarg(call, "dtype", 1)
+    float16 = (dtype is None and not has_star_args(call)) or (isinstance(dtype, (ast.Name, ast.Attribute)) and ctx.analysis.resolve(
+        dtype, ctx.analysis.module_scope, count_use=False) in _FP16)
+    scaler = _loss_scaler_of(call, ctx) if float16 else ""
+    if scaler:
+        # float16 with loss scaling: the scaler is CUDA's, which disables itself on Neuron (DINO, MAE, DeiT), so
+        # float16 would train unscaled; bfloat16 (Trainium's mixed precision) needs no scaling
+        parts = [f"{name}={ctx.src(a)}" for name, a in zip(_CUDA_AUTOCAST_PARAMETERS, call.args) if name != "dtype"]
+        parts += [f"{k.arg}={ctx.src(k.value)}" for k in call.keywords if k.arg != "dtype"]
+        args = ", ".join([*parts, f"dtype={torch}.bfloat16"])
+        fx.replace(call, f"{torch}.autocast({device}, {args})")
+        return ctx.finding(site, "torch.cuda.amp.autocast only affects CUDA: use torch.autocast(\"neuron\", ...); its float16 "
+                                 "becomes bfloat16, since the loss scaling it relies on is CUDA's", fix=fx.build(safety="unsafe"),
+                           note=f"{scaler} bfloat16 has float32's exponent range and needs no loss scaling (the scaler "
+                                "stays a pass-through; NM207 removes it where it can). Numerics differ from a float16 run.")
+    args = call_args_src(call, ctx, names=_CUDA_AUTOCAST_PARAMETERS)
     if dtype is None and not has_star_args(call):
         args = ", ".join(x for x in [args, f"dtype={torch}.float16"] if x)
         note = "CUDA autocast defaulted to float16 (kept); bfloat16 is the usual choice on Trainium and needs no GradScaler."
-    if dtype is None or (isinstance(dtype, (ast.Name, ast.Attribute)) and ctx.analysis.resolve(
-            dtype, ctx.analysis.module_scope, count_use=False) in _FP16):
+    if float16:
         note = " ".join(x for x in (note, unscaled_float16_note(ctx)) if x)
     fx.replace(call, f"{torch}.autocast({device}{', ' + args if args else ''})")
     return ctx.finding(site, "torch.cuda.amp.autocast only affects CUDA: use torch.autocast(\"neuron\", ...)", fix=fx.build(), note=note)
+
+
+def _loss_scaler_of(call, ctx) -> str:
+    """Why a float16 autocast is loss-scaled by CUDA's scaler, as the start of a note: the file builds a CUDA
+    GradScaler (or timm's NativeScaler), or the function around the autocast uses a scaler it is handed
+    (`loss_scaler(loss, optimizer, ...)` in MAE's and DeiT's engine.py, `fp16_scaler.scale(loss)`); "" when neither."""
+    line = cuda_scaler_line(ctx)
+    if line:
+        return f"The loss scaler at line {line} is CUDA's, which disables itself on Neuron: float16 would train unscaled."
+    a = ctx.analysis
+    fn = call
+    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        fn = a.parent_of.get(fn)
+    if fn is None:
+        return ""
+    params = {p.arg for p in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    for node in walk(fn):
+        if isinstance(node, ast.Call):
+            f = node.func
+            while isinstance(f, ast.Attribute):
+                f = f.value
+            if isinstance(f, ast.Name) and f.id in params and "scaler" in f.id.lower():
+                return (f"`{f.id}` (line {node.lineno}) scales the loss, and a CUDA program's scaler disables itself on "
+                        "Neuron: float16 would train unscaled.")
+    return ""
 
 
 # -- NM207 ------------------------------------------------------------------------------------------
