@@ -573,7 +573,9 @@ def test_ddp_series_snapshot_load_maps_device_tensors(tmp_path):
     text = (work / "multigpu_torchrun.py").read_text()
     assert ('snapshot = torch.load(snapshot_path, map_location=lambda storage, location: storage if location == "cpu" '
             'else storage.to(device="neuron"))') in text, text
-    assert 'init_process_group(backend="neuron")' in text and "device_ids" not in text
+    # the module went to this rank's device by its index (`self.model = model.to(self.gpu_id)`): device_ids names that
+    # device and stays (NM209), as it does for a module bound to a plain name
+    assert 'init_process_group(backend="neuron")' in text and "DDP(self.model, device_ids=[self.gpu_id])" in text
     spawned = (work / "multigpu.py").read_text()
     assert "torch.cuda" not in spawned and "world_size = torch.accelerator.device_count()" in spawned, spawned
 
