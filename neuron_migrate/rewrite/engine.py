@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Optional
 
 from neuron_migrate.names.analysis import AnalysisError
-from neuron_migrate.rewrite.prune import survey_of_analysis, unused_import_fixes
+from neuron_migrate.rewrite.prune import survey_of_analysis, survey_without_imports, unused_import_fixes
 from neuron_migrate.rules.api import Settings
 from neuron_migrate.rules.builtin.meta import COMMENT_EDIT, apply_comment_fixes
 from neuron_migrate.rules.lines import line_map, move_findings, names_lines, renumber_lines
@@ -76,6 +76,32 @@ def _left_after_import_removal(findings: list[Finding], todo: list[Finding], cho
             if renumber_lines(f.message, kept) is None or renumber_lines(f.note or "", kept) is None:
                 return None
     return left
+
+
+def _blocks_kept(analysis, imports: list, fixes: list) -> bool:
+    """No statement the fixes delete is the last one left in its block: the applier then removes an emptied
+    `if FLAG:` with its test (which loads names), so the text would lose more than import statements. `imports`: the
+    text's imports outside `try:` (a deleted statement not among them is not assumed safe)."""
+    deleted = {(e.span.line, e.span.end_line) for f in fixes for e in f.edits if e.kind == "delete_stmt"}
+    if not deleted:
+        return True
+    found = 0
+    for node in imports:
+        if (node.lineno, node.end_lineno) not in deleted:
+            continue
+        found += 1
+        parent = analysis.parent_of.get(node)
+        if parent is None or isinstance(parent, ast.Module):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and node in block:
+                if all((st.lineno, st.end_lineno) in deleted for st in block):
+                    return False
+                break
+        else:
+            return False  # a block not read here (a handler's, a match case's): not assumed kept
+    return found == len(deleted)
 
 
 def _failing_rules(text: str, todo: list[Finding], chosen: list, helpers_module: Optional[str]) -> dict:
@@ -191,6 +217,12 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
         from neuron_migrate.rewrite.apply import ApplyError, apply_fixes, select_compatible
 
         chosen, _deferred = select_compatible([f.fix for f in todo])
+        # a round that only removes unused imports is not analysed again (below): what the pruning reads of the
+        # result, its names and strings, is this text's (imports hold neither), read off the analysis before it goes
+        removal = all(f.unused_import_only for f in chosen) and result.analysis is not None
+        pre_survey = survey_of_analysis(result.analysis) if removal else None
+        if pre_survey is not None and not _blocks_kept(result.analysis, pre_survey[2], chosen):
+            pre_survey = None
         try:
             new_text, applied = apply_fixes(current, chosen, result.analysis.tree, getattr(settings, "helpers_module", None))
         except RecursionError:
@@ -228,6 +260,8 @@ def fix_text(text: str, path: str, ruleset: RuleSet, settings: Optional[Settings
                 last_tree = (new_text, ast.parse(new_text))
             except (SyntaxError, ValueError, RecursionError) as exc:
                 raise FixError(f"rewrite by {last_codes} would produce invalid Python ({exc}); file left unchanged") from None
+            if pre_survey is not None:
+                last_survey = (new_text, survey_without_imports(pre_survey, last_tree[1]))
             outcome.remaining = move_findings(left, current, new_text, fixes=True)
             outcome.suppressed = result.suppressed
             current = new_text

@@ -64,6 +64,13 @@ def _docstrings(holders) -> set:
     return out
 
 
+def survey_without_imports(survey: tuple, tree: ast.Module) -> tuple[Counter, str, list]:
+    """`survey` (of a text) made the survey of `tree`, the text with import statements removed or narrowed: imports
+    hold no name load and no string, so only the imports change (a statement walk of `tree`, not a walk of every node)."""
+    names, strings, _imports = survey
+    return names, strings, _imports_outside_try(tree)
+
+
 def survey_of_analysis(analysis) -> tuple[Counter, str, list]:
     """`_survey` of an analysed text's tree, from what the name analysis already holds: its parent map lists every
     node of the tree but the root, the parameter nodes of defs and lambdas (which hold no name: their annotations
