@@ -124,6 +124,25 @@ def test_data_parallel_spmd_two_processes_match_one(migrated, tmp_path):
     assert one[0]["losses"][0] != one[0]["losses"][-1]
 
 
+def test_data_parallel_spmd_runs_without_torchrun_as_the_original_did(migrated, tmp_path):
+    """The original ran as `python train_spmd_dp.py`; the migrated script still does, in a group of one process, and
+    computes what one process under torchrun computes."""
+    prog = migrated / "dp_mlp"
+    text = (prog / "train_spmd_dp.py").read_text()
+    assert 'dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)' in text, text
+    under_torchrun = _run(prog, "train_spmd_dp.py", 1, tmp_path / "torchrun")
+    out = tmp_path / "plain"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=os.pathsep.join((str(SHIM), str(prog))), OMP_NUM_THREADS="1", OUT_DIR=str(out))
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    p = subprocess.run([sys.executable, "train_spmd_dp.py"], cwd=prog, env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    plain = json.loads((out / "rank0.json").read_text())
+    assert plain["world"] == 1 and plain["losses"] == under_torchrun[0]["losses"], (plain, under_torchrun)
+
+
 def test_data_parallel_spmd_without_ddp_trains_another_model(migrated, tmp_path):
     """Control: without the DDP wrap each rank steps on its own slice's gradient; the mean loss leaves the
     1-process trajectory, so the comparison above can fail."""

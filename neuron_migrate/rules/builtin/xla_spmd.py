@@ -161,7 +161,8 @@ def _mesh_plan(call: ast.Call, ctx) -> str:
 
         `rewrite --unsafe-fixes` rewrites a file's whole SPMD program in one fix (at its first SPMD call) when it has
         the shape of pytorch/xla's SPMD examples, one process per device under torchrun:
-        `xr.use_spmd()` -> `dist.init_process_group("neuron")`; `xr.global_runtime_device_count()` ->
+        `xr.use_spmd()` -> `dist.init_process_group("neuron")` (under torchrun; run without it, a group of one process on
+        a HashStore, as NM110's launch rewrite does); `xr.global_runtime_device_count()` ->
         `dist.get_world_size()`; `mesh = xs.Mesh(ids, shape, names)` with ids in device order (`np.array(range(n))`,
         `np.arange(n)`) -> `init_device_mesh("neuron", shape, mesh_dim_names=names)`;
         `xs.mark_sharding(batch, mesh, ("data", None, ...))` on a batch in the training code -> `batch =

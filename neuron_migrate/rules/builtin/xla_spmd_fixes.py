@@ -4,7 +4,8 @@ XLA SPMD is single-controller: one process drives every device, computes on the 
 splits the work by the sharding annotations. The shapes of pytorch/xla's SPMD examples and user guide keep their
 meaning with one process per device when:
 
-- `xr.use_spmd()` -> `dist.init_process_group("neuron")` (torchrun starts the processes);
+- `xr.use_spmd()` -> `dist.init_process_group("neuron")` (torchrun starts the processes; without torchrun, a group
+  of one process);
 - `xr.global_runtime_device_count()` -> `dist.get_world_size()`;
 - `mesh = xs.Mesh(ids, shape, names)` (or `self.mesh = ...`) with ids in device order (`np.array(range(n))`,
   `np.arange(n)`, `range(n)`) -> `init_device_mesh("neuron", shape, mesh_dim_names=names)` (ranks in the same order;
@@ -628,7 +629,13 @@ def spmd_fix(site, ctx):
     fx = ctx.fixer()
     dist = fx.ref("torch.distributed")
     for stmt in plan.use_spmd:
-        fx.replace(stmt, f'{dist}.init_process_group("neuron")')
+        # as the launch rewrites do (NM110's xmp.spawn): under torchrun the group its variables describe, else (the
+        # original's own `python train.py`) a group of one process, so that the script still runs as it is started
+        os_ = fx.ref("os")
+        fx.replace(stmt, "\n".join([f'if "WORLD_SIZE" in {os_}.environ:  # started by torchrun',
+                                    f'    {dist}.init_process_group("neuron")',
+                                    "else:  # run without torchrun: a group of one process",
+                                    f'    {dist}.init_process_group("neuron", store={dist}.HashStore(), rank=0, world_size=1)']))
     for call in plan.counts:
         fx.replace(call, f"{dist}.get_world_size()")
     if plan.meshes:
