@@ -433,6 +433,26 @@ def _port() -> int:
 
 
 @pytest.mark.slow
+def test_imagenet_spawned_on_two_nodes_binds_each_worker_to_its_local_device(tmp_path, emulator):
+    """Two "nodes" of one device each (`--world-size 2 --rank 0/1 --multiprocessing-distributed`, two mp.spawn launches
+    of one worker): the second node's worker has global rank 1 and spawn index 0. NM235 sets LOCAL_RANK from the spawn
+    index, so it takes its node's device 0 (before: the device came from the global rank, and `model.to(neuron:0)`
+    failed on the second node)."""
+    work, _ = _rewrite(tmp_path, "imagenet_spawn")
+    assert "os.environ.setdefault(\"LOCAL_RANK\", str(gpu))" in (work / "main.py").read_text()
+    logs = tmp_path / "collectives"
+    env = dict(_env(logs), NM_EMULATOR_DEVICES="1")
+    url = f"tcp://127.0.0.1:{_port()}"
+    nodes = [subprocess.Popen([sys.executable, "main.py", "--epochs", "2", "--multiprocessing-distributed", "--world-size",
+                               "2", "--rank", str(node), "--dist-url", url], cwd=work, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    outs = [p.communicate(timeout=400)[0] for p in nodes]
+    assert all(p.returncode == 0 for p in nodes), "\n".join(o[-3000:] for o in outs)
+    _final("\n".join(outs), r"rank (?P<rank>\d) world 2 device neuron checksum (?P<checksum>-?[0-9]+\.[0-9]{6})", 2)
+    _groups(logs, 2)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("launch", ["spawn-2", "torchrun-1", "torchrun-2"])
 def test_imagenet_trains_spawned_and_under_torchrun(tmp_path, emulator, launch):
     work, _ = _rewrite(tmp_path, "imagenet_spawn")

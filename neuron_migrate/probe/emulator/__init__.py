@@ -285,6 +285,9 @@ def _register_process_group_backend(torch) -> None:
             local, local_size = os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")
             if local is not None and local_size is not None:
                 torch.ops.neuron_emu.set_local_device(int(local), int(local_size))
+            elif local is not None:  # set by the program itself (an mp.spawn worker, NM235): the host's devices
+                count = torch.ops.neuron_emu.device_count()
+                torch.ops.neuron_emu.set_local_device(int(local), max(count, int(local) + 1))
             else:
                 torch.ops.neuron_emu.set_local_device(rank, size)
         return ProcessGroupGloo(store, rank, size, timeout)

@@ -985,3 +985,67 @@ def timm_native_scaler_cuda(site, ctx):
     return ctx.finding(site, "timm's NativeScaler() builds a CUDA GradScaler, which disables itself on Neuron: a float16 "
                              "autocast then trains with unscaled gradients; use bfloat16 autocast (no scaler needed) or "
                              "torch.amp.GradScaler(\"neuron\") (NativeScaler(device=\"neuron\") in a timm that takes it)")
+
+
+# -- NM235 ------------------------------------------------------------------------------------------
+_SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn")
+
+
+@rule(
+    code="NM235",
+    name="spawn-local-rank",
+    summary="mp.spawn workers get LOCAL_RANK from their spawn index: TorchNeuron binds each process to that NeuronCore",
+    fix="safe",
+    severity="error",
+    triggers=[("call", q) for q in _SPAWNS],
+    docs="""
+        A CUDA program that starts its workers with `torch.multiprocessing.spawn(main_worker, nprocs=ngpus, ...)`
+        (pytorch/examples' imagenet, MoCo, SimSiam, Barlow Twins) picks each worker's GPU with
+        `torch.cuda.set_device(gpu)`, `gpu` being the spawn index. TorchNeuron's process group gives each process one
+        NeuronCore, the one `LOCAL_RANK` names (the backend sets `NEURON_RT_VISIBLE_CORES` from it when the group
+        starts), and only torchrun sets `LOCAL_RANK`: without it the index comes from elsewhere (the emulated device
+        takes the global rank, wrong on every node but the first of a multi-node launch, where `--rank` shifts it).
+        The worker's first statement becomes `os.environ.setdefault("LOCAL_RANK", str(gpu))` (its spawn index, the
+        local one on every node; under `if gpu is not None:` where the script also calls the worker itself, as
+        imagenet does under torchrun, whose LOCAL_RANK stands), before it starts the group; `set_device` itself goes (NM204). Only for a worker defined in
+        the file that starts the process group there and does not read `LOCAL_RANK` itself. [verify] on a Trainium
+        host: the documented runtime wiring reads `LOCAL_RANK`; a multi-node spawn was checked on the emulated device.
+    """,
+    examples=[("import torch.distributed as dist\nimport torch.multiprocessing as mp\n\n\ndef main_worker(gpu, args):\n"
+               "    dist.init_process_group('neuron', rank=gpu, world_size=2)\n\n\nmp.spawn(main_worker, nprocs=2, args=(None,))",
+               "import os\nimport torch.distributed as dist\nimport torch.multiprocessing as mp\n\n\ndef main_worker(gpu, args):\n"
+               "    os.environ.setdefault(\"LOCAL_RANK\", str(gpu))\n    dist.init_process_group('neuron', rank=gpu, world_size=2)\n\n\n"
+               "mp.spawn(main_worker, nprocs=2, args=(None,))")],
+)
+def spawn_local_rank(site, ctx):
+    call = site.call
+    fn = kwarg(call, "fn", 0)
+    a = ctx.analysis
+    if not isinstance(fn, ast.Name) or "torch.distributed.init_process_group" not in a.qualnames:
+        return None
+    defs = [s for s in a.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == fn.id]
+    if len(defs) != 1:
+        return None
+    worker = defs[0]
+    params = [*worker.args.posonlyargs, *worker.args.args]
+    if not params or "LOCAL_RANK" in a.source(worker):
+        return None
+    if not any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute)) and a.resolve(
+            n.func, a.module_scope, count_use=False) == "torch.distributed.init_process_group" for n in walk(worker)):
+        return None  # the group starts elsewhere (a helper, another file): where LOCAL_RANK must be set is not seen
+    body = worker.body
+    first = body[1] if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+        and isinstance(body[0].value.value, str) else body[0]
+    fx = ctx.fixer()
+    fx.scope = site.scope
+    os_ = fx.ref("os")
+    index = params[0].arg
+    # torchrun's own LOCAL_RANK stands (setdefault); where the script also calls the worker itself (imagenet's
+    # `main_worker(args.gpu, ...)` under torchrun, with args.gpu None), only a spawn index is written
+    line = f'{os_}.environ.setdefault("LOCAL_RANK", str({index}))'
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn.id for n in walk(a.tree)):
+        line = f"if {index} is not None:\n    {line}"
+    fx.insert_before(first, line)
+    return ctx.finding(site, f"mp.spawn starts `{fn.id}` without torchrun's LOCAL_RANK, which TorchNeuron's process group "
+                             f"reads to give each process its NeuronCore: the worker sets it from its spawn index "
+                             f"`{params[0].arg}` first", fix=fx.build())
