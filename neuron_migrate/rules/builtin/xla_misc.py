@@ -7,6 +7,7 @@ the environment-variable rules in `xla_env.py`; the YAML renames and the report 
 from __future__ import annotations
 
 import ast
+import re
 
 from neuron_migrate.names.analysis import child_nodes, walk
 from neuron_migrate.program import cached
@@ -342,6 +343,9 @@ def _only_printed(site, ctx) -> bool:
     return True
 
 
+_RANK_TEST = re.compile(r"\b(?:get_rank|is_master_ordinal|get_ordinal|get_local_ordinal|local_rank|rank)\b")
+
+
 @rule(
     code="NM135",
     name="xla-metrics",
@@ -374,10 +378,20 @@ def xla_metrics(site, ctx):
         fx = ctx.fixer()
         fx.delete(site.stmt)
         stmt = site.stmt
+        # the ifs that held only the report (`if flags.metrics_debug:` around the rank guard an earlier round wrote for
+        # xm.master_print): the setting among them is the one that no longer does anything, not the rank test
+        chain, inner = [], stmt
         holder = ctx.analysis.parent_of.get(stmt)
-        if isinstance(holder, ast.If) and holder.body == [stmt] and not holder.orelse:
-            note = (f"removed `if {ctx.src(holder.test)}:` and the metrics report it printed: {ctx.src(holder.test)} no longer "
-                    f"does anything here; {_MET_ADVICE}")
+        while isinstance(holder, ast.If) and holder.body == [inner] and not holder.orelse:
+            chain.append(holder)
+            inner, holder = holder, ctx.analysis.parent_of.get(holder)
+        flags = [c for c in chain if not _RANK_TEST.search(ctx.src(c.test))]
+        if flags:
+            test = ctx.src(flags[-1].test)
+            note = (f"removed the metrics report printed under `if {test}:`: {test} no longer does anything here; "
+                    f"{_MET_ADVICE}")
+        elif chain:
+            note = f"removed the metrics report printed under `if {ctx.src(chain[0].test)}:`: {_MET_ADVICE}"
         else:
             note = f"removed `{ctx.src(stmt).strip()}`: {_MET_ADVICE}"
         return ctx.finding(site, f"{name}() only printed: removed ({_MET_ADVICE})", fix=fx.build(), note=note)
