@@ -38,9 +38,9 @@ _XLA_ONLY_APIS = {
                                              "with torch.distributed.checkpoint or get_model_state_dict(model, options="
                                              "StateDictOptions(full_state_dict=True))",
     "consolidate_sharded_state_dicts": "stitches XLA FSDP shard state dicts; use torch.distributed.checkpoint",
-    "checkpoint_module": "XLA's activation checkpointing wrapper; torch FSDP uses apply_activation_checkpointing "
+    "checkpoint_module": "is XLA's activation checkpointing wrapper; torch FSDP uses apply_activation_checkpointing "
                          "(torch.distributed.algorithms._checkpoint.checkpoint_wrapper) on the blocks",
-    "recursive_wrap": "XLA's wrapping loop, called with XLA FSDP's own keywords",
+    "recursive_wrap": "is XLA's wrapping loop, called with XLA FSDP's own keywords",
 }
 # XLA FSDP keyword -> (its default, why another value keeps the finding). The default means the keyword only
 # spells out what torch FSDP does anyway: it is dropped.
@@ -836,6 +836,11 @@ CKPT_PLAN = ("Native plan (with FSDP2 fully_shard): each rank's shard goes throu
 
 
 def _kept_finding(ctx, site, name, reason):
+    # the reasons and the plan are said once, at the file's first such finding; the others point there
+    first = cached(ctx.analysis, "NM151 first kept finding", lambda _a: (site.node.lineno, site.key))
+    if first != (site.node.lineno, site.key):
+        return ctx.finding(site, f"`{name}` is torch_xla FSDP and stays, with the rest of the file's XLA FSDP: see line "
+                                 f"{first[0]} for why and the native plan")
     return ctx.finding(site, f"`{name}` is torch_xla FSDP and stays ({reason}): migrate it by hand to "
                              "torch.distributed.fsdp (FullyShardedDataParallel, or FSDP2 fully_shard on each block "
                              "then the model; compute_dtype/buffer_dtype -> MixedPrecisionPolicy(param_dtype=..., "
