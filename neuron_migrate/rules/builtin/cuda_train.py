@@ -45,7 +45,8 @@ _CUDA_AUTOCAST_PARAMETERS = ("enabled", "dtype", "cache_enabled")  # torch.cuda.
         Where that float16 is loss-scaled (a CUDA GradScaler or timm's NativeScaler in the file, DINO's; or a scaler
         the function is handed and calls, `loss_scaler(loss, optimizer, ...)` in MAE's and DeiT's engine.py), the
         fix writes `dtype=torch.bfloat16` instead (unsafe: numerics change): CUDA's scaler disables itself on Neuron,
-        so float16 would train with no loss scaling, and bfloat16 needs none.
+        so float16 would train with no loss scaling, and bfloat16 needs none. The file's other float16 CUDA autocasts
+        (ConvNeXt's evaluate()) become bfloat16 with it, so that the model runs in one precision.
         Device-style `accelerator` writes `torch.autocast(_accelerator_device().type, ...)`.
         `torch.autocast("cuda")` and `torch.amp.autocast(device_type="cuda")` are NM201 (device strings).
     """,
@@ -71,6 +72,13 @@ def cuda_amp_autocast(site, ctx):
     float16 = (dtype is None and not has_star_args(call)) or (isinstance(dtype, (ast.Name, ast.Attribute)) and ctx.analysis.resolve(
         dtype, ctx.analysis.module_scope, count_use=False) in _FP16)
     scaler = _loss_scaler_of(call, ctx) if float16 else ""
+    if float16 and not scaler:
+        # ConvNeXt's engine.py: the training step's autocast becomes bfloat16 (its scaler is CUDA's), so evaluate()'s
+        # becomes bfloat16 too: the model runs in one precision
+        scaled = _scaled_float16_autocasts(ctx)
+        if scaled:
+            scaler = (f"The training autocast at line {scaled[0]} becomes bfloat16 (its loss scaler is CUDA's): this one "
+                      "follows, so that the model runs in one precision.")
     if scaler:
         # float16 with loss scaling: the scaler is CUDA's, which disables itself on Neuron (DINO, MAE, DeiT), so
         # float16 would train unscaled; bfloat16 (Trainium's mixed precision) needs no scaling
@@ -90,6 +98,23 @@ def cuda_amp_autocast(site, ctx):
         note = " ".join(x for x in (note, unscaled_float16_note(ctx)) if x)
     fx.replace(call, f"{torch}.autocast({device}{', ' + args if args else ''})")
     return ctx.finding(site, "torch.cuda.amp.autocast only affects CUDA: use torch.autocast(\"neuron\", ...)", fix=fx.build(), note=note)
+
+
+def _scaled_float16_autocasts(ctx) -> list:
+    """The lines of the file's float16 CUDA autocasts (NM206's) that a CUDA loss scaler scales (`_loss_scaler_of`)."""
+    def build(a):
+        out = []
+        for c, q in a.resolved_calls:
+            if q not in ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast") or has_star_args(c):
+                continue
+            dtype = kwarg(c, "dtype", 1)
+            if dtype is None or (isinstance(dtype, (ast.Name, ast.Attribute)) and a.resolve(
+                    dtype, a.module_scope, count_use=False) in _FP16):
+                if _loss_scaler_of(c, ctx):
+                    out.append(c.lineno)
+        return sorted(out)
+
+    return cached(ctx.analysis, "NM206 scaled float16 autocasts", build)
 
 
 def _loss_scaler_of(call, ctx) -> str:
@@ -240,11 +265,12 @@ def grad_scaler(site, ctx):
     follows = _scaler_follows_precision(site, ctx)
     if follows is not None:
         return follows
-    why = "with float16" if precision == "fp16" else "without a visible bfloat16 autocast"
+    why = "with float16" if precision == "fp16" else "with no bfloat16 autocast in this file"
     return ctx.finding(site, f"GradScaler {why}: loss scaling on Neuron is undocumented (torch.cuda.amp.GradScaler() disables "
                              "itself without CUDA, so float16 gradients go unscaled); train in bfloat16 "
-                             "(torch.autocast(\"neuron\", dtype=torch.bfloat16)) and remove the scaler. "
-                             "float16 scaling with torch.amp.GradScaler(\"neuron\") is unverified")
+                             "(torch.autocast(\"neuron\", dtype=torch.bfloat16), which the rewrite writes where the "
+                             "autocast that this scaler serves is loss-scaled, NM206) and remove the scaler, or keep it "
+                             "as a pass-through. float16 scaling with torch.amp.GradScaler(\"neuron\") is unverified")
 
 
 def _scaler_follows_precision(site, ctx):
