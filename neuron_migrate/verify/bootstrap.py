@@ -531,8 +531,11 @@ def main() -> int:
     if spec.get("emulate"):
         sys.path.insert(0, spec["nm_root"])
         from neuron_migrate.probe.emulator import install
+        from neuron_migrate.table import load_table
 
-        install()
+        # with the table, as the probe and the test runs install it: the ops TorchNeuron runs natively get device
+        # kernels (a convolution reaches the device as convolution_overrideable, which the host fallback lacks)
+        install(load_table())
         sys.path.remove(spec["nm_root"])
     if spec["side"] == "xla":
         import torch_xla
