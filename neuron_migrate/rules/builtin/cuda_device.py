@@ -273,8 +273,10 @@ def _cuda_choice(node, ctx):
     if _cuda_strings(up.orelse) or any(_torch_cuda_node(n, ctx) for n in walk(up.body)
                                        if not isinstance(n, ast.Constant)):
         return None
-    if not _cuda_strings(up.body) or any(n.value.split(":")[0] != "cuda" or ":" in n.value for n in _cuda_strings(up.body)):
+    if any(n.value.split(":")[0] != "cuda" or ":" in n.value for n in _cuda_strings(up.body)):
         return None
+    # an answer with no 'cuda' of its own (llm.c's `torch.amp.autocast(device_type=device_type, dtype=ptdtype) if
+    # device_type == "cuda" else nullcontext()`) is the device's own: the test then asks for neuron too
     return up
 
 
@@ -293,18 +295,37 @@ def _cuda_choice_fix(site, ctx, fn, choice):
             text = text.replace(raw, raw.replace("cuda", "neuron", 1))
         return text
 
-    body, test = neuron_text(choice.body), neuron_text(choice.test)
-    if body is None or test is None:
-        return None
     where = f"`{fn.name}()`" if fn is not None else "module-level code"
     fx = ctx.fixer()
     fx.scope = site.scope
+    if not _cuda_strings(choice.body):
+        test = _with_neuron(choice.test, a)
+        if test is None:
+            return None
+        fx.replace(choice.test, test)
+        return ctx.finding(site, f"`{a.source(choice)}` runs on every host in {where}, whose device picker now picks "
+                                 "neuron: the neuron device takes the CUDA answer, which names no device of its own "
+                                 "(before, it took the CPU's: a bfloat16 autocast was off)", fix=fx.build())
+    body, test = neuron_text(choice.body), neuron_text(choice.test)
+    if body is None or test is None:
+        return None
     orelse = a.source(choice.orelse)
     if isinstance(choice.orelse, (ast.Lambda, ast.NamedExpr)):
         orelse = f"({orelse})"
     fx.replace(choice.orelse, f"{body} if {test} else {orelse}")
     return ctx.finding(site, f"`{a.source(choice)}` runs on every host in {where}, whose device picker now picks "
                              "neuron: the neuron device gets its own answer (before, it took the CPU's)", fix=fx.build())
+
+
+def _with_neuron(test, a) -> str | None:
+    """`_cuda_choice`'s test asking for neuron too: `<test> or <test with 'neuron' for 'cuda'>` (`device_type == "cuda"
+    or device_type == "neuron"`), the form its other fix writes as `... if <neuron test> else ...`."""
+    strings = _cuda_strings(test)
+    if len(strings) != 1 or strings[0].lineno != test.lineno or test.end_lineno != test.lineno:
+        return None
+    text = a.source(test)
+    raw = a.source(strings[0])
+    return f"{text} or {text.replace(raw, raw.replace('cuda', 'neuron', 1), 1)}"
 
 
 def _cuda_strings(node) -> list:
@@ -802,7 +823,9 @@ class _AsSite:
         gets its neuron branch (NM203), a conditional there that asks whether the device names CUDA
         (`device_type = "cuda" if device.startswith("cuda") else "cpu"`, `torch.amp.autocast(device_type="cuda", ...)
         if device == "cuda" else nullcontext()`) gets the neuron device's own answer after the CUDA one (before, the
-        neuron device took the CPU's: a CPU autocast does nothing to neuron tensors); a test for CUDA in a function
+        neuron device took the CPU's: a CPU autocast does nothing to neuron tensors), or, where that answer names no
+        device of its own (llm.c's `torch.amp.autocast(device_type=device_type, ...) if device_type == "cuda" else
+        nullcontext()`), the test asks for neuron too (`... or device_type == "neuron"`); a test for CUDA in a function
         of that file (`use_fused = ... and device_type == "cuda"` in build-nanogpt's `configure_optimizers`) stays,
         with a finding, since the file still hands out CUDA devices on GPU hosts; so does such a test of a parameter in
         a function of another file of the program (the repository model: `model.py`'s `device_type == "cuda"` when
