@@ -231,11 +231,26 @@ def device_before_init(site, ctx):
     for s in earlier:
         for n in _walk_executed(s):
             use = _device_use(n, ctx, site.scope)
+            if use is not None and _unentered_context(use, ctx):
+                # pytorch/examples' FSDP2 example: `torch.accelerator.device_index(rank)` as a statement builds a
+                # context manager and drops it: nothing runs on the device
+                return ctx.finding(use, f"`{ctx.src(use)}` outside a `with` does nothing (torch.accelerator.device_index is a "
+                                        "context manager): delete it, or select the device after init_process_group "
+                                        "(on Neuron the process group gives each process its NeuronCore)",
+                                   confidence="medium", source="prerelease_dist")
             if use is not None:
                 return ctx.finding(use, f"`{ctx.src(use)}` touches the device before dist.init_process_group (line "
                                         f"{stmt.lineno}): the Neuron runtime must not start before the process group; "
                                         "call init_process_group first", confidence="medium", source="prerelease_dist")
     return None
+
+
+def _unentered_context(use, ctx) -> bool:
+    """`use` is a `torch.accelerator.device_index(...)` call standing as a statement of its own."""
+    a = ctx.analysis
+    return (isinstance(use, ast.Call) and isinstance(use.func, (ast.Name, ast.Attribute))
+            and a.resolve(use.func, a.module_scope, count_use=False) == "torch.accelerator.device_index"
+            and isinstance(a.parent_of.get(use), ast.Expr))
 
 
 _MP = ("multiprocessing", "torch.multiprocessing")
