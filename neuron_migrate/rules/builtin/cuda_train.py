@@ -71,8 +71,8 @@ def cuda_amp_autocast(site, ctx):
     dtype = kwarg(call, "dtype", 1)
     float16 = (dtype is None and not has_star_args(call)) or (isinstance(dtype, (ast.Name, ast.Attribute)) and ctx.analysis.resolve(
         dtype, ctx.analysis.module_scope, count_use=False) in _FP16)
-    scaler = _loss_scaler_of(call, ctx) if float16 else ""
-    if float16 and not scaler:
+    scaler = _loss_scaler_of(call, ctx) if float16 and not has_star_args(call) else ""
+    if float16 and not scaler and not has_star_args(call):
         # ConvNeXt's engine.py: the training step's autocast becomes bfloat16 (its scaler is CUDA's), so evaluate()'s
         # becomes bfloat16 too: the model runs in one precision
         scaled = _scaled_float16_autocasts(ctx)
