@@ -175,9 +175,10 @@ def run_side(side: Side, script: str, args: list[str], out: Path, *, steps: int,
                GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), PYTHONDONTWRITEBYTECODE="1")
     if side["kind"] == "xla":
         env["PJRT_DEVICE"] = "CPU"
-        # never a folder that holds another torch (the migrated side's site-packages); the user's other folders
-        # (their own packages, stand-ins) stay
-        own = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not (Path(p) / "torch").is_dir()]
+        # never a folder that holds another torch (the migrated side's site-packages) or a start-up hook (a
+        # sitecustomize.py, such as the emulated device's); the user's other folders (their own packages) stay
+        own = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+               if p and not (Path(p) / "torch").is_dir() and not (Path(p) / "sitecustomize.py").is_file()]
         env["PYTHONPATH"] = os.pathsep.join([str(root), *own])
         env.pop("PYTHONHOME", None)
     else:
