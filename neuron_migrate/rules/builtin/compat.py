@@ -504,11 +504,10 @@ _WEIGHT_INIT_FUNCS = frozenset({"__init__", "_init_weights", "init_weights", "in
 
 
 def _in_weight_init(site, ctx) -> bool:
-    node = site.node
-    parents = ctx.analysis.parent_of
-    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        node = parents.get(node)
-    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _WEIGHT_INIT_FUNCS
+    from neuron_migrate.program.distributed import function_of
+
+    fn = function_of(ctx.analysis, site.node)
+    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in _WEIGHT_INIT_FUNCS
 
 
 def _table_check(site, ctx, want: str):

@@ -124,11 +124,10 @@ def _loss_scaler_of(call, ctx) -> str:
     line = cuda_scaler_line(ctx)
     if line:
         return f"The loss scaler at line {line} is CUDA's, which disables itself on Neuron: float16 would train unscaled."
-    a = ctx.analysis
-    fn = call
-    while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        fn = a.parent_of.get(fn)
-    if fn is None:
+    from neuron_migrate.program.distributed import function_of
+
+    fn = function_of(ctx.analysis, call)
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return ""
     params = {p.arg for p in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
     for node in walk(fn):
